@@ -1,0 +1,11 @@
+# CUDA toolchain set-up: Hopper only (sm_90a), used only under kernels/cuda/.
+if(SPARSESERVE_WITH_CUDA)
+  set(CMAKE_CUDA_ARCHITECTURES 90a)
+  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  message(STATUS "sparseserve: CUDA backend ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, sm_90a)")
+else()
+  message(STATUS "sparseserve: CUDA backend OFF (CPU reference backend only)")
+endif()

@@ -1,0 +1,17 @@
+# Third-party libraries, all from Debian 12 packages (scripts/setup.sh installs them).
+find_package(Threads REQUIRED)
+find_package(absl REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(nlohmann_json REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+set(BLA_VENDOR OpenBLAS)
+find_package(BLAS REQUIRED)
+find_path(OPENBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas-pthread openblas
+          PATHS /usr/include/x86_64-linux-gnu /usr/include REQUIRED)
+if(SPARSESERVE_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+if(SPARSESERVE_BUILD_BENCH)
+  find_package(benchmark REQUIRED)
+endif()

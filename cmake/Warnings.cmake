@@ -1,0 +1,35 @@
+# Compiler flags for project targets: strict warnings (errors by default), sanitizers on request.
+set(SPARSESERVE_CXX_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor
+    -Wimplicit-fallthrough -Wno-missing-field-initializers)
+if(SPARSESERVE_WERROR)
+  list(APPEND SPARSESERVE_CXX_WARNINGS -Werror)
+endif()
+if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  list(APPEND SPARSESERVE_CXX_WARNINGS -Wthread-safety)
+endif()
+
+if(SPARSESERVE_SANITIZE)
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  add_link_options(-fsanitize=address,undefined)
+endif()
+
+# sparseserve_library(NAME SRCS... DEPS ...) — one CMake library per module directory.
+function(sparseserve_library name)
+  cmake_parse_arguments(ARG "" "" "SRCS;DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SRCS})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS})
+  target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${SPARSESERVE_CXX_WARNINGS}>)
+endfunction()
+
+# sparseserve_test(NAME SRCS... DEPS ... [LABELS ...]) — one gtest binary registered with ctest.
+function(sparseserve_test name)
+  cmake_parse_arguments(ARG "" "" "SRCS;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SRCS})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  target_compile_options(${name} PRIVATE ${SPARSESERVE_CXX_WARNINGS})
+  target_compile_definitions(${name} PRIVATE
+      SPARSESERVE_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data")
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES LABELS "unit;${ARG_LABELS}")
+endfunction()
+include(GoogleTest)
