@@ -1,0 +1,64 @@
+// Generator: runs one request from prompt text to finished continuation on a ModelRunner —
+// tokenize, prefill, sample, decode, stream text — and measures it.
+//
+// The offline `sparseserve generate` uses it directly; the serving path batches many sequences
+// in the decode worker instead. Not thread-safe: one request at a time on one engine thread.
+#ifndef SPARSESERVE_COMMON_ENGINE_GENERATOR_H_
+#define SPARSESERVE_COMMON_ENGINE_GENERATOR_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/engine/model_runner.h"
+#include "common/sampling/sampling_params.h"
+#include "common/tokenizer/tokenizer.h"
+
+namespace sparseserve::engine {
+
+struct GenerationRequest {
+  std::string prompt;                  // text; tokenized with BOS per the tokenizer
+  std::vector<int32_t> prompt_tokens;  // used instead of `prompt` when non-empty
+  int max_tokens = 256;                // new tokens at most
+  bool ignore_eos = false;             // keep going past end-of-generation tokens
+  sampling::SamplingParams sampling;
+};
+
+enum class FinishReason { kLength, kStop, kContextFull };
+absl::string_view FinishReasonName(FinishReason reason);
+
+struct GenerationResult {
+  std::vector<int32_t> prompt_tokens;
+  std::vector<int32_t> output_tokens;
+  std::string text;                // the decoded continuation
+  FinishReason finish_reason = FinishReason::kLength;
+  int num_cached_prompt_tokens = 0;
+  double time_to_first_token_s = 0;  // from the call to the first sampled token
+  double total_s = 0;
+};
+
+// Called for every new token with the text it completes (may be empty while a multi-byte
+// character is still incomplete).
+using TokenCallback = std::function<void(int32_t token, absl::string_view text_delta)>;
+
+class Generator {
+ public:
+  // Both borrowed; must outlive the generator.
+  Generator(ModelRunner* runner, const tokenizer::Tokenizer* tokenizer)
+      : runner_(runner), tokenizer_(tokenizer) {}
+
+  // kInvalidArgument for an empty prompt, one that fills the context, bad sampling parameters
+  // or max_tokens < 1; errors of the runner otherwise. The KV blocks are released either way.
+  absl::StatusOr<GenerationResult> Generate(const GenerationRequest& request,
+                                            const TokenCallback& on_token = nullptr);
+
+ private:
+  ModelRunner* runner_;
+  const tokenizer::Tokenizer* tokenizer_;
+};
+
+}  // namespace sparseserve::engine
+
+#endif  // SPARSESERVE_COMMON_ENGINE_GENERATOR_H_

@@ -1,0 +1,88 @@
+// ModelRunner: one model instance with its paged KV cache, block pool and prefix cache — the
+// unit every worker (offline generate, prefill, decode) drives.
+//
+// A sequence's KV state is a `SequenceKv` owned by the caller; the runner fills it by chunked
+// prefill (reusing prefix-cached blocks) and single-token decode steps, registers every full
+// block in the prefix cache, and returns its blocks to the pool on Release. Not thread-safe: one
+// engine thread drives a runner (the block pool itself is thread-safe for observers).
+#ifndef SPARSESERVE_COMMON_ENGINE_MODEL_RUNNER_H_
+#define SPARSESERVE_COMMON_ENGINE_MODEL_RUNNER_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/engine/model_source.h"
+#include "common/kv/block_hash.h"
+#include "common/kv/block_table.h"
+#include "common/kv/kv_block_pool.h"
+#include "common/model/llama_model.h"
+#include "common/model/paged_kv_cache.h"
+#include "kernels/backend.h"
+
+namespace sparseserve::engine {
+
+struct ModelRunnerOptions {
+  int block_tokens = 64;             // KV block size in tokens (ARCHITECTURE.md default 64)
+  int kv_cache_tokens = 0;           // KV pool capacity in tokens; 0 = 4 full contexts
+  int prefill_chunk_tokens = 512;    // tokens per prefill forward step (bounds activations)
+  bool enable_prefix_cache = true;   // reuse full blocks of earlier prompts
+};
+
+// KV state of one sequence. Owned by the caller; handed to the runner for every step.
+struct SequenceKv {
+  std::vector<int32_t> tokens;          // tokens whose K/V are in the cache, in order
+  std::vector<int32_t> block_ids;       // blocks holding them (pool references owned here)
+  std::vector<kv::BlockHash> block_hashes;  // chained hashes of the full blocks so far
+  int num_cached_prompt_tokens = 0;     // prompt tokens served by the prefix cache
+};
+
+class ModelRunner {
+ public:
+  // Uploads the weights of `source` to `backend` (borrowed; must outlive the runner) and sizes
+  // the KV cache. Errors from LlamaModel::Load and PagedKvCache::Create.
+  static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(const ModelSource& source,
+                                                             kernels::Backend* backend,
+                                                             const ModelRunnerOptions& options);
+  ~ModelRunner();
+  ModelRunner(const ModelRunner&) = delete;
+  ModelRunner& operator=(const ModelRunner&) = delete;
+
+  // Computes the prompt's KV into `seq` (which must be empty) and returns host f32 logits
+  // [1, vocab] of its last token. Leading full blocks found in the prefix cache are reused; at
+  // least the last token is always computed. kInvalidArgument for an empty prompt or one longer
+  // than the context; kResourceExhausted when the pool lacks blocks (nothing is held then).
+  absl::StatusOr<Tensor> Prefill(absl::Span<const int32_t> prompt, SequenceKv& seq);
+
+  // Appends one token to each sequence and returns logits [seqs.size(), vocab] for the next
+  // position. kResourceExhausted when a new block is needed and none is free (no sequence
+  // changes then); kInvalidArgument past the context length.
+  absl::StatusOr<Tensor> Decode(const std::vector<SequenceKv*>& seqs,
+                                absl::Span<const int32_t> tokens);
+
+  // Returns the sequence's blocks to the pool (cached ones stay matchable) and clears it.
+  void Release(SequenceKv& seq);
+
+  const model::ModelConfig& config() const { return model_->config(); }
+  int max_context() const { return model_->config().max_position_embeddings; }
+  const kv::KvBlockPool& pool() const { return pool_; }
+  int block_tokens() const { return options_.block_tokens; }
+
+ private:
+  ModelRunner(std::unique_ptr<model::LlamaModel> model, std::unique_ptr<model::PagedKvCache> cache,
+              const ModelRunnerOptions& options);
+  // Ensures `seq` has blocks for `total_tokens`; allocation is all-or-nothing.
+  absl::Status EnsureBlocks(SequenceKv& seq, int total_tokens);
+  // Hashes and registers the blocks of `seq` that became full.
+  void RegisterFullBlocks(SequenceKv& seq);
+
+  ModelRunnerOptions options_;
+  std::unique_ptr<model::LlamaModel> model_;
+  std::unique_ptr<model::PagedKvCache> cache_;
+  kv::KvBlockPool pool_;
+};
+
+}  // namespace sparseserve::engine
+
+#endif  // SPARSESERVE_COMMON_ENGINE_MODEL_RUNNER_H_

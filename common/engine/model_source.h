@@ -1,0 +1,42 @@
+// ModelSource: everything read from a model path before any weight is uploaded — its config,
+// its weight file(s) and its tokenizer — whatever the on-disk format.
+//
+// Formats: a GGUF file (config, tokenizer and weights inside), or a Hugging Face directory
+// (config.json, model.safetensors[.index.json] with shards, tokenizer.json). Immutable once
+// opened; the weight file stays memory-mapped for as long as the ModelSource lives.
+#ifndef SPARSESERVE_COMMON_ENGINE_MODEL_SOURCE_H_
+#define SPARSESERVE_COMMON_ENGINE_MODEL_SOURCE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/model/gguf_file.h"
+#include "common/model/llama_model.h"
+#include "common/model/model_config.h"
+#include "common/model/tensor_file.h"
+#include "common/tokenizer/tokenizer.h"
+
+namespace sparseserve::engine {
+
+struct ModelSource {
+  std::string path;
+  model::ModelConfig config;
+  model::WeightNaming naming = model::WeightNaming::kHuggingFace;
+  std::unique_ptr<model::TensorFile> weights;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+};
+
+// Opens `path` (a .gguf file or an HF directory). kNotFound when the path or a required file is
+// missing, kInvalidArgument for malformed files, kUnimplemented for unsupported architectures
+// or tensor types; messages name the file.
+absl::StatusOr<ModelSource> OpenModelSource(const std::string& path);
+
+// Builds the tokenizer stored in GGUF metadata (`tokenizer.ggml.model` = "llama" for
+// SentencePiece-style BPE, "gpt2" for byte-level BPE).
+absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> TokenizerFromGguf(
+    const model::GgufFile& gguf);
+
+}  // namespace sparseserve::engine
+
+#endif  // SPARSESERVE_COMMON_ENGINE_MODEL_SOURCE_H_

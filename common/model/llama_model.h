@@ -1,0 +1,79 @@
+// LlamaModel: the forward pass of Llama-family decoders (Llama, Mistral, Qwen2) over a paged KV
+// cache, written only in kernels::Backend ops (no device code here).
+//
+// A forward step takes a batch of sequences, each contributing a chunk of new tokens at known
+// positions with its block table; it writes their K/V into the cache and returns logits for the
+// rows each sequence asks for. The model owns its weights (in backend memory) and borrows the
+// backend. Not thread-safe: one engine thread runs forward steps.
+#ifndef SPARSESERVE_COMMON_MODEL_LLAMA_MODEL_H_
+#define SPARSESERVE_COMMON_MODEL_LLAMA_MODEL_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model/model_config.h"
+#include "common/model/paged_kv_cache.h"
+#include "common/model/tensor_file.h"
+#include "common/tensor/tensor.h"
+#include "kernels/attention_plan.h"
+#include "kernels/backend.h"
+
+namespace sparseserve::model {
+
+// How tensors are named in the checkpoint.
+enum class WeightNaming { kHuggingFace, kGguf };
+
+// One sequence's part of a forward step.
+struct ForwardSequence {
+  std::vector<int32_t> tokens;       // new tokens, at positions start_pos, start_pos + 1, ...
+  int32_t start_pos = 0;             // tokens already in this sequence's KV cache
+  // Block ids covering positions [0, start_pos + tokens.size()).
+  std::vector<int32_t> block_table;
+  bool all_logits = false;           // logits for every new token, else only for the last one
+  kernels::AttentionPattern pattern; // dense unless a sparse method says otherwise
+};
+
+struct LayerWeights {
+  Tensor attn_norm, wq, wk, wv, wo, bq, bk, bv;  // bq/bk/bv empty without attention bias
+  Tensor ffn_norm, w_gate, w_up, w_down;
+};
+
+class LlamaModel {
+ public:
+  // Loads and validates every tensor from `file` (shapes checked against `config`), converts
+  // Q/K rows of adjacent-pair checkpoints to the halves layout, and uploads to `backend`
+  // (borrowed; must outlive the model). kNotFound for a missing tensor, kInvalidArgument for a
+  // shape mismatch, both naming the tensor.
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(const ModelConfig& config,
+                                                          const TensorFile& file,
+                                                          WeightNaming naming,
+                                                          kernels::Backend* backend);
+  LlamaModel(const LlamaModel&) = delete;
+  LlamaModel& operator=(const LlamaModel&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  kernels::Backend& backend() const { return *backend_; }
+
+  // Runs one step. Returns host f32 logits [rows, vocab]: for each sequence in order, one row
+  // per new token if all_logits else one row for its last token.
+  // kInvalidArgument for empty sequences, positions beyond max_position_embeddings, token ids
+  // outside the vocabulary or block tables too short for the cache.
+  absl::StatusOr<Tensor> Forward(const std::vector<ForwardSequence>& batch, PagedKvCache& cache);
+
+ private:
+  LlamaModel(ModelConfig config, kernels::Backend* backend)
+      : config_(std::move(config)), backend_(backend) {}
+
+  ModelConfig config_;
+  kernels::Backend* backend_;  // borrowed
+  Tensor embedding_;           // [vocab, hidden]
+  Tensor final_norm_;          // [hidden]
+  Tensor lm_head_;             // [vocab, hidden] (the embedding when tied)
+  Tensor inv_freq_;            // f32 [head_dim / 2]
+  std::vector<LayerWeights> layers_;
+};
+
+}  // namespace sparseserve::model
+
+#endif  // SPARSESERVE_COMMON_MODEL_LLAMA_MODEL_H_

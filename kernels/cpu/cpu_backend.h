@@ -1,0 +1,47 @@
+// CpuBackend: the reference implementation of kernels::Backend (f32 math, f32 activations/KV).
+//
+// GEMMs go through OpenBLAS (single-threaded per call; parallelism comes from the process's one
+// core::ThreadPool splitting the work), everything else is plain C++ over the pool. Weights and
+// activations must be f32 on this backend. Used by one engine thread at a time.
+#ifndef SPARSESERVE_KERNELS_CPU_CPU_BACKEND_H_
+#define SPARSESERVE_KERNELS_CPU_CPU_BACKEND_H_
+
+#include "common/core/thread_pool.h"
+#include "kernels/backend.h"
+
+namespace sparseserve::kernels {
+
+class CpuBackend final : public Backend {
+ public:
+  // `pool` is borrowed and must outlive the backend.
+  explicit CpuBackend(core::ThreadPool* pool);
+
+  Device device() const override { return Device::kHost; }
+  DType compute_dtype() const override { return DType::kF32; }
+  absl::StatusOr<Tensor> Allocate(DType dtype, Shape shape) override;
+  absl::Status CopyFromHost(const Tensor& src, const Tensor& dst) override;
+  absl::Status CopyToHost(const Tensor& src, const Tensor& dst) override;
+
+  absl::Status Embedding(const Tensor& table, const Tensor& ids, const Tensor& out) override;
+  absl::Status RmsNorm(const Tensor& x, const Tensor& weight, float eps,
+                       const Tensor& out) override;
+  absl::Status AddRmsNorm(const Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
+                          const Tensor& out) override;
+  absl::Status Linear(const Tensor& x, const Tensor& w, const Tensor& bias,
+                      const Tensor& out) override;
+  absl::Status Rope(const Tensor& q, const Tensor& k, const Tensor& positions,
+                    const Tensor& inv_freq) override;
+  absl::Status SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  absl::Status WriteKv(const Tensor& k, const Tensor& v, const Tensor& slots,
+                       const Tensor& kv_layer) override;
+  absl::Status Attention(const Tensor& q, const Tensor& kv_layer, const AttentionBatch& batch,
+                         const Tensor& out) override;
+  absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
+
+ private:
+  core::ThreadPool* pool_;
+};
+
+}  // namespace sparseserve::kernels
+
+#endif  // SPARSESERVE_KERNELS_CPU_CPU_BACKEND_H_

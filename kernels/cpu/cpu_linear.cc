@@ -1,0 +1,53 @@
+// CpuBackend::Linear — OpenBLAS SGEMM, split over output columns on the shared thread pool.
+#include <cblas.h>
+
+#include <algorithm>
+
+#include "common/core/status.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_checks.h"
+
+namespace sparseserve::kernels {
+
+using cpu_internal::CheckDim;
+using cpu_internal::CheckTensor;
+
+CpuBackend::CpuBackend(core::ThreadPool* pool) : pool_(pool) {
+  // OpenBLAS must not start threads of its own: the one thread pool splits the work instead.
+  openblas_set_num_threads(1);
+}
+
+absl::Status CpuBackend::Linear(const Tensor& x, const Tensor& w, const Tensor& bias,
+                                const Tensor& out) {
+  SS_RETURN_IF_ERROR(CheckTensor(x, DType::kF32, 2, "Linear", "x"));
+  SS_RETURN_IF_ERROR(CheckTensor(w, DType::kF32, 2, "Linear", "w"));
+  SS_RETURN_IF_ERROR(CheckTensor(out, DType::kF32, 2, "Linear", "out"));
+  SS_RETURN_IF_ERROR(CheckDim(w, 1, x.dim(1), "Linear", "w"));
+  SS_RETURN_IF_ERROR(CheckDim(out, 0, x.dim(0), "Linear", "out"));
+  SS_RETURN_IF_ERROR(CheckDim(out, 1, w.dim(0), "Linear", "out"));
+  if (!bias.empty()) {
+    SS_RETURN_IF_ERROR(CheckTensor(bias, DType::kF32, 1, "Linear", "bias"));
+    SS_RETURN_IF_ERROR(CheckDim(bias, 0, w.dim(0), "Linear", "bias"));
+  }
+  const int64_t n = x.dim(0);
+  const int64_t in = x.dim(1);
+  const int64_t out_features = w.dim(0);
+  if (n == 0) return absl::OkStatus();
+  // Each chunk gets at least ~256K multiply-adds so tiny models do not drown in task overhead.
+  const int64_t min_cols = std::max<int64_t>(16, (256 * 1024) / std::max<int64_t>(1, n * in));
+  pool_->ParallelFor(out_features, min_cols, [&](int64_t c0, int64_t c1) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n),
+                static_cast<int>(c1 - c0), static_cast<int>(in), 1.0f, x.data<float>(),
+                static_cast<int>(in), w.data<float>() + c0 * in, static_cast<int>(in), 0.0f,
+                out.data<float>() + c0, static_cast<int>(out_features));
+    if (!bias.empty()) {
+      for (int64_t i = 0; i < n; ++i) {
+        float* row = out.data<float>() + i * out_features;
+        for (int64_t c = c0; c < c1; ++c) row[c] += bias.data<float>()[c];
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace sparseserve::kernels

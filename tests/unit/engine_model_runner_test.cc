@@ -1,0 +1,127 @@
+// ModelRunner on the real stories260K model: chunked prefill == one-shot prefill (paged KV
+// across block boundaries), prefix-cache reuse gives the same logits, decode == prefill of the
+// longer prompt, and pool exhaustion is an error, not a crash.
+#include "common/engine/model_runner.h"
+
+#include "common/core/thread_pool.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "tests/testing/test_model.h"
+
+namespace sparseserve::engine {
+namespace {
+
+class ModelRunnerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string path = testing::FindTestModelFile("stories260K.gguf");
+    if (path.empty()) GTEST_SKIP() << "stories260K.gguf not found (run scripts/fetch_model.sh)";
+    auto src = OpenModelSource(path);
+    ASSERT_TRUE(src.ok()) << src.status();
+    source_ = std::move(*src);
+    // A prompt of 150 tokens: two full 64-token blocks and a partial third.
+    for (int i = 0; i < 150; ++i) prompt_.push_back(3 + (i * 37) % 500);
+  }
+
+  std::unique_ptr<ModelRunner> MakeRunner(ModelRunnerOptions options) {
+    auto runner = ModelRunner::Create(source_, &backend_, options);
+    EXPECT_TRUE(runner.ok()) << runner.status();
+    return runner.ok() ? std::move(*runner) : nullptr;
+  }
+
+  static void ExpectClose(const Tensor& a, const Tensor& b, float tol) {
+    ASSERT_EQ(a.numel(), b.numel());
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      ASSERT_NEAR(a.data<float>()[i], b.data<float>()[i], tol) << "logit " << i;
+    }
+  }
+
+  core::ThreadPool pool_{2};
+  kernels::CpuBackend backend_{&pool_};
+  ModelSource source_;
+  std::vector<int32_t> prompt_;
+};
+
+TEST_F(ModelRunnerTest, ChunkedPrefillEqualsOneShot) {
+  ModelRunnerOptions one_shot;
+  one_shot.enable_prefix_cache = false;
+  ModelRunnerOptions chunked = one_shot;
+  chunked.prefill_chunk_tokens = 23;  // chunks straddle block boundaries
+  chunked.block_tokens = 16;
+  auto a = MakeRunner(one_shot);
+  auto b = MakeRunner(chunked);
+  SequenceKv sa, sb;
+  auto la = a->Prefill(prompt_, sa);
+  auto lb = b->Prefill(prompt_, sb);
+  ASSERT_TRUE(la.ok() && lb.ok());
+  ExpectClose(*la, *lb, 1e-4f);
+  a->Release(sa);
+  b->Release(sb);
+  EXPECT_EQ(a->pool().num_used_blocks(), 0);
+  EXPECT_EQ(b->pool().num_used_blocks(), 0);
+}
+
+TEST_F(ModelRunnerTest, SecondIdenticalPromptReusesEveryFullBlock) {
+  auto runner = MakeRunner({});
+  SequenceKv first;
+  auto l1 = runner->Prefill(prompt_, first);
+  ASSERT_TRUE(l1.ok());
+  Tensor logits1 = *l1;
+  runner->Release(first);
+  EXPECT_EQ(runner->pool().num_used_blocks(), 0);
+
+  SequenceKv second;
+  auto l2 = runner->Prefill(prompt_, second);
+  ASSERT_TRUE(l2.ok());
+  EXPECT_EQ(second.num_cached_prompt_tokens, 128);  // both full blocks came from the cache
+  const kv::PrefixCacheStats stats = runner->pool().prefix_cache_stats();
+  EXPECT_EQ(stats.num_hits, 2);
+  ExpectClose(logits1, *l2, 1e-5f);
+  runner->Release(second);
+  EXPECT_EQ(runner->pool().num_used_blocks(), 0);
+}
+
+TEST_F(ModelRunnerTest, DecodeStepEqualsPrefillOfLongerPrompt) {
+  ModelRunnerOptions options;
+  options.enable_prefix_cache = false;
+  auto runner = MakeRunner(options);
+  SequenceKv seq;
+  ASSERT_TRUE(runner->Prefill(absl::MakeConstSpan(prompt_).first(127), seq).ok());
+  // Token 127 fills the second block exactly; token 128 needs a new block.
+  auto d1 = runner->Decode({&seq}, {prompt_[127]});
+  ASSERT_TRUE(d1.ok());
+  auto d2 = runner->Decode({&seq}, {prompt_[128]});
+  ASSERT_TRUE(d2.ok());
+  EXPECT_EQ(seq.block_ids.size(), 3u);
+  SequenceKv ref;
+  auto lref = runner->Prefill(absl::MakeConstSpan(prompt_).first(129), ref);
+  ASSERT_TRUE(lref.ok());
+  ExpectClose(*d2, *lref, 1e-4f);
+  runner->Release(seq);
+  runner->Release(ref);
+}
+
+TEST_F(ModelRunnerTest, ExhaustedPoolIsResourceExhaustedAndHoldsNothing) {
+  ModelRunnerOptions options;
+  options.kv_cache_tokens = 128;  // two blocks; the prompt needs three
+  auto runner = MakeRunner(options);
+  SequenceKv seq;
+  auto logits = runner->Prefill(prompt_, seq);
+  EXPECT_EQ(logits.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(runner->pool().num_used_blocks(), 0);
+  EXPECT_TRUE(seq.block_ids.empty());
+}
+
+TEST_F(ModelRunnerTest, RejectsEmptyAndOverlongPrompts) {
+  auto runner = MakeRunner({});
+  SequenceKv seq;
+  EXPECT_EQ(runner->Prefill({}, seq).status().code(), absl::StatusCode::kInvalidArgument);
+  std::vector<int32_t> huge(runner->max_context(), 5);
+  EXPECT_EQ(runner->Prefill(huge, seq).status().code(), absl::StatusCode::kInvalidArgument);
+  std::vector<int32_t> bad_id = {1, 100000};
+  EXPECT_EQ(runner->Prefill(bad_id, seq).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(runner->pool().num_used_blocks(), 0);
+}
+
+}  // namespace
+}  // namespace sparseserve::engine

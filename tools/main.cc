@@ -1,0 +1,83 @@
+// `sparseserve`: one binary, one subcommand per role (like `vllm serve` / `trtllm-serve`).
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "tools/command.h"
+
+namespace sparseserve::tools {
+
+const std::vector<Command>& Commands() {
+  static const std::vector<Command> commands = {
+      {"generate", "generate text from a prompt with a local model (offline, streaming)",
+       "sparseserve generate --model PATH --prompt TEXT [--max-tokens N] [--temperature T] ...",
+       "Loads a model (a .gguf file or a Hugging Face directory with config.json,\n"
+       "*.safetensors and tokenizer.json), encodes the prompt, and streams the continuation to\n"
+       "stdout as it is generated. A one-line summary (prompt tokens, new tokens, time to first\n"
+       "token, tokens/s) goes to stderr. --temperature 0 is greedy decoding.",
+       "tools/generate_command.cc", &RunGenerateCommand},
+  };
+  return commands;
+}
+
+namespace {
+
+void PrintTopLevelHelp() {
+  std::printf("usage: sparseserve <command> [flags]\n\n"
+              "sparseserve serves long-context LLMs. Commands:\n");
+  for (const Command& c : Commands()) std::printf("  %-10s %s\n", c.name, c.summary);
+  std::printf("\nRun 'sparseserve <command> --help' for the flags of a command.\n");
+}
+
+bool IsHelpFlag(const char* arg) {
+  return std::strcmp(arg, "--help") == 0 || std::strcmp(arg, "-h") == 0 ||
+         std::strcmp(arg, "--helpfull") == 0 || std::strcmp(arg, "help") == 0;
+}
+
+}  // namespace
+}  // namespace sparseserve::tools
+
+int main(int argc, char** argv) {
+  using sparseserve::tools::Command;
+  using sparseserve::tools::Commands;
+  if (argc < 2 || sparseserve::tools::IsHelpFlag(argv[1])) {
+    sparseserve::tools::PrintTopLevelHelp();
+    return argc < 2 ? 2 : 0;
+  }
+  const Command* command = nullptr;
+  for (const Command& c : Commands()) {
+    if (std::strcmp(c.name, argv[1]) == 0) command = &c;
+  }
+  if (command == nullptr) {
+    std::fprintf(stderr, "error: unknown command '%s'\n\n", argv[1]);
+    sparseserve::tools::PrintTopLevelHelp();
+    return 2;
+  }
+  for (int i = 2; i < argc; ++i) {
+    if (sparseserve::tools::IsHelpFlag(argv[i])) {
+      sparseserve::tools::PrintCommandHelp(*command);
+      return 0;
+    }
+  }
+  // Parse flags after the command name; argv[1] becomes the program name for absl.
+  std::string program = std::string("sparseserve ") + command->name;
+  absl::SetProgramUsageMessage(command->usage);
+  // absl flag names use '_'; accept the documented '--max-tokens' spelling as well.
+  std::vector<std::string> normalized(argv + 1, argv + argc);
+  for (std::string& arg : normalized) {
+    if (arg.rfind("--", 0) != 0) continue;
+    const size_t end = std::min(arg.find('='), arg.size());
+    std::replace(arg.begin() + 2, arg.begin() + static_cast<std::ptrdiff_t>(end), '-', '_');
+  }
+  std::vector<char*> args;
+  args.push_back(program.data());
+  for (size_t i = 1; i < normalized.size(); ++i) args.push_back(normalized[i].data());
+  std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(args.size()),
+                                                         args.data());
+  if (!sparseserve::tools::ApplyCommonFlags()) return 2;
+  return command->run(positional);
+}
