@@ -92,23 +92,34 @@ absl::Status CpuBackend::Attention(const Tensor& q, const Tensor& kv_layer,
   pool_->ParallelFor(num_items, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
     std::vector<float> acc(group * hd);
+    std::vector<float> qs(group * hd);
     for (int64_t it = begin; it < end; ++it) {
       const Item item = items[it / kv_heads];
       const int64_t kvh = it % kv_heads;
       const SequenceAttention& seq = batch.sequences[item.seq];
-      const int32_t pos = seq.q_positions.empty() ? seq.kv_len - seq.q_len + item.row
-                                                  : seq.q_positions[item.row];
+      const int32_t pos =
+          seq.q_positions.empty() ? seq.kv_len - seq.q_len + item.row : seq.q_positions[item.row];
       const int64_t num_keys = pos + 1;  // causal: keys 0..pos
       const int64_t row = seq.q_begin + item.row;
       scores.resize(group * num_keys);
-      for (int64_t p = 0; p < num_keys; ++p) {
-        const float* k = kv + ((seq.block_table[p / bt] * 2 + 0) * bt + p % bt) * token_stride +
-                         kvh * hd;
-        for (int64_t g = 0; g < group; ++g) {
-          const float* qh = q.data<float>() + (row * num_heads + kvh * group + g) * hd;
-          float dot = 0;
-          for (int64_t d = 0; d < hd; ++d) dot += qh[d] * k[d];
-          scores[g * num_keys + p] = dot * scale;
+      // The group's query heads, pre-scaled, contiguous [group][hd].
+      for (int64_t g = 0; g < group; ++g) {
+        const float* qh = q.data<float>() + (row * num_heads + kvh * group + g) * hd;
+        for (int64_t d = 0; d < hd; ++d) qs[g * hd + d] = qh[d] * scale;
+      }
+      // Walk the block table block by block (no per-key division).
+      for (int64_t b0 = 0; b0 < num_keys; b0 += bt) {
+        const int64_t count = std::min<int64_t>(bt, num_keys - b0);
+        const float* kblock =
+            kv + (seq.block_table[b0 / bt] * 2 + 0) * bt * token_stride + kvh * hd;
+        for (int64_t t = 0; t < count; ++t) {
+          const float* k = kblock + t * token_stride;
+          for (int64_t g = 0; g < group; ++g) {
+            const float* qg = qs.data() + g * hd;
+            float dot = 0;
+            for (int64_t d = 0; d < hd; ++d) dot += qg[d] * k[d];
+            scores[g * num_keys + b0 + t] = dot;
+          }
         }
       }
       for (int64_t g = 0; g < group; ++g) {
@@ -123,13 +134,17 @@ absl::Status CpuBackend::Attention(const Tensor& q, const Tensor& kv_layer,
         for (int64_t p = 0; p < num_keys; ++p) s[p] *= inv;
       }
       std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t p = 0; p < num_keys; ++p) {
-        const float* v = kv + ((seq.block_table[p / bt] * 2 + 1) * bt + p % bt) * token_stride +
-                         kvh * hd;
-        for (int64_t g = 0; g < group; ++g) {
-          const float w = scores[g * num_keys + p];
-          float* a = acc.data() + g * hd;
-          for (int64_t d = 0; d < hd; ++d) a[d] += w * v[d];
+      for (int64_t b0 = 0; b0 < num_keys; b0 += bt) {
+        const int64_t count = std::min<int64_t>(bt, num_keys - b0);
+        const float* vblock =
+            kv + (seq.block_table[b0 / bt] * 2 + 1) * bt * token_stride + kvh * hd;
+        for (int64_t t = 0; t < count; ++t) {
+          const float* v = vblock + t * token_stride;
+          for (int64_t g = 0; g < group; ++g) {
+            const float w = scores[g * num_keys + b0 + t];
+            float* a = acc.data() + g * hd;
+            for (int64_t d = 0; d < hd; ++d) a[d] += w * v[d];
+          }
         }
       }
       for (int64_t g = 0; g < group; ++g) {

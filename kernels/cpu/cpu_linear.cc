@@ -36,10 +36,16 @@ absl::Status CpuBackend::Linear(const Tensor& x, const Tensor& w, const Tensor& 
   // Each chunk gets at least ~256K multiply-adds so tiny models do not drown in task overhead.
   const int64_t min_cols = std::max<int64_t>(16, (256 * 1024) / std::max<int64_t>(1, n * in));
   pool_->ParallelFor(out_features, min_cols, [&](int64_t c0, int64_t c1) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n),
-                static_cast<int>(c1 - c0), static_cast<int>(in), 1.0f, x.data<float>(),
-                static_cast<int>(in), w.data<float>() + c0 * in, static_cast<int>(in), 0.0f,
-                out.data<float>() + c0, static_cast<int>(out_features));
+    if (n == 1) {  // decode: GEMV avoids SGEMM's packing overhead on a single row
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(c1 - c0), static_cast<int>(in),
+                  1.0f, w.data<float>() + c0 * in, static_cast<int>(in), x.data<float>(), 1, 0.0f,
+                  out.data<float>() + c0, 1);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n),
+                  static_cast<int>(c1 - c0), static_cast<int>(in), 1.0f, x.data<float>(),
+                  static_cast<int>(in), w.data<float>() + c0 * in, static_cast<int>(in), 0.0f,
+                  out.data<float>() + c0, static_cast<int>(out_features));
+    }
     if (!bias.empty()) {
       for (int64_t i = 0; i < n; ++i) {
         float* row = out.data<float>() + i * out_features;

@@ -1,0 +1,103 @@
+// Tiny Hugging Face checkpoints (tools/make_tiny_hf.py, transformers float32): our tokenizer
+// ids, every prompt position's top-5 logits (1e-4 relative) and 16 greedy tokens must match.
+#include <fstream>
+
+#include "common/core/thread_pool.h"
+#include "common/engine/model_runner.h"
+#include "common/engine/model_source.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "nlohmann/json.hpp"
+
+namespace sparseserve::engine {
+namespace {
+
+class HfGoldenTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    dir_ = std::string(SPARSESERVE_TEST_DATA_DIR) + "/" + GetParam();
+    std::ifstream in(dir_ + "/golden.json");
+    ASSERT_TRUE(in.good()) << dir_;
+    golden_ = nlohmann::json::parse(in);
+    auto src = OpenModelSource(dir_);
+    ASSERT_TRUE(src.ok()) << src.status();
+    source_ = std::move(*src);
+  }
+
+  std::string dir_;
+  nlohmann::json golden_;
+  ModelSource source_;
+  core::ThreadPool pool_{2};
+  kernels::CpuBackend backend_{&pool_};
+};
+
+TEST_P(HfGoldenTest, TokenizerIdsMatch) {
+  for (const auto& c : golden_["tokenizer"]) {
+    const std::string text = c["text"];
+    auto ids = source_.tokenizer->Encode(text, true);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    EXPECT_EQ(*ids, c["ids"].get<std::vector<int32_t>>()) << "text: " << text;
+    auto raw = source_.tokenizer->Encode(text, false);
+    ASSERT_TRUE(raw.ok());
+    EXPECT_EQ(*raw, c["ids_no_special"].get<std::vector<int32_t>>()) << "text: " << text;
+  }
+}
+
+TEST_P(HfGoldenTest, PromptLogitsMatchTransformers) {
+  auto model = model::LlamaModel::Load(source_.config, *source_.weights, source_.naming,
+                                       &backend_);
+  ASSERT_TRUE(model.ok()) << model.status();
+  model::PagedKvCacheShape shape{source_.config.num_layers, 8, 16, source_.config.num_kv_heads,
+                                 source_.config.head_dim};
+  auto cache = model::PagedKvCache::Create(shape, backend_);
+  ASSERT_TRUE(cache.ok());
+  for (const auto& p : golden_["prompts"]) {
+    model::ForwardSequence seq;
+    seq.tokens = p["ids"].get<std::vector<int32_t>>();
+    seq.block_table = {3, 1, 6, 0, 2, 7, 4, 5};  // scattered on purpose
+    seq.all_logits = true;
+    auto logits = (*model)->Forward({seq}, **cache);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    ASSERT_EQ(logits->dim(0), static_cast<int64_t>(seq.tokens.size()));
+    for (size_t row = 0; row < seq.tokens.size(); ++row) {
+      const auto& top5 = p["top5"][row];
+      for (int k = 0; k < 5; ++k) {
+        const int id = top5["ids"][k];
+        const float ref = top5["logits"][k];
+        const float got = logits->GetFloat({static_cast<int64_t>(row), id});
+        EXPECT_NEAR(got, ref, 1e-4f * std::max(1.0f, std::abs(ref)))
+            << GetParam() << " prompt '" << p["text"] << "' row " << row << " token " << id;
+      }
+    }
+  }
+}
+
+TEST_P(HfGoldenTest, GreedyContinuationMatchesTransformers) {
+  ModelRunnerOptions options;
+  options.block_tokens = 16;
+  auto runner = ModelRunner::Create(source_, &backend_, options);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  const int vocab = source_.config.vocab_size;
+  for (const auto& p : golden_["prompts"]) {
+    SequenceKv seq;
+    auto logits = (*runner)->Prefill(p["ids"].get<std::vector<int32_t>>(), seq);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    std::vector<int32_t> out;
+    for (int step = 0; step < 16; ++step) {
+      const float* row = logits->data<float>();
+      const int32_t next = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+      out.push_back(next);
+      if (step == 15) break;
+      logits = (*runner)->Decode({&seq}, {next});
+      ASSERT_TRUE(logits.ok()) << logits.status();
+    }
+    EXPECT_EQ(out, p["greedy"].get<std::vector<int32_t>>()) << GetParam() << ": " << p["text"];
+    (*runner)->Release(seq);
+  }
+  EXPECT_EQ((*runner)->pool().num_used_blocks(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyModels, HfGoldenTest, ::testing::Values("tiny_llama", "tiny_qwen2"));
+
+}  // namespace
+}  // namespace sparseserve::engine
