@@ -109,7 +109,7 @@ absl::StatusOr<Tensor> LlamaModel::Forward(const std::vector<ForwardSequence>& b
     SS_RETURN_IF_ERROR(be.Rope(q, k, pos_t, inv_freq_));
     SS_RETURN_IF_ERROR(be.WriteKv(k, v, slots_t, cache.layer(l)));
     SS_RETURN_IF_ERROR(be.Attention(q, cache.layer(l), attn, attn_out));
-    SS_RETURN_IF_ERROR(be.Linear(attn2, w.wo, Tensor(), branch));
+    SS_RETURN_IF_ERROR(be.Linear(attn2, w.wo, w.bo, branch));
     SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, w.ffn_norm, c.rms_norm_eps, x));
     SS_RETURN_IF_ERROR(be.Linear(x, w.w_gate, Tensor(), gate));
     SS_RETURN_IF_ERROR(be.Linear(x, w.w_up, Tensor(), up));

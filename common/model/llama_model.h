@@ -35,7 +35,8 @@ struct ForwardSequence {
 };
 
 struct LayerWeights {
-  Tensor attn_norm, wq, wk, wv, wo, bq, bk, bv;  // bq/bk/bv empty without attention bias
+  Tensor attn_norm, wq, wk, wv, wo;
+  Tensor bq, bk, bv, bo;  // empty without attention bias; bo only for Llama's attention_bias
   Tensor ffn_norm, w_gate, w_up, w_down;
 };
 

@@ -115,6 +115,11 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& 
       SS_ASSIGN_OR_RETURN(w.bk, up.Load(n("self_attn.k_proj.bias", "attn_k.bias"), {kv_dim},
                                         k_perm, hd));
       SS_ASSIGN_OR_RETURN(w.bv, up.Load(n("self_attn.v_proj.bias", "attn_v.bias"), {kv_dim}));
+      // HF Llama's attention_bias covers o_proj too; Qwen2 has q/k/v biases only.
+      if (config.arch != ModelArch::kQwen2) {
+        SS_ASSIGN_OR_RETURN(w.bo, up.Load(n("self_attn.o_proj.bias", "attn_output.bias"),
+                                          {hidden}));
+      }
     }
     SS_ASSIGN_OR_RETURN(w.ffn_norm, up.Load(n("post_attention_layernorm.weight",
                                               "ffn_norm.weight"), {hidden}));

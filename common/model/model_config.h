@@ -51,7 +51,7 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
   RopeScaling rope_scaling;
   RopePairLayout rope_pair_layout = RopePairLayout::kHalves;  // of the checkpoint's Q/K rows
-  bool attention_bias = false;       // q/k/v projections have biases (Qwen2)
+  bool attention_bias = false;       // q/k/v biases (Qwen2); Llama's also covers o_proj
   bool tie_word_embeddings = false;  // lm_head shares the token embedding
   int32_t bos_token_id = -1;         // -1: none
   std::vector<int32_t> eos_token_ids;
