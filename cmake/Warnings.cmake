@@ -8,6 +8,15 @@ if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
   list(APPEND SPARSESERVE_CXX_WARNINGS -Wthread-safety)
 endif()
 
+if(SPARSESERVE_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "SPARSESERVE_FUZZ needs clang (-DCMAKE_CXX_COMPILER=clang++)")
+  endif()
+  # Coverage feedback for the fuzzers comes from instrumenting all project code; the ASan/UBSan
+  # runtimes (forced on below) provide the callbacks for binaries that are not fuzzers.
+  set(SPARSESERVE_SANITIZE ON)
+  add_compile_options(-fsanitize=fuzzer-no-link)
+endif()
 if(SPARSESERVE_SANITIZE)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
   add_link_options(-fsanitize=address,undefined)
@@ -30,7 +39,8 @@ function(sparseserve_test name)
   target_compile_options(${name} PRIVATE ${SPARSESERVE_CXX_WARNINGS})
   target_compile_definitions(${name} PRIVATE
       SPARSESERVE_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data"
-      SPARSESERVE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+      SPARSESERVE_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+      SPARSESERVE_MODEL_MIRROR_DEFAULT="${PROJECT_SOURCE_DIR}/../shared/models")
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES LABELS "unit;${ARG_LABELS}")
 endfunction()
 include(GoogleTest)

@@ -48,7 +48,8 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
   SS_ASSIGN_OR_RETURN(Tensor logits, runner_->Prefill(result.prompt_tokens, seq));
   result.num_cached_prompt_tokens = seq.num_cached_prompt_tokens;
   sampling::Sampler sampler(request.sampling);
-  tokenizer::StreamingDecoder decoder(*tokenizer_);
+  // Only generated tokens go through it: the first one keeps its leading space.
+  tokenizer::StreamingDecoder decoder(*tokenizer_, /*at_sequence_start=*/false);
   std::vector<int32_t> history = result.prompt_tokens;  // for the repetition penalty
   const int vocab = runner_->config().vocab_size;
   absl::Status status;
