@@ -1,8 +1,9 @@
 # CUDA toolchain set-up: Hopper only (sm_90a), used only under kernels/cuda/.
 if(SPARSESERVE_WITH_CUDA)
   set(CMAKE_CUDA_ARCHITECTURES 90a)
-  set(CMAKE_CUDA_STANDARD 20)
-  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  # CMake 3.25 does not know nvcc 13's C++20 flag, so the dialect is passed by hand instead of
+  # through CMAKE_CUDA_STANDARD (which would break enable_language's try_compile).
+  set(CMAKE_CUDA_FLAGS "${CMAKE_CUDA_FLAGS} -std=c++20")
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
   message(STATUS "sparseserve: CUDA backend ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, sm_90a)")

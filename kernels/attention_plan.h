@@ -5,7 +5,8 @@
 // sees; all patterns share one semantics on every backend:
 //   kDense      causal attention over the sequence's whole KV (cached blocks + this chunk).
 //   kBlockSparse MInference (papers/minference.md §3): per query block of 64 rows, runs of key
-//               blocks plus gathered key columns, per head; sinks/local window are part of the runs.
+//               blocks plus gathered key columns, per head; sinks/local window are part of the
+//               runs.
 //   kTokenIndex TokenSelect (papers/tokenselect.md §3): one sorted list of key positions per layer
 //               (shared by all heads) for single-token decode queries, plus the query's own token.
 //   kTreeMask   speculative verification: query rows carry explicit positions and an ancestor
@@ -36,17 +37,17 @@ struct BlockSparseIndex {
 
 struct AttentionPattern {
   AttentionPatternKind kind = AttentionPatternKind::kDense;
-  BlockSparseIndex block_sparse;            // kBlockSparse
-  std::vector<int32_t> token_positions;     // kTokenIndex: sorted key positions
+  BlockSparseIndex block_sparse;         // kBlockSparse
+  std::vector<int32_t> token_positions;  // kTokenIndex: sorted key positions
   // kTreeMask: uint8 [q_len][q_len], 1 where row i may attend to query row j (j's own key).
   std::vector<uint8_t> tree_mask;
 };
 
 // One sequence's slice of a batched attention call.
 struct SequenceAttention {
-  int32_t q_begin = 0;   // first row of this sequence in the packed query tensor
-  int32_t q_len = 0;     // number of query rows (chunk length; 1 for plain decode)
-  int32_t kv_len = 0;    // tokens in its KV cache after this step's write (cached + new)
+  int32_t q_begin = 0;  // first row of this sequence in the packed query tensor
+  int32_t q_len = 0;    // number of query rows (chunk length; 1 for plain decode)
+  int32_t kv_len = 0;   // tokens in its KV cache after this step's write (cached + new)
   // int32 [q_len] positions of the query rows; empty = the last q_len positions of the KV
   // (kv_len - q_len ... kv_len - 1), the ordinary causal case.
   std::vector<int32_t> q_positions;

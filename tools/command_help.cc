@@ -20,8 +20,7 @@ void PrintFlags(const char* title, const char* file) {
     std::string dashed(f->Name());
     std::replace(dashed.begin(), dashed.end(), '_', '-');
     std::printf("  --%s (default: %s)\n      %s\n", dashed.c_str(),
-                f->DefaultValue().empty() ? "\"\"" : f->DefaultValue().c_str(),
-                f->Help().c_str());
+                f->DefaultValue().empty() ? "\"\"" : f->DefaultValue().c_str(), f->Help().c_str());
   }
 }
 
@@ -31,7 +30,8 @@ void PrintCommandHelp(const Command& command) {
   std::printf("usage: %s\n\n%s\n", command.usage, command.description);
   PrintFlags("flags", command.flag_file);
   PrintFlags("common flags", "tools/common_flags.cc");
-  std::printf("\nFlags are written --name=value or --name value; '-' and '_' are interchangeable.\n");
+  std::printf(
+      "\nFlags are written --name=value or --name value; '-' and '_' are interchangeable.\n");
 }
 
 }  // namespace sparseserve::tools

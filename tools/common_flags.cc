@@ -6,7 +6,8 @@
 #include "common/core/thread_pool.h"
 #include "tools/command.h"
 
-ABSL_FLAG(std::string, log_level, "info", "Log verbosity on stderr: debug, info, warning, error, off.");
+ABSL_FLAG(std::string, log_level, "info",
+          "Log verbosity on stderr: debug, info, warning, error, off.");
 ABSL_FLAG(int, threads, 0, "CPU threads for the CPU backend (0 = one per core).");
 
 namespace sparseserve::tools {

@@ -78,16 +78,16 @@ absl::Status Generate() {
   std::fflush(stdout);
   const double decode_s = result.total_s - result.time_to_first_token_s;
   const size_t decoded = result.output_tokens.empty() ? 0 : result.output_tokens.size() - 1;
-  std::fprintf(stderr, "%s\n",
-               absl::StrFormat("prompt tokens: %d (cached %d), new tokens: %d, finish: %s, "
-                               "time to first token: %.2f ms, decode: %.1f tokens/s, "
-                               "total: %.3f s",
-                               result.prompt_tokens.size(), result.num_cached_prompt_tokens,
-                               result.output_tokens.size(),
-                               engine::FinishReasonName(result.finish_reason),
-                               result.time_to_first_token_s * 1e3,
-                               decode_s > 0 ? decoded / decode_s : 0.0, result.total_s)
-                   .c_str());
+  std::fprintf(
+      stderr, "%s\n",
+      absl::StrFormat("prompt tokens: %d (cached %d), new tokens: %d, finish: %s, "
+                      "time to first token: %.2f ms, decode: %.1f tokens/s, "
+                      "total: %.3f s",
+                      result.prompt_tokens.size(), result.num_cached_prompt_tokens,
+                      result.output_tokens.size(), engine::FinishReasonName(result.finish_reason),
+                      result.time_to_first_token_s * 1e3, decode_s > 0 ? decoded / decode_s : 0.0,
+                      result.total_s)
+          .c_str());
   return absl::OkStatus();
 }
 

@@ -27,8 +27,9 @@ const std::vector<Command>& Commands() {
 namespace {
 
 void PrintTopLevelHelp() {
-  std::printf("usage: sparseserve <command> [flags]\n\n"
-              "sparseserve serves long-context LLMs. Commands:\n");
+  std::printf(
+      "usage: sparseserve <command> [flags]\n\n"
+      "sparseserve serves long-context LLMs. Commands:\n");
   for (const Command& c : Commands()) std::printf("  %-10s %s\n", c.name, c.summary);
   std::printf("\nRun 'sparseserve <command> --help' for the flags of a command.\n");
 }
@@ -76,8 +77,8 @@ int main(int argc, char** argv) {
   std::vector<char*> args;
   args.push_back(program.data());
   for (size_t i = 1; i < normalized.size(); ++i) args.push_back(normalized[i].data());
-  std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(args.size()),
-                                                         args.data());
+  std::vector<char*> positional =
+      absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
   if (!sparseserve::tools::ApplyCommonFlags()) return 2;
   return command->run(positional);
 }

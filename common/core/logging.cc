@@ -32,11 +32,16 @@ void SetLogLevel(LogLevel level) {
 }
 
 absl::Status SetLogLevel(absl::string_view level) {
-  if (level == "debug") SetLogLevel(LogLevel::kDebug);
-  else if (level == "info") SetLogLevel(LogLevel::kInfo);
-  else if (level == "warning") SetLogLevel(LogLevel::kWarning);
-  else if (level == "error") SetLogLevel(LogLevel::kError);
-  else if (level == "off") SetLogLevel(LogLevel::kOff);
+  if (level == "debug")
+    SetLogLevel(LogLevel::kDebug);
+  else if (level == "info")
+    SetLogLevel(LogLevel::kInfo);
+  else if (level == "warning")
+    SetLogLevel(LogLevel::kWarning);
+  else if (level == "error")
+    SetLogLevel(LogLevel::kError);
+  else if (level == "off")
+    SetLogLevel(LogLevel::kOff);
   else
     return absl::InvalidArgumentError(
         absl::StrCat("unknown log level '", level, "' (debug|info|warning|error|off)"));

@@ -6,8 +6,8 @@
 #ifndef SPARSESERVE_COMMON_CORE_STATUS_H_
 #define SPARSESERVE_COMMON_CORE_STATUS_H_
 
-#include "absl/strings/string_view.h"
 #include <utility>
+#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -27,10 +27,10 @@ inline absl::Status AnnotateStatus(const absl::Status& status, absl::string_view
 #define SS_STATUS_CONCAT_(a, b) SS_STATUS_CONCAT_INNER_(a, b)
 
 // Returns from the current function if `expr` (an absl::Status) is not OK.
-#define SS_RETURN_IF_ERROR(expr)                          \
-  do {                                                    \
-    ::absl::Status ss_status_ = (expr);                   \
-    if (!ss_status_.ok()) return ss_status_;              \
+#define SS_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::absl::Status ss_status_ = (expr);      \
+    if (!ss_status_.ok()) return ss_status_; \
   } while (false)
 
 // `SS_ASSIGN_OR_RETURN(auto x, Foo());` — declares/assigns from a StatusOr or returns its error.

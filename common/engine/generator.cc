@@ -27,8 +27,8 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
   };
   SS_RETURN_IF_ERROR(sampling::Validate(request.sampling));
   if (request.max_tokens < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("max_tokens must be >= 1, got ",
-                                                   request.max_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens must be >= 1, got ", request.max_tokens));
   }
   GenerationResult result;
   if (!request.prompt_tokens.empty()) {
@@ -39,8 +39,8 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
   }
   for (int32_t t : result.prompt_tokens) {
     if (t < 0 || t >= runner_->config().vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("prompt token id ", t, " outside the ",
-                                                     "vocabulary of ", runner_->config().vocab_size));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "prompt token id ", t, " outside the ", "vocabulary of ", runner_->config().vocab_size));
     }
   }
 

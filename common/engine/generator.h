@@ -32,7 +32,7 @@ absl::string_view FinishReasonName(FinishReason reason);
 struct GenerationResult {
   std::vector<int32_t> prompt_tokens;
   std::vector<int32_t> output_tokens;
-  std::string text;                // the decoded continuation
+  std::string text;  // the decoded continuation
   FinishReason finish_reason = FinishReason::kLength;
   int num_cached_prompt_tokens = 0;
   double time_to_first_token_s = 0;  // from the call to the first sampled token

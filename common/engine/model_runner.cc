@@ -11,14 +11,14 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     const ModelSource& source, kernels::Backend* backend, const ModelRunnerOptions& options) {
   if (options.block_tokens <= 0 || options.block_tokens % 16 != 0 ||
       options.prefill_chunk_tokens <= 0 || options.kv_cache_tokens < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bad runner options: block_tokens=", options.block_tokens, " (a multiple of 16), ",
-        "prefill_chunk_tokens=", options.prefill_chunk_tokens, ", kv_cache_tokens=",
-        options.kv_cache_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad runner options: block_tokens=", options.block_tokens,
+                     " (a multiple of 16), ", "prefill_chunk_tokens=", options.prefill_chunk_tokens,
+                     ", kv_cache_tokens=", options.kv_cache_tokens));
   }
-  SS_ASSIGN_OR_RETURN(std::unique_ptr<model::LlamaModel> model,
-                      model::LlamaModel::Load(source.config, *source.weights, source.naming,
-                                              backend));
+  SS_ASSIGN_OR_RETURN(
+      std::unique_ptr<model::LlamaModel> model,
+      model::LlamaModel::Load(source.config, *source.weights, source.naming, backend));
   const model::ModelConfig& c = model->config();
   const int64_t tokens = options.kv_cache_tokens > 0 ? options.kv_cache_tokens
                                                      : int64_t{4} * c.max_position_embeddings;
@@ -78,8 +78,7 @@ absl::StatusOr<Tensor> ModelRunner::Prefill(absl::Span<const int32_t> prompt, Se
   }
   const int bt = options_.block_tokens;
   if (options_.enable_prefix_cache) {
-    std::vector<kv::BlockHash> hashes =
-        kv::ComputeBlockHashes(prompt, bt);
+    std::vector<kv::BlockHash> hashes = kv::ComputeBlockHashes(prompt, bt);
     // Never reuse the block holding the last prompt token: its logits must be computed.
     hashes.resize(std::min<size_t>(hashes.size(), (n - 1) / bt));
     std::vector<int32_t> hit = pool_.Match(hashes);
@@ -123,8 +122,8 @@ absl::StatusOr<Tensor> ModelRunner::Decode(const std::vector<SequenceKv*>& seqs,
   for (SequenceKv* s : seqs) {
     const int total = static_cast<int>(s->tokens.size()) + 1;
     if (total > max_context()) {
-      return absl::InvalidArgumentError(absl::StrCat("Decode: position ", total - 1,
-                                                     " is past the context of ", max_context()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Decode: position ", total - 1, " is past the context of ", max_context()));
     }
     if (total > static_cast<int>(s->block_ids.size()) * bt) ++new_blocks;
   }

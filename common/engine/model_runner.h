@@ -24,18 +24,18 @@
 namespace sparseserve::engine {
 
 struct ModelRunnerOptions {
-  int block_tokens = 64;             // KV block size in tokens (ARCHITECTURE.md default 64)
-  int kv_cache_tokens = 0;           // KV pool capacity in tokens; 0 = 4 full contexts
-  int prefill_chunk_tokens = 512;    // tokens per prefill forward step (bounds activations)
-  bool enable_prefix_cache = true;   // reuse full blocks of earlier prompts
+  int block_tokens = 64;            // KV block size in tokens (ARCHITECTURE.md default 64)
+  int kv_cache_tokens = 0;          // KV pool capacity in tokens; 0 = 4 full contexts
+  int prefill_chunk_tokens = 512;   // tokens per prefill forward step (bounds activations)
+  bool enable_prefix_cache = true;  // reuse full blocks of earlier prompts
 };
 
 // KV state of one sequence. Owned by the caller; handed to the runner for every step.
 struct SequenceKv {
-  std::vector<int32_t> tokens;          // tokens whose K/V are in the cache, in order
-  std::vector<int32_t> block_ids;       // blocks holding them (pool references owned here)
+  std::vector<int32_t> tokens;              // tokens whose K/V are in the cache, in order
+  std::vector<int32_t> block_ids;           // blocks holding them (pool references owned here)
   std::vector<kv::BlockHash> block_hashes;  // chained hashes of the full blocks so far
-  int num_cached_prompt_tokens = 0;     // prompt tokens served by the prefix cache
+  int num_cached_prompt_tokens = 0;         // prompt tokens served by the prefix cache
 };
 
 class ModelRunner {

@@ -47,9 +47,10 @@ absl::StatusOr<ModelSource> OpenModelSource(const std::string& path) {
     return absl::NotFoundError(absl::StrCat(path, ": no such model file or directory"));
   }
   if (absl::EndsWith(path, ".gguf")) return OpenGguf(path);
-  return absl::InvalidArgumentError(absl::StrCat(
-      path, ": unknown model format (expected a .gguf file or a Hugging Face directory with "
-            "config.json, *.safetensors and tokenizer.json)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(path,
+                   ": unknown model format (expected a .gguf file or a Hugging Face directory with "
+                   "config.json, *.safetensors and tokenizer.json)"));
 }
 
 namespace {

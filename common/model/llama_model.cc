@@ -56,8 +56,10 @@ absl::StatusOr<Tensor> LlamaModel::Forward(const std::vector<ForwardSequence>& b
       const int32_t pos = seq.start_pos + i;
       const int32_t block = seq.block_table[pos / block_tokens];
       if (block < 0 || block >= cache.shape().num_blocks) {
-        return absl::InvalidArgumentError(absl::StrCat("Forward: block id ", block, " outside the "
-                                                       "KV cache of ", cache.shape().num_blocks));
+        return absl::InvalidArgumentError(absl::StrCat("Forward: block id ", block,
+                                                       " outside the "
+                                                       "KV cache of ",
+                                                       cache.shape().num_blocks));
       }
       if (seq.all_logits || i == n - 1) logit_rows.push_back(static_cast<int32_t>(ids.size()));
       ids.push_back(seq.tokens[i]);

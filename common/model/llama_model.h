@@ -26,12 +26,12 @@ enum class WeightNaming { kHuggingFace, kGguf };
 
 // One sequence's part of a forward step.
 struct ForwardSequence {
-  std::vector<int32_t> tokens;       // new tokens, at positions start_pos, start_pos + 1, ...
-  int32_t start_pos = 0;             // tokens already in this sequence's KV cache
+  std::vector<int32_t> tokens;  // new tokens, at positions start_pos, start_pos + 1, ...
+  int32_t start_pos = 0;        // tokens already in this sequence's KV cache
   // Block ids covering positions [0, start_pos + tokens.size()).
   std::vector<int32_t> block_table;
-  bool all_logits = false;           // logits for every new token, else only for the last one
-  kernels::AttentionPattern pattern; // dense unless a sparse method says otherwise
+  bool all_logits = false;            // logits for every new token, else only for the last one
+  kernels::AttentionPattern pattern;  // dense unless a sparse method says otherwise
 };
 
 struct LayerWeights {

@@ -99,35 +99,35 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& 
   for (int l = 0; l < config.num_layers; ++l) {
     LayerWeights w;
     auto n = [&](const char* hf, const char* gguf) { return names.Layer(naming, l, hf, gguf); };
-    SS_ASSIGN_OR_RETURN(w.attn_norm, up.Load(n("input_layernorm.weight", "attn_norm.weight"),
-                                             {hidden}));
-    SS_ASSIGN_OR_RETURN(w.wq, up.Load(n("self_attn.q_proj.weight", "attn_q.weight"),
-                                      {q_dim, hidden}, q_perm, hd));
-    SS_ASSIGN_OR_RETURN(w.wk, up.Load(n("self_attn.k_proj.weight", "attn_k.weight"),
-                                      {kv_dim, hidden}, k_perm, hd));
-    SS_ASSIGN_OR_RETURN(w.wv, up.Load(n("self_attn.v_proj.weight", "attn_v.weight"),
-                                      {kv_dim, hidden}));
-    SS_ASSIGN_OR_RETURN(w.wo, up.Load(n("self_attn.o_proj.weight", "attn_output.weight"),
-                                      {hidden, q_dim}));
+    SS_ASSIGN_OR_RETURN(w.attn_norm,
+                        up.Load(n("input_layernorm.weight", "attn_norm.weight"), {hidden}));
+    SS_ASSIGN_OR_RETURN(
+        w.wq, up.Load(n("self_attn.q_proj.weight", "attn_q.weight"), {q_dim, hidden}, q_perm, hd));
+    SS_ASSIGN_OR_RETURN(
+        w.wk, up.Load(n("self_attn.k_proj.weight", "attn_k.weight"), {kv_dim, hidden}, k_perm, hd));
+    SS_ASSIGN_OR_RETURN(w.wv,
+                        up.Load(n("self_attn.v_proj.weight", "attn_v.weight"), {kv_dim, hidden}));
+    SS_ASSIGN_OR_RETURN(
+        w.wo, up.Load(n("self_attn.o_proj.weight", "attn_output.weight"), {hidden, q_dim}));
     if (config.attention_bias) {
-      SS_ASSIGN_OR_RETURN(w.bq, up.Load(n("self_attn.q_proj.bias", "attn_q.bias"), {q_dim},
-                                        q_perm, hd));
-      SS_ASSIGN_OR_RETURN(w.bk, up.Load(n("self_attn.k_proj.bias", "attn_k.bias"), {kv_dim},
-                                        k_perm, hd));
+      SS_ASSIGN_OR_RETURN(w.bq,
+                          up.Load(n("self_attn.q_proj.bias", "attn_q.bias"), {q_dim}, q_perm, hd));
+      SS_ASSIGN_OR_RETURN(w.bk,
+                          up.Load(n("self_attn.k_proj.bias", "attn_k.bias"), {kv_dim}, k_perm, hd));
       SS_ASSIGN_OR_RETURN(w.bv, up.Load(n("self_attn.v_proj.bias", "attn_v.bias"), {kv_dim}));
       // HF Llama's attention_bias covers o_proj too; Qwen2 has q/k/v biases only.
       if (config.arch != ModelArch::kQwen2) {
-        SS_ASSIGN_OR_RETURN(w.bo, up.Load(n("self_attn.o_proj.bias", "attn_output.bias"),
-                                          {hidden}));
+        SS_ASSIGN_OR_RETURN(w.bo,
+                            up.Load(n("self_attn.o_proj.bias", "attn_output.bias"), {hidden}));
       }
     }
-    SS_ASSIGN_OR_RETURN(w.ffn_norm, up.Load(n("post_attention_layernorm.weight",
-                                              "ffn_norm.weight"), {hidden}));
-    SS_ASSIGN_OR_RETURN(w.w_gate, up.Load(n("mlp.gate_proj.weight", "ffn_gate.weight"),
-                                          {ffn, hidden}));
+    SS_ASSIGN_OR_RETURN(w.ffn_norm,
+                        up.Load(n("post_attention_layernorm.weight", "ffn_norm.weight"), {hidden}));
+    SS_ASSIGN_OR_RETURN(w.w_gate,
+                        up.Load(n("mlp.gate_proj.weight", "ffn_gate.weight"), {ffn, hidden}));
     SS_ASSIGN_OR_RETURN(w.w_up, up.Load(n("mlp.up_proj.weight", "ffn_up.weight"), {ffn, hidden}));
-    SS_ASSIGN_OR_RETURN(w.w_down, up.Load(n("mlp.down_proj.weight", "ffn_down.weight"),
-                                          {hidden, ffn}));
+    SS_ASSIGN_OR_RETURN(w.w_down,
+                        up.Load(n("mlp.down_proj.weight", "ffn_down.weight"), {hidden, ffn}));
     model->layers_.push_back(std::move(w));
   }
 

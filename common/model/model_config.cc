@@ -235,8 +235,11 @@ absl::StatusOr<ModelConfig> ParseHfConfigJson(const Json& json, absl::string_vie
   if (config.arch == ModelArch::kMistral) {
     SS_ASSIGN_OR_RETURN(int window, fields.Int("sliding_window", 1, false, 0));
     if (window > 0 && window < config.max_position_embeddings) {
-      SS_LOG_WARNING("{}: sliding_window {} ignored; attention is full up to {} tokens",
-                     std::string(source), window, config.max_position_embeddings);
+      // Full attention equals sliding-window attention while the context fits the window, so
+      // serving up to the window is exact; beyond it would silently differ from the model.
+      SS_LOG_WARNING("{}: sliding_window {} is not implemented; context limited to {} tokens",
+                     std::string(source), window, window);
+      config.max_position_embeddings = window;
     }
   }
   return config;

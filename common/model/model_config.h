@@ -26,9 +26,9 @@ enum class RopeScalingType { kNone, kLinear, kLlama3 };
 // `rope_scaling` of config.json. Llama 3.1's "llama3" type rescales low frequencies only.
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::kNone;
-  float factor = 1.0f;                     // linear and llama3: wavelength multiplier
-  float low_freq_factor = 1.0f;            // llama3 only
-  float high_freq_factor = 4.0f;           // llama3 only
+  float factor = 1.0f;                          // linear and llama3: wavelength multiplier
+  float low_freq_factor = 1.0f;                 // llama3 only
+  float high_freq_factor = 4.0f;                // llama3 only
   int original_max_position_embeddings = 8192;  // llama3 only
 };
 
@@ -45,8 +45,8 @@ struct ModelConfig {
   int num_layers = 0;
   int num_heads = 0;
   int num_kv_heads = 0;
-  int head_dim = 0;                  // hidden_size / num_heads unless given explicitly
-  int max_position_embeddings = 0;   // context length the model was configured for
+  int head_dim = 0;                 // hidden_size / num_heads unless given explicitly
+  int max_position_embeddings = 0;  // context length the model was configured for
   float rms_norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   RopeScaling rope_scaling;

@@ -46,7 +46,7 @@ uint16_t F32ToF16(float f) {
   const uint32_t abs = bits & 0x7fffffffu;
   if (abs >= 0x7f800000u) return sign | (abs > 0x7f800000u ? 0x7e00u : 0x7c00u);
   if (abs >= 0x477ff000u) return sign | 0x7c00u;  // overflow to inf
-  if (abs < 0x38800000u) {                         // subnormal or zero in f16
+  if (abs < 0x38800000u) {                        // subnormal or zero in f16
     if (abs < 0x33000000u) return sign;
     const uint32_t exp = abs >> 23;
     uint32_t mant = (abs & 0x7fffffu) | 0x800000u;

@@ -89,7 +89,8 @@ absl::StatusOr<Tensor> Tensor::Reshape(Shape shape) const {
         absl::StrCat("cannot reshape ", DebugString(), " to ", shape.ToString()));
   }
   if (!is_contiguous()) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot reshape non-contiguous ", DebugString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot reshape non-contiguous ", DebugString()));
   }
   Tensor t = *this;
   t.shape_ = shape;

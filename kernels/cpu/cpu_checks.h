@@ -13,8 +13,7 @@ namespace sparseserve::kernels::cpu_internal {
 // kInvalidArgument unless `t` is a contiguous host tensor of `dtype` with `ndim` dims.
 inline absl::Status CheckTensor(const Tensor& t, DType dtype, int ndim, const char* op,
                                 const char* name) {
-  if (t.device() != Device::kHost || t.dtype() != dtype || t.ndim() != ndim ||
-      !t.is_contiguous()) {
+  if (t.device() != Device::kHost || t.dtype() != dtype || t.ndim() != ndim || !t.is_contiguous()) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " must be a contiguous host ",
                                                    DTypeName(dtype), " tensor of ", ndim,
                                                    " dims, got ", t.DebugString()));

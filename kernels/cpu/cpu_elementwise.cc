@@ -21,8 +21,8 @@ absl::Status ConvertCopy(const Tensor& src, const Tensor& dst, const char* op) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": both tensors must be host tensors"));
   }
   if (!(src.shape() == dst.shape())) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": shape mismatch ", src.DebugString(),
-                                                   " vs ", dst.DebugString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": shape mismatch ", src.DebugString(), " vs ", dst.DebugString()));
   }
   if (!dst.is_contiguous()) return absl::InvalidArgumentError(absl::StrCat(op, ": dst strided"));
   if (src.dtype() == dst.dtype() && src.is_contiguous()) {
@@ -183,8 +183,8 @@ absl::Status CpuBackend::WriteKv(const Tensor& k, const Tensor& v, const Tensor&
   for (int64_t t = 0; t < k.dim(0); ++t) {
     const int64_t slot = slots.data<int32_t>()[t];
     if (slot < 0 || slot >= num_slots) {
-      return absl::InvalidArgumentError(absl::StrCat("WriteKv: slot ", slot, " outside pool of ",
-                                                     num_slots, " slots"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("WriteKv: slot ", slot, " outside pool of ", num_slots, " slots"));
     }
     const int64_t block = slot / block_tokens;
     const int64_t off = slot % block_tokens;

@@ -25,8 +25,8 @@ TEST(GgufTokenizerTest, Gpt2VocabularyMatchesTokenizerJsonGolden) {
   std::vector<int32_t> types(tokens.size(), 1);
   for (const auto& added : tj["added_tokens"]) types[added["id"].get<size_t>()] = 3;  // control
   std::vector<std::string> merges;
-  for (const auto& m : tj["model"]["merges"]) merges.push_back(m[0].get<std::string>() + " " +
-                                                               m[1].get<std::string>());
+  for (const auto& m : tj["model"]["merges"])
+    merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
   const std::string bytes = BuildGguf(
       {KvString("general.architecture", "llama"), KvString("tokenizer.ggml.model", "gpt2"),
        KvString("tokenizer.ggml.pre", "gpt-2"), KvStringArray("tokenizer.ggml.tokens", tokens),

@@ -44,8 +44,7 @@ TEST_P(HfGoldenTest, TokenizerIdsMatch) {
 }
 
 TEST_P(HfGoldenTest, PromptLogitsMatchTransformers) {
-  auto model = model::LlamaModel::Load(source_.config, *source_.weights, source_.naming,
-                                       &backend_);
+  auto model = model::LlamaModel::Load(source_.config, *source_.weights, source_.naming, &backend_);
   ASSERT_TRUE(model.ok()) << model.status();
   model::PagedKvCacheShape shape{source_.config.num_layers, 8, 16, source_.config.num_kv_heads,
                                  source_.config.head_dim};

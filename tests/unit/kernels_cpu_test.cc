@@ -91,8 +91,8 @@ TEST(RopeFrequenciesTest, Llama3ScalingKeepsHighAndScalesLowFrequencies) {
   p.scaling = 2;
   p.factor = 8.0f;
   std::vector<float> scaled = RopeInverseFrequencies(p);
-  EXPECT_FLOAT_EQ(scaled[0], plain[0]);              // short wavelength: unchanged
-  EXPECT_FLOAT_EQ(scaled[63], plain[63] / 8.0f);     // long wavelength: divided by factor
+  EXPECT_FLOAT_EQ(scaled[0], plain[0]);           // short wavelength: unchanged
+  EXPECT_FLOAT_EQ(scaled[63], plain[63] / 8.0f);  // long wavelength: divided by factor
   p.scaling = 1;
   EXPECT_FLOAT_EQ(RopeInverseFrequencies(p)[5], plain[5] / 8.0f);
 }
@@ -169,9 +169,9 @@ TEST_F(CpuBackendTest, AttentionRejectsBadPlans) {
   EXPECT_EQ(be_.Attention(q, kv, batch, out).code(), absl::StatusCode::kUnimplemented);
   EXPECT_EQ(be_.WriteKv(Random({1, 1, 8}, rng_), Random({1, 1, 8}, rng_), I32({32}), kv).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(be_.Embedding(Random({4, 8}, rng_), I32({4}), Tensor::Zeros(DType::kF32, {1, 8}))
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      be_.Embedding(Random({4, 8}, rng_), I32({4}), Tensor::Zeros(DType::kF32, {1, 8})).code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -89,6 +89,15 @@ TEST(ModelConfigTest, ParsesMistralWithExplicitHeadDim) {
   EXPECT_EQ(c->arch, ModelArch::kMistral);
   EXPECT_EQ(c->head_dim, 128);  // not 5120 / 32
   EXPECT_EQ(c->hidden_size, 5120);
+  EXPECT_EQ(c->max_position_embeddings, 1024000);  // sliding_window null: full attention
+}
+
+TEST(ModelConfigTest, MistralSlidingWindowLimitsTheContext) {
+  std::string text = kMistral;
+  text.replace(text.find("\"sliding_window\": null"), 22, "\"sliding_window\": 4096");
+  auto c = ParseHfConfig(text, "mistral/config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->max_position_embeddings, 4096);
 }
 
 TEST(ModelConfigTest, DefaultsAndLinearScaling) {
