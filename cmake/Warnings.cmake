@@ -39,8 +39,7 @@ function(sparseserve_test name)
   target_compile_options(${name} PRIVATE ${SPARSESERVE_CXX_WARNINGS})
   target_compile_definitions(${name} PRIVATE
       SPARSESERVE_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data"
-      SPARSESERVE_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
-      SPARSESERVE_MODEL_MIRROR_DEFAULT="${PROJECT_SOURCE_DIR}/../shared/models")
+      SPARSESERVE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES LABELS "unit;${ARG_LABELS}")
 endfunction()
 include(GoogleTest)

@@ -13,18 +13,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "tests/testing/test_model.h"
 
 namespace sparseserve::model::testing {
 
-// $SPARSESERVE_MODEL_MIRROR or the compiled-in default (the shared models folder).
-inline std::string ModelMirror() {
-  const char* env = std::getenv("SPARSESERVE_MODEL_MIRROR");
-  if (env != nullptr && env[0] != '\0') return env;
-  return SPARSESERVE_MODEL_MIRROR_DEFAULT;
-}
-
+// Path of stories260K/<file> wherever tests/testing/test_model.h finds it ("" if nowhere).
 inline std::string StoriesPath(const std::string& file) {
-  return ModelMirror() + "/stories260K/" + file;
+  return sparseserve::testing::FindTestModelFile(file);
 }
 
 inline bool ReadWholeFile(const std::string& path, std::string* out) {

@@ -53,7 +53,7 @@ TEST(GgufBadInputTest, SmallFileTruncatedAtEveryByteFails) {
 TEST(GgufBadInputTest, StoriesTruncatedAcrossHeaderAndDataFails) {
   std::string bytes;
   if (!testing::ReadWholeFile(testing::StoriesPath("stories260K.gguf"), &bytes)) {
-    GTEST_SKIP() << "stories260K.gguf not found under " << testing::ModelMirror();
+    GTEST_SKIP() << "stories260K.gguf not found (run scripts/fetch_model.sh)";
   }
   ASSERT_TRUE(Parse(bytes).ok());
   // Every cut through the header region (metadata + tensor directory + padding) ...

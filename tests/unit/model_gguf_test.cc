@@ -38,7 +38,7 @@ class StoriesGgufTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!testing::ReadWholeFile(testing::StoriesPath("stories260K.bin"), &bin_)) {
-      GTEST_SKIP() << "stories260K not found under " << testing::ModelMirror();
+      GTEST_SKIP() << "stories260K not found (run scripts/fetch_model.sh)";
     }
     auto gguf = GgufFile::Open(testing::StoriesPath("stories260K.gguf"));
     ASSERT_TRUE(gguf.ok()) << gguf.status();

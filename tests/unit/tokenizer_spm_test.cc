@@ -9,20 +9,13 @@
 #include "common/tokenizer/streaming_decoder.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/test_model.h"
 
-#ifndef SPARSESERVE_MODEL_MIRROR_DEFAULT
-#define SPARSESERVE_MODEL_MIRROR_DEFAULT "../shared/models"
-#endif
 
 namespace sparseserve::tokenizer {
 namespace {
 
 using ::testing::ElementsAre;
-
-std::string ModelMirror() {
-  const char* env = std::getenv("SPARSESERVE_MODEL_MIRROR");
-  return env != nullptr && env[0] != '\0' ? env : SPARSESERVE_MODEL_MIRROR_DEFAULT;
-}
 
 // Reads llama2.c's tokenizer.bin: int32 max_token_length, then per token float32 score,
 // int32 length, bytes. Returns false when the file is missing or truncated.
@@ -59,7 +52,7 @@ bool ReadLlama2cTokenizer(const std::string& path, SpmVocab* vocab) {
 class Stories260KTokenizerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string path = ModelMirror() + "/stories260K/tok512.bin";
+    const std::string path = sparseserve::testing::FindTestModelFile("tok512.bin");
     SpmVocab vocab;
     if (!ReadLlama2cTokenizer(path, &vocab)) {
       GTEST_SKIP() << "stories260K tokenizer not found at " << path
