@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The second command of the README: the whole test suite, as CI runs it.
-#   1. the normal build (gcc, warnings as errors, CUDA sources compiled when nvcc exists) and
-#      every ctest test (unit, golden, integration) in parallel;
+#   1. the normal build (gcc, warnings as errors, CUDA sources compiled when nvcc exists),
+#      clang-format and clang-tidy (scripts/lint.sh), and every ctest test (unit, golden,
+#      integration) in parallel;
 #   2. a clang build with ASan + UBSan: the unit tests again, and each libFuzzer target for
 #      $SPARSESERVE_FUZZ_SECONDS (default 60) seconds.
 # Ends with one line "N passed, N failed".
@@ -27,6 +28,10 @@ bash scripts/fetch_model.sh || exit 1
 
 echo "=== build (gcc) ==="
 bash scripts/build.sh build || exit 1
+echo "=== lint (clang-format, clang-tidy) ==="
+bash scripts/lint.sh build | tee "$log/lint.txt"
+passed=$((passed + $(grep -c '^ok ' "$log/lint.txt")))
+failed=$((failed + $(grep -c '^FAIL ' "$log/lint.txt")))
 echo "=== ctest (build) ==="
 ctest --test-dir build -j "$jobs" --output-on-failure --timeout 900 2>&1 | tee "$log/ctest.txt"
 count_ctest "$log/ctest.txt"

@@ -137,7 +137,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
   return FromBuffer(path, data, size, std::move(shared));
 }
 
-absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::FromBuffer(std::string source,
+absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::FromBuffer(const std::string& source,
                                                                const uint8_t* data, size_t size,
                                                                std::shared_ptr<const void> holder) {
   internal::ByteReader reader(source, data, size);

@@ -50,7 +50,7 @@ class GgufFile : public TensorFile {
   // alive; it is co-owned by the GgufFile and by every tensor view it hands out, and may be null
   // when the caller guarantees the bytes outlive them. `source` names the bytes in messages.
   // Same errors as Open.
-  static absl::StatusOr<std::unique_ptr<GgufFile>> FromBuffer(std::string source,
+  static absl::StatusOr<std::unique_ptr<GgufFile>> FromBuffer(const std::string& source,
                                                               const uint8_t* data, size_t size,
                                                               std::shared_ptr<const void> holder);
 

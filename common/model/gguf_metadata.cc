@@ -319,7 +319,7 @@ absl::Status ReadValue(ByteReader& reader, absl::string_view key, GgufType type,
 
 absl::StatusOr<GgufMetadata> ReadGgufMetadata(ByteReader& reader, uint64_t num_kv,
                                               std::string source) {
-  GgufMetadata metadata(source);
+  GgufMetadata metadata(std::move(source));
   for (uint64_t i = 0; i < num_kv; ++i) {
     const size_t entry_pos = reader.pos();
     SS_ASSIGN_OR_RETURN(absl::string_view key, reader.ReadStringView("metadata key"));

@@ -114,7 +114,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
 }
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::FromBuffer(
-    std::string source, const uint8_t* data, size_t size, std::shared_ptr<const void> holder) {
+    const std::string& source, const uint8_t* data, size_t size,
+    std::shared_ptr<const void> holder) {
   if (size < 8) {
     return absl::InvalidArgumentError(absl::StrCat(
         source, ": file of ", size, " bytes is too short for the 8-byte header length"));

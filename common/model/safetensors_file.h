@@ -48,7 +48,8 @@ class SafetensorsFile : public TensorFile {
   // alive; it is co-owned by the file and every tensor view, and may be null when the caller
   // guarantees the bytes outlive them. `source` names the bytes in messages. Same errors as Open.
   static absl::StatusOr<std::unique_ptr<SafetensorsFile>> FromBuffer(
-      std::string source, const uint8_t* data, size_t size, std::shared_ptr<const void> holder);
+      const std::string& source, const uint8_t* data, size_t size,
+      std::shared_ptr<const void> holder);
 
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;

@@ -86,7 +86,8 @@ absl::Status CpuBackend::Attention(const Tensor& q, const Tensor& kv_layer,
   };
   std::vector<Item> items;
   for (size_t s = 0; s < batch.sequences.size(); ++s) {
-    for (int32_t r = 0; r < batch.sequences[s].q_len; ++r) items.push_back({int32_t(s), r});
+    for (int32_t r = 0; r < batch.sequences[s].q_len; ++r)
+      items.push_back({static_cast<int32_t>(s), r});
   }
   const int64_t num_items = static_cast<int64_t>(items.size()) * kv_heads;
   pool_->ParallelFor(num_items, 1, [&](int64_t begin, int64_t end) {

@@ -11,7 +11,6 @@
 #include "gtest/gtest.h"
 #include "tests/testing/test_model.h"
 
-
 namespace sparseserve::tokenizer {
 namespace {
 
