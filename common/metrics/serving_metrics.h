@@ -1,0 +1,122 @@
+// ServingMetrics: the engine-standard Prometheus families of ARCHITECTURE.md, registered on one
+// registry, with typed accessors (`metrics.ttft().Observe(seconds)`).
+//
+// Names carry the `sparseserve_` prefix and Prometheus base units (seconds, bytes, ratios);
+// counters end in `_total` (prometheus-cpp 1.0 appends nothing). Every metric carries the label
+// `role` (router | prefill | decode), so several roles may share one registry (an all-in-one
+// process) without clashing. Bucket boundaries are `kLatencyBuckets` / `kTransferBuckets`.
+//
+// ServingMetrics co-owns the registry (std::shared_ptr, with the MetricsExporter) so the metric
+// references it hands out stay valid for its lifetime. Thread-safe: prometheus-cpp metrics are
+// updated with atomics; `requests_finished` takes the family's mutex.
+#ifndef SPARSESERVE_COMMON_METRICS_SERVING_METRICS_H_
+#define SPARSESERVE_COMMON_METRICS_SERVING_METRICS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace sparseserve::metrics {
+
+// Which service a process plays; the value of the `role` label.
+enum class ServiceRole { kRouter, kPrefill, kDecode };
+
+// "router" | "prefill" | "decode".
+absl::string_view ServiceRoleName(ServiceRole role);
+
+// Request-level latencies, seconds: 1 ms … 120 s, roughly 1-2.5-5 per decade up to 10 s, then
+// 20/30/60/120 s for long generations. Covers inter-token latency (ms), TTFT and queue time
+// (ms to s) and end-to-end latency (s to minutes); slower values land in +Inf.
+const std::vector<double>& LatencyBuckets();
+// KV transfer durations, seconds: 100 µs … 10 s (one block is µs, a long prompt's KV is ms-s).
+const std::vector<double>& TransferBuckets();
+
+class ServingMetrics {
+ public:
+  // Registers (or, if already present, reuses) every family on `registry` and creates this
+  // role's metrics. Returns kAlreadyExists when a family name is already registered with another
+  // metric type or with constant labels (prometheus-cpp rejects the merge).
+  static absl::StatusOr<std::unique_ptr<ServingMetrics>> Create(
+      std::shared_ptr<prometheus::Registry> registry, ServiceRole role);
+
+  ServingMetrics(const ServingMetrics&) = delete;
+  ServingMetrics& operator=(const ServingMetrics&) = delete;
+
+  ServiceRole role() const { return role_; }
+
+  // Histograms, seconds.
+  prometheus::Histogram& ttft() { return *ttft_; }
+  prometheus::Histogram& inter_token_latency() { return *inter_token_latency_; }
+  prometheus::Histogram& e2e_request_latency() { return *e2e_request_latency_; }
+  prometheus::Histogram& request_queue_time() { return *request_queue_time_; }
+  prometheus::Histogram& kv_transfer_time() { return *kv_transfer_time_; }
+
+  // Gauges.
+  prometheus::Gauge& num_requests_running() { return *num_requests_running_; }
+  prometheus::Gauge& num_requests_waiting() { return *num_requests_waiting_; }
+  prometheus::Gauge& kv_cache_usage() { return *kv_cache_usage_; }  // ratio in [0, 1]
+  // Fraction of the dense attention work actually done, in [0, 1].
+  prometheus::Gauge& sparse_attention_density() { return *sparse_attention_density_; }
+
+  // Counters.
+  prometheus::Counter& prefix_cache_queries() { return *prefix_cache_queries_; }  // blocks
+  prometheus::Counter& prefix_cache_hits() { return *prefix_cache_hits_; }        // blocks
+  prometheus::Counter& kv_transfer_bytes() { return *kv_transfer_bytes_; }
+  prometheus::Counter& kv_transfer_failures() { return *kv_transfer_failures_; }
+  prometheus::Counter& kv_reservation_expiries() { return *kv_reservation_expiries_; }
+  prometheus::Counter& request_migrations() { return *request_migrations_; }
+  prometheus::Counter& spec_decode_draft_tokens() { return *spec_decode_draft_tokens_; }
+  prometheus::Counter& spec_decode_accepted_tokens() { return *spec_decode_accepted_tokens_; }
+  prometheus::Counter& selection_cache_hits() { return *selection_cache_hits_; }
+  prometheus::Counter& selection_cache_queries() { return *selection_cache_queries_; }
+  prometheus::Counter& generated_tokens() { return *generated_tokens_; }
+  prometheus::Counter& prompt_tokens() { return *prompt_tokens_; }
+  // `requests_total{finish_reason=...}`. The series "length", "stop", "context", "aborted" (the
+  // proto FinishReason values) and "error" exist from the start; the first use of any other
+  // reason creates its series. Each call looks the series up under the family's mutex.
+  prometheus::Counter& requests_finished(absl::string_view finish_reason);
+
+ private:
+  ServingMetrics(std::shared_ptr<prometheus::Registry> registry, ServiceRole role);
+  // Builds every family and metric; throws what prometheus-cpp throws (caught by Create).
+  void Register();
+
+  std::shared_ptr<prometheus::Registry> registry_;  // co-owned with the MetricsExporter
+  const ServiceRole role_;
+
+  // Families and metrics live inside registry_; these are borrowed pointers into it.
+  prometheus::Histogram* ttft_ = nullptr;
+  prometheus::Histogram* inter_token_latency_ = nullptr;
+  prometheus::Histogram* e2e_request_latency_ = nullptr;
+  prometheus::Histogram* request_queue_time_ = nullptr;
+  prometheus::Histogram* kv_transfer_time_ = nullptr;
+  prometheus::Gauge* num_requests_running_ = nullptr;
+  prometheus::Gauge* num_requests_waiting_ = nullptr;
+  prometheus::Gauge* kv_cache_usage_ = nullptr;
+  prometheus::Gauge* sparse_attention_density_ = nullptr;
+  prometheus::Counter* prefix_cache_queries_ = nullptr;
+  prometheus::Counter* prefix_cache_hits_ = nullptr;
+  prometheus::Counter* kv_transfer_bytes_ = nullptr;
+  prometheus::Counter* kv_transfer_failures_ = nullptr;
+  prometheus::Counter* kv_reservation_expiries_ = nullptr;
+  prometheus::Counter* request_migrations_ = nullptr;
+  prometheus::Counter* spec_decode_draft_tokens_ = nullptr;
+  prometheus::Counter* spec_decode_accepted_tokens_ = nullptr;
+  prometheus::Counter* selection_cache_hits_ = nullptr;
+  prometheus::Counter* selection_cache_queries_ = nullptr;
+  prometheus::Counter* generated_tokens_ = nullptr;
+  prometheus::Counter* prompt_tokens_ = nullptr;
+  prometheus::Family<prometheus::Counter>* requests_family_ = nullptr;
+};
+
+}  // namespace sparseserve::metrics
+
+#endif  // SPARSESERVE_COMMON_METRICS_SERVING_METRICS_H_

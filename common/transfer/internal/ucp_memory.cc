@@ -1,0 +1,52 @@
+#include "common/transfer/internal/ucp_memory.h"
+
+#include "common/core/status.h"
+#include "common/transfer/internal/ucp_status.h"
+
+namespace sparseserve::transfer::internal {
+
+absl::StatusOr<std::unique_ptr<UcpMemoryRegion>> UcpMemoryRegion::Map(const UcpContext& context,
+                                                                      const void* base,
+                                                                      size_t bytes) {
+  if (base == nullptr || bytes == 0) {
+    return absl::InvalidArgumentError("ucp_mem_map: null base or zero length");
+  }
+  ucp_mem_map_params_t params{};
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  // UCX takes a non-const pointer but only registers the range; it does not write through it.
+  params.address = const_cast<void*>(base);
+  params.length = bytes;
+  ucp_mem_h memh = nullptr;
+  SS_RETURN_IF_ERROR(
+      UcsToStatus(ucp_mem_map(context.handle(), &params, &memh),
+                  absl::StrCat("ucp_mem_map of ", bytes, " bytes")));
+  return std::unique_ptr<UcpMemoryRegion>(
+      new UcpMemoryRegion(context.handle(), memh, static_cast<const char*>(base), bytes));
+}
+
+UcpMemoryRegion::~UcpMemoryRegion() {
+  // Failure here leaves a registration behind in UCX; nothing more can be done.
+  ucp_mem_unmap(context_, memh_);
+}
+
+absl::StatusOr<std::string> UcpMemoryRegion::PackRkey() const {
+  void* buffer = nullptr;
+  size_t size = 0;
+  SS_RETURN_IF_ERROR(UcsToStatus(ucp_rkey_pack(context_, memh_, &buffer, &size), "ucp_rkey_pack"));
+  std::string packed(static_cast<const char*>(buffer), size);
+  ucp_rkey_buffer_release(buffer);
+  return packed;
+}
+
+absl::StatusOr<std::unique_ptr<UcpRemoteKey>> UcpRemoteKey::Unpack(ucp_ep_h ep,
+                                                                  absl::string_view packed) {
+  if (packed.empty()) return absl::InvalidArgumentError("ucp_ep_rkey_unpack: empty remote key");
+  ucp_rkey_h rkey = nullptr;
+  SS_RETURN_IF_ERROR(
+      UcsToStatus(ucp_ep_rkey_unpack(ep, packed.data(), &rkey), "ucp_ep_rkey_unpack"));
+  return std::unique_ptr<UcpRemoteKey>(new UcpRemoteKey(rkey));
+}
+
+UcpRemoteKey::~UcpRemoteKey() { ucp_rkey_destroy(rkey_); }
+
+}  // namespace sparseserve::transfer::internal
