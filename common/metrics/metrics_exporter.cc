@@ -18,11 +18,14 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
   if (bind_address.empty()) {
     return absl::InvalidArgumentError("metrics exporter: empty bind address");
   }
+  // civetweb spells "all interfaces" as a bare port ("9100"), not ":9100".
+  const std::string listening_ports =
+      bind_address.front() == ':' ? bind_address.substr(1) : bind_address;
   std::unique_ptr<prometheus::Exposer> exposer;
   std::vector<int> ports;
   try {
     // civetweb throws (CivetException) when it cannot bind; keep it inside this call.
-    exposer = std::make_unique<prometheus::Exposer>(bind_address, /*num_threads=*/2);
+    exposer = std::make_unique<prometheus::Exposer>(listening_ports, /*num_threads=*/2);
     ports = exposer->GetListeningPorts();
   } catch (const std::exception& e) {
     return absl::UnavailableError(

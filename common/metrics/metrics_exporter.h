@@ -18,8 +18,9 @@ namespace sparseserve::metrics {
 
 class MetricsExporter {
  public:
-  // Binds `bind_address` ("127.0.0.1:9100", "0.0.0.0:9100", or a port 0 such as
-  // "127.0.0.1:0" to let the kernel pick a free port) and starts serving `/metrics`.
+  // Binds `bind_address` ("127.0.0.1:9100"; ":9100" or "9100" for all interfaces; port 0 as in
+  // "127.0.0.1:0" or ":0" lets the kernel pick a free port) and starts serving `/metrics`.
+  // The HTTP server (civetweb) stops within about 2 s of destruction (its poll quantum).
   // Returns kInvalidArgument for an empty address, kUnavailable when the address cannot be
   // bound (port in use, unknown host, no permission).
   static absl::StatusOr<std::unique_ptr<MetricsExporter>> Start(const std::string& bind_address);

@@ -60,5 +60,20 @@ expect_error "bad device" "device" generate --model "$model" --prompt hi --devic
 expect_error "unknown flag" "unknown" generate --model "$model" --prompt hi --no-such-flag 1
 expect_error "unknown command" "unknown command" frobnicate
 
+# 5. Hugging Face directories: the tiny checkpoint generates; broken files fail naming the file.
+hf=$tmp/hf
+cp -r "$data/tiny_llama" "$hf"
+if "$bin" generate --model "$hf" --prompt "The router" --max-tokens 8 --temperature 0 \
+    >"$tmp/o" 2>"$tmp/e" && grep -q 'new tokens: 8' "$tmp/e"; then pass "hf directory generates"
+else fail "hf directory generates"; cat "$tmp/e"; fi
+cp -r "$hf" "$tmp/bad_config"; echo '{"model_type": "llama", "hidden_size": "wide"' >"$tmp/bad_config/config.json"
+expect_error "malformed config.json" "config.json" generate --model "$tmp/bad_config" --prompt hi
+cp -r "$hf" "$tmp/bad_st"; head -c 5000 "$hf/model.safetensors" >"$tmp/bad_st/model.safetensors"
+expect_error "truncated safetensors" "model.safetensors" generate --model "$tmp/bad_st" --prompt hi
+cp -r "$hf" "$tmp/bad_hdr"; printf '\xff\xff\xff\xff\xff\xff\xff\x7f{}' >"$tmp/bad_hdr/model.safetensors"
+expect_error "safetensors header length" "model.safetensors" generate --model "$tmp/bad_hdr" --prompt hi
+cp -r "$hf" "$tmp/bad_tok"; head -c 300 "$hf/tokenizer.json" >"$tmp/bad_tok/tokenizer.json"
+expect_error "truncated tokenizer.json" "tokenizer.json" generate --model "$tmp/bad_tok" --prompt hi
+
 [ $fails -eq 0 ] && echo "cli_generate_test: all passed" || echo "cli_generate_test: $fails failed"
 exit $((fails > 0))

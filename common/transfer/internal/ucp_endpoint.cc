@@ -1,0 +1,60 @@
+#include "common/transfer/internal/ucp_endpoint.h"
+
+#include "common/core/logging.h"
+#include "common/core/status.h"
+#include "common/transfer/internal/ucp_request_waiter.h"
+#include "common/transfer/internal/ucp_status.h"
+
+namespace sparseserve::transfer::internal {
+
+absl::StatusOr<std::unique_ptr<UcpEndpoint>> UcpEndpoint::Connect(UcpWorker& worker,
+                                                                  UcpProgressThread& progress,
+                                                                  absl::string_view address,
+                                                                  absl::Duration close_timeout) {
+  // The object exists before the ep so that UCX's error callback has a stable argument.
+  std::unique_ptr<UcpEndpoint> endpoint(new UcpEndpoint(progress, close_timeout));
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.address = reinterpret_cast<const ucp_address_t*>(address.data());
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = &UcpEndpoint::OnPeerError;
+  params.err_handler.arg = endpoint.get();
+  SS_RETURN_IF_ERROR(
+      UcsToStatus(ucp_ep_create(worker.handle(), &params, &endpoint->ep_), "ucp_ep_create"));
+  progress.Wake();  // let the wireup start without waiting for the first operation
+  return endpoint;
+}
+
+UcpEndpoint::~UcpEndpoint() {
+  if (ep_ == nullptr) return;
+  const bool failed = failure() != UCS_OK;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  // A failed peer cannot acknowledge a graceful close; force releases local resources only.
+  param.flags = failed ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  UcpRequestWaiter waiter;
+  waiter.Bind(&param);
+  std::optional<ucs_status_t> status =
+      waiter.Wait(ucp_ep_close_nbx(ep_, &param), close_timeout_, progress_);
+  if (!status.has_value()) {
+    SS_LOG_WARNING("UCX endpoint close did not finish within {}; UCX finishes it in background",
+                   absl::FormatDuration(close_timeout_));
+  } else if (*status != UCS_OK && !failed) {
+    SS_LOG_DEBUG("UCX endpoint close: {}", ucs_status_string(*status));
+  }
+}
+
+ucs_status_t UcpEndpoint::failure() const {
+  absl::MutexLock lock(&mu_);
+  return failure_;
+}
+
+void UcpEndpoint::OnPeerError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* endpoint = static_cast<UcpEndpoint*>(arg);
+  SS_LOG_DEBUG("UCX peer error: {}", ucs_status_string(status));
+  absl::MutexLock lock(&endpoint->mu_);
+  if (endpoint->failure_ == UCS_OK) endpoint->failure_ = status;
+}
+
+}  // namespace sparseserve::transfer::internal

@@ -1,0 +1,60 @@
+// UcpEndpoint: RAII owner of one ucp_ep_h, a connection from a local worker to a peer worker,
+// created with peer error handling so that a dead peer fails requests instead of hanging them.
+//
+// UCX reports a peer failure through a callback on the progress thread; the endpoint records
+// it (failure()). The destructor closes the endpoint — gracefully (flushing) while healthy,
+// forced after a failure — and waits at most `close_timeout` for the close to complete; UCX
+// invokes no error callback after the close is posted, so the recorded state never outlives
+// the object. Thread-safe. Borrows the worker and progress thread, which must outlive it;
+// remote keys unpacked for it must be destroyed first.
+#ifndef SPARSESERVE_COMMON_TRANSFER_INTERNAL_UCP_ENDPOINT_H_
+#define SPARSESERVE_COMMON_TRANSFER_INTERNAL_UCP_ENDPOINT_H_
+
+#include <ucp/api/ucp.h>
+
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/transfer/internal/ucp_progress_thread.h"
+#include "common/transfer/internal/ucp_worker.h"
+
+namespace sparseserve::transfer::internal {
+
+class UcpEndpoint {
+ public:
+  // Starts connecting `worker` to the raw UCX worker `address` (already verified, see
+  // wire_envelope.h); operations posted before the connection is up are queued by UCX.
+  // Returns UCX's error (kUnavailable when the peer cannot be reached at once).
+  static absl::StatusOr<std::unique_ptr<UcpEndpoint>> Connect(UcpWorker& worker,
+                                                              UcpProgressThread& progress,
+                                                              absl::string_view address,
+                                                              absl::Duration close_timeout);
+  ~UcpEndpoint();
+  UcpEndpoint(const UcpEndpoint&) = delete;
+  UcpEndpoint& operator=(const UcpEndpoint&) = delete;
+
+  ucp_ep_h handle() const { return ep_; }
+
+  // UCS_OK while no failure was reported, else the first error UCX reported for the peer.
+  ucs_status_t failure() const;
+
+ private:
+  UcpEndpoint(UcpProgressThread& progress, absl::Duration close_timeout)
+      : progress_(progress), close_timeout_(close_timeout) {}
+
+  static void OnPeerError(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  UcpProgressThread& progress_;
+  const absl::Duration close_timeout_;
+  ucp_ep_h ep_ = nullptr;
+  mutable absl::Mutex mu_;
+  ucs_status_t failure_ ABSL_GUARDED_BY(mu_) = UCS_OK;
+};
+
+}  // namespace sparseserve::transfer::internal
+
+#endif  // SPARSESERVE_COMMON_TRANSFER_INTERNAL_UCP_ENDPOINT_H_
