@@ -14,6 +14,7 @@ absl::string_view FinishReasonName(FinishReason reason) {
     case FinishReason::kLength: return "length";
     case FinishReason::kStop: return "stop";
     case FinishReason::kContextFull: return "context_full";
+    case FinishReason::kAborted: return "aborted";
   }
   return "?";
 }

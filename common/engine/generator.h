@@ -26,7 +26,7 @@ struct GenerationRequest {
   sampling::SamplingParams sampling;
 };
 
-enum class FinishReason { kLength, kStop, kContextFull };
+enum class FinishReason { kLength, kStop, kContextFull, kAborted };
 absl::string_view FinishReasonName(FinishReason reason);
 
 struct GenerationResult {

@@ -147,6 +147,22 @@ absl::StatusOr<Tensor> ModelRunner::Decode(const std::vector<SequenceKv*>& seqs,
   return logits;
 }
 
+absl::Status ModelRunner::AdoptPrefilledKv(absl::Span<const int32_t> prompt,
+                                           std::vector<int32_t> block_ids, SequenceKv& seq) {
+  const int64_t capacity = static_cast<int64_t>(block_ids.size()) * options_.block_tokens;
+  if (!seq.tokens.empty() || !seq.block_ids.empty() || prompt.empty() ||
+      static_cast<int64_t>(prompt.size()) > capacity ||
+      static_cast<int>(prompt.size()) >= max_context()) {
+    return absl::InvalidArgumentError(absl::StrCat("AdoptPrefilledKv: ", prompt.size(),
+                                                   " tokens do not fit ", block_ids.size(),
+                                                   " blocks or the context"));
+  }
+  seq.tokens.assign(prompt.begin(), prompt.end());
+  seq.block_ids = std::move(block_ids);
+  RegisterFullBlocks(seq);
+  return absl::OkStatus();
+}
+
 void ModelRunner::Release(SequenceKv& seq) {
   pool_.Release(seq.block_ids);
   seq = SequenceKv();

@@ -61,12 +61,22 @@ class ModelRunner {
   absl::StatusOr<Tensor> Decode(const std::vector<SequenceKv*>& seqs,
                                 absl::Span<const int32_t> tokens);
 
+  // Takes over a prompt whose K/V a prefill worker already wrote into `block_ids` (allocated
+  // from pool() by the caller, references handed over to `seq`). Registers its full blocks in
+  // the prefix cache. kInvalidArgument when the blocks cannot hold the prompt.
+  absl::Status AdoptPrefilledKv(absl::Span<const int32_t> prompt, std::vector<int32_t> block_ids,
+                                SequenceKv& seq);
+
   // Returns the sequence's blocks to the pool (cached ones stay matchable) and clears it.
   void Release(SequenceKv& seq);
 
   const model::ModelConfig& config() const { return model_->config(); }
   int max_context() const { return model_->config().max_position_embeddings; }
   const kv::KvBlockPool& pool() const { return pool_; }
+  kv::KvBlockPool& mutable_pool() { return pool_; }
+  // The KV memory, e.g. for registering it with a transport. Written only by forward steps.
+  const model::PagedKvCache& cache() const { return *cache_; }
+  kernels::Backend& backend() const { return model_->backend(); }
   int block_tokens() const { return options_.block_tokens; }
 
  private:

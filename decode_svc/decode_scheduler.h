@@ -1,0 +1,122 @@
+// DecodeScheduler: continuous batching of many sequences on one ModelRunner.
+//
+// Requests are queued (bounded); the scheduler's engine thread admits them while KV blocks are
+// free (prefilling locally, or adopting KV a prefill worker wrote), then runs one batched decode
+// step for every running sequence at a time, sampling each sequence's next token and handing it
+// to that request's DecodeSink. When a step needs a block and the pool is full, the most
+// recently admitted sequence is preempted (its KV released, the request requeued with its
+// tokens so far, recomputed later) so the pool never over-commits and nothing crashes.
+//
+// Thread-safety: Submit/Abort/stats may be called from any thread. Sinks are called on the
+// engine thread and must not block. The engine thread is the only one touching the runner
+// (STYLE.md: one engine thread owns the model's device).
+#ifndef SPARSESERVE_DECODE_SVC_DECODE_SCHEDULER_H_
+#define SPARSESERVE_DECODE_SVC_DECODE_SCHEDULER_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/engine/generator.h"
+#include "common/engine/model_runner.h"
+#include "common/sampling/sampling_params.h"
+
+namespace sparseserve::decode {
+
+// Receives one request's output. Called on the engine thread; must return quickly.
+class DecodeSink {
+ public:
+  virtual ~DecodeSink() = default;
+  // Once, before the first token: prompt tokens served from the prefix cache, queue time.
+  virtual void OnStart(int cached_prompt_tokens, double queue_seconds) = 0;
+  virtual void OnToken(int32_t token) = 0;
+  // Last call. `status` is OK for a normal finish (see `reason`), else the error.
+  virtual void OnFinish(const absl::Status& status, engine::FinishReason reason) = 0;
+};
+
+struct DecodeJob {
+  std::string request_id;
+  std::vector<int32_t> prompt;            // tokens to attend to before the first new one
+  sampling::SamplingParams sampling;
+  int max_tokens = 256;                   // new tokens at most
+  std::vector<int32_t> stop_token_ids;    // in addition to the tokenizer's end-of-generation ids
+  bool ignore_eos = false;
+  // Disaggregated prefill: KV of `prompt` is already in these blocks (references owned by the
+  // job) and `first_token` was sampled by the prefill worker.
+  std::optional<std::vector<int32_t>> prefilled_blocks;
+  int32_t first_token = -1;
+  std::shared_ptr<DecodeSink> sink;       // co-owned by the scheduler and the RPC that made it
+};
+
+struct DecodeSchedulerOptions {
+  int max_running = 64;     // sequences decoded together in one batch step
+  int max_waiting = 1024;   // queued requests beyond which Submit fails RESOURCE_EXHAUSTED
+  std::vector<int32_t> eos_ids;  // the tokenizer's end-of-generation ids
+};
+
+struct DecodeSchedulerStats {
+  int num_running = 0;
+  int num_waiting = 0;
+};
+
+class DecodeScheduler {
+ public:
+  // `runner` is borrowed and must outlive the scheduler; starts the engine thread.
+  DecodeScheduler(engine::ModelRunner* runner, DecodeSchedulerOptions options);
+  ~DecodeScheduler();  // stops the engine thread; unfinished requests finish with CANCELLED
+  DecodeScheduler(const DecodeScheduler&) = delete;
+  DecodeScheduler& operator=(const DecodeScheduler&) = delete;
+
+  // Queues a request. kResourceExhausted when the queue is full, kInvalidArgument for a bad
+  // request (empty prompt, prompt filling the context, invalid sampling), kAlreadyExists for a
+  // request id that is in flight. On error the sink is not called and blocks are not taken.
+  absl::Status Submit(DecodeJob job);
+
+  // Stops a request: its sink gets OnFinish(OK, kAborted) and its blocks return to the pool.
+  // Returns false when no such request is queued or running.
+  bool Abort(const std::string& request_id);
+
+  DecodeSchedulerStats stats() const;
+
+ private:
+  struct Running;  // one admitted sequence
+  void EngineLoop();
+  // Admits queued jobs while blocks allow. Runs on the engine thread.
+  void AdmitWaiting();
+  // Prefills (or adopts) `r`. False when the pool is too full right now (r is untouched).
+  bool AdmitOne(std::unique_ptr<Running>& r);
+  void DecodeStep();
+  // Emits `token` for `r` and applies the stop rules; false when `r` has finished.
+  bool Emit(Running& r, int32_t token);
+  void Finish(Running& r, const absl::Status& status, engine::FinishReason reason);
+  void Preempt(Running& r);
+  void ApplyAborts();
+
+  engine::ModelRunner* runner_;
+  const DecodeSchedulerOptions options_;
+  const absl::flat_hash_set<int32_t> eos_;
+
+  mutable absl::Mutex mu_;
+  std::deque<std::unique_ptr<Running>> waiting_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> in_flight_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> aborts_ ABSL_GUARDED_BY(mu_);
+  int num_running_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  std::vector<std::unique_ptr<Running>> running_;  // engine thread only
+  std::thread engine_;  // the one thread that drives `runner_` (see header comment)
+};
+
+}  // namespace sparseserve::decode
+
+#endif  // SPARSESERVE_DECODE_SVC_DECODE_SCHEDULER_H_
