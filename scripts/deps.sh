@@ -6,7 +6,7 @@ PKGS=(build-essential cmake ninja-build ccache pkg-config git curl ca-certificat
       libabsl-dev libspdlog-dev nlohmann-json3-dev libpcre2-dev libopenblas-dev
       libgtest-dev libgmock-dev libbenchmark-dev
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-      libucx-dev ucx-utils prometheus-cpp-dev
+      libucx-dev ucx-utils prometheus-cpp-dev libcpp-httplib-dev
       clang libclang-rt-dev clang-format clang-tidy)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -16,7 +16,7 @@ struct Command {
   const char* summary;      // one line for the command list
   const char* usage;        // "sparseserve generate --model PATH --prompt TEXT [flags]"
   const char* description;  // a paragraph for `--help`
-  const char* flag_file;    // source file whose flags belong to this command
+  std::vector<const char*> flag_files;  // source files whose flags belong to this command
   int (*run)(const std::vector<char*>& positional);
 };
 
@@ -31,6 +31,7 @@ void PrintCommandHelp(const Command& command);
 bool ApplyCommonFlags();
 
 int RunGenerateCommand(const std::vector<char*>& positional);
+int RunDecodeCommand(const std::vector<char*>& positional);
 
 }  // namespace sparseserve::tools
 

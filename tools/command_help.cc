@@ -15,7 +15,7 @@ void PrintFlags(const char* title, const char* file) {
     if (absl::StrContains(flag->Filename(), file)) flags.push_back(flag);
   }
   std::sort(flags.begin(), flags.end(), [](auto* a, auto* b) { return a->Name() < b->Name(); });
-  std::printf("\n%s:\n", title);
+  std::printf("\nflags from %s:\n", title);
   for (const absl::CommandLineFlag* f : flags) {
     std::string dashed(f->Name());
     std::replace(dashed.begin(), dashed.end(), '_', '-');
@@ -28,7 +28,7 @@ void PrintFlags(const char* title, const char* file) {
 
 void PrintCommandHelp(const Command& command) {
   std::printf("usage: %s\n\n%s\n", command.usage, command.description);
-  PrintFlags("flags", command.flag_file);
+  for (const char* file : command.flag_files) PrintFlags(file, file);
   PrintFlags("common flags", "tools/common_flags.cc");
   std::printf(
       "\nFlags are written --name=value or --name value; '-' and '_' are interchangeable.\n");

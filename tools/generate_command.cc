@@ -9,10 +9,8 @@
 #include "common/engine/model_source.h"
 #include "kernels/backend.h"
 #include "tools/command.h"
+#include "tools/model_flags.h"
 
-ABSL_FLAG(std::string, model, "models/stories260K/stories260K.gguf",
-          "Model to load: a .gguf file or a Hugging Face directory (config.json, *.safetensors, "
-          "tokenizer.json).");
 ABSL_FLAG(std::string, prompt, "", "Prompt text (required).");
 ABSL_FLAG(int, max_tokens, 256, "Maximum number of new tokens to generate.");
 ABSL_FLAG(double, temperature, 1.0, "Sampling temperature; 0 = greedy (argmax).");
@@ -25,10 +23,6 @@ ABSL_FLAG(int, penalty_window, 0,
           "Recent tokens the repetition penalty looks at (0 = whole history; TokenSwift 1024).");
 ABSL_FLAG(uint64_t, seed, 0, "Random seed; the same seed gives the same output.");
 ABSL_FLAG(bool, ignore_eos, false, "Keep generating past end-of-sequence tokens.");
-ABSL_FLAG(std::string, device, "cpu", "Backend: cpu (reference) or cuda.");
-ABSL_FLAG(int, kv_cache_tokens, 0, "KV cache capacity in tokens (0 = 4 x the model context).");
-ABSL_FLAG(int, block_tokens, 64, "KV block size in tokens (multiple of 16).");
-ABSL_FLAG(int, prefill_chunk, 512, "Prompt tokens per prefill step.");
 
 namespace sparseserve::tools {
 namespace {
@@ -37,22 +31,10 @@ absl::Status Generate() {
   if (absl::GetFlag(FLAGS_prompt).empty()) {
     return absl::InvalidArgumentError("--prompt is required (see --help)");
   }
-  const std::string device_name = absl::GetFlag(FLAGS_device);
-  Device device;
-  if (device_name == "cpu") {
-    device = Device::kHost;
-  } else if (device_name == "cuda") {
-    device = Device::kCuda;
-  } else {
-    return absl::InvalidArgumentError("--device must be cpu or cuda, got '" + device_name + "'");
-  }
+  SS_ASSIGN_OR_RETURN(Device device, DeviceFromFlags());
   SS_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend, kernels::CreateBackend(device));
-  SS_ASSIGN_OR_RETURN(engine::ModelSource source,
-                      engine::OpenModelSource(absl::GetFlag(FLAGS_model)));
-  engine::ModelRunnerOptions options;
-  options.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
-  options.block_tokens = absl::GetFlag(FLAGS_block_tokens);
-  options.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk);
+  SS_ASSIGN_OR_RETURN(engine::ModelSource source, engine::OpenModelSource(ModelPathFromFlags()));
+  const engine::ModelRunnerOptions options = RunnerOptionsFromFlags();
   SS_ASSIGN_OR_RETURN(std::unique_ptr<engine::ModelRunner> runner,
                       engine::ModelRunner::Create(source, backend.get(), options));
 

@@ -19,7 +19,15 @@ const std::vector<Command>& Commands() {
        "*.safetensors and tokenizer.json), encodes the prompt, and streams the continuation to\n"
        "stdout as it is generated. A one-line summary (prompt tokens, new tokens, time to first\n"
        "token, tokens/s) goes to stderr. --temperature 0 is greedy decoding.",
-       "tools/generate_command.cc", &RunGenerateCommand},
+       {"tools/generate_command.cc", "tools/model_flags.cc"}, &RunGenerateCommand},
+      {"decode", "run a decode worker (continuous batching, KV import over UCX)",
+       "sparseserve decode --model PATH [--address HOST:PORT] [--metrics-address HOST:PORT] ...",
+       "Serves sparseserve.v1.DecodeWorker (plus grpc.health.v1 and reflection) for a router:\n"
+       "local or disaggregated prefill, continuous batching of decode steps, KV reservations\n"
+       "that prefill workers fill over UCX. Prometheus metrics on /metrics. Prints\n"
+       "'READY decode <address> metrics <address>' on stdout once serving; SIGINT/SIGTERM drain\n"
+       "in-flight requests and exit.",
+       {"tools/decode_command.cc", "tools/model_flags.cc"}, &RunDecodeCommand},
   };
   return commands;
 }

@@ -1,44 +1,69 @@
 #include "common/metrics/metrics_exporter.h"
 
-#include <exception>
+#include <sys/socket.h>
+
 #include <utility>
-#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "httplib.h"
+#include "prometheus/text_serializer.h"
 
 namespace sparseserve::metrics {
-
-MetricsExporter::MetricsExporter(std::unique_ptr<prometheus::Exposer> exposer,
-                                 std::shared_ptr<prometheus::Registry> registry, int port)
-    : registry_(std::move(registry)), exposer_(std::move(exposer)), port_(port) {}
 
 absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
     const std::string& bind_address) {
   if (bind_address.empty()) {
     return absl::InvalidArgumentError("metrics exporter: empty bind address");
   }
-  // civetweb spells "all interfaces" as a bare port ("9100"), not ":9100".
-  const std::string listening_ports =
-      bind_address.front() == ':' ? bind_address.substr(1) : bind_address;
-  std::unique_ptr<prometheus::Exposer> exposer;
-  std::vector<int> ports;
-  try {
-    // civetweb throws (CivetException) when it cannot bind; keep it inside this call.
-    exposer = std::make_unique<prometheus::Exposer>(listening_ports, /*num_threads=*/2);
-    ports = exposer->GetListeningPorts();
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("metrics exporter: cannot serve on ", bind_address, ": ", e.what()));
+  // "host:port", ":port" or "port" (the last two: all interfaces).
+  const size_t colon = bind_address.rfind(':');
+  std::string host = colon == std::string::npos ? "" : bind_address.substr(0, colon);
+  const std::string port_text =
+      colon == std::string::npos ? bind_address : bind_address.substr(colon + 1);
+  if (host.empty()) host = "0.0.0.0";
+  int port = 0;
+  if (!absl::SimpleAtoi(port_text, &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics exporter: bad port in '", bind_address, "'"));
   }
-  if (ports.empty() || ports.front() <= 0) {
+  std::unique_ptr<MetricsExporter> exporter(new MetricsExporter());
+  exporter->registry_ = std::make_shared<prometheus::Registry>();
+  exporter->server_ = std::make_unique<httplib::Server>();
+  httplib::Server& server = *exporter->server_;
+  // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which would let a second
+  // exporter silently share a port that is already in use.
+  server.set_socket_options([](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  std::weak_ptr<prometheus::Registry> weak = exporter->registry_;
+  server.Get("/metrics", [weak](const httplib::Request&, httplib::Response& response) {
+    std::shared_ptr<prometheus::Registry> registry = weak.lock();
+    if (registry == nullptr) {
+      response.status = 503;
+      return;
+    }
+    const prometheus::TextSerializer serializer;
+    response.set_content(serializer.Serialize(registry->Collect()),
+                         "text/plain; version=0.0.4; charset=utf-8");
+  });
+  const int bound = port == 0 ? server.bind_to_any_port(host)
+                              : (server.bind_to_port(host, port) ? port : -1);
+  if (bound <= 0) {
     return absl::UnavailableError(
-        absl::StrCat("metrics exporter: no listening port for ", bind_address));
+        absl::StrCat("metrics exporter: cannot serve on ", bind_address,
+                     " (address in use or not available)"));
   }
-  auto registry = std::make_shared<prometheus::Registry>();
-  exposer->RegisterCollectable(registry);
-  return std::unique_ptr<MetricsExporter>(
-      new MetricsExporter(std::move(exposer), std::move(registry), ports.front()));
+  exporter->port_ = bound;
+  exporter->listener_ = std::thread([&server] { server.listen_after_bind(); });
+  return exporter;
+}
+
+MetricsExporter::~MetricsExporter() {
+  if (server_ != nullptr) server_->stop();
+  if (listener_.joinable()) listener_.join();
 }
 
 }  // namespace sparseserve::metrics

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 
 namespace sparseserve::metrics {
 namespace {
@@ -14,12 +15,11 @@ constexpr absl::string_view kPrefix = "sparseserve_";
 
 prometheus::Histogram* AddHistogram(prometheus::Registry& registry, absl::string_view name,
                                     const std::string& help, const prometheus::Labels& labels,
-                                    const std::vector<double>& buckets) {
-  auto& family = prometheus::BuildHistogram()
-                     .Name(absl::StrCat(kPrefix, name))
-                     .Help(help)
-                     .Register(registry);
-  return &family.Add(labels, buckets);
+                                    absl::Span<const double> buckets) {
+  auto& family =
+      prometheus::BuildHistogram().Name(absl::StrCat(kPrefix, name)).Help(help).Register(registry);
+  return &family.Add(labels,
+                     prometheus::Histogram::BucketBoundaries(buckets.begin(), buckets.end()));
 }
 
 prometheus::Gauge* AddGauge(prometheus::Registry& registry, absl::string_view name,
@@ -51,20 +51,6 @@ absl::string_view ServiceRoleName(ServiceRole role) {
   return "unknown";
 }
 
-const std::vector<double>& LatencyBuckets() {
-  static const std::vector<double>* const kBuckets = new std::vector<double>{
-      0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-      1.0,   2.5,    5.0,   10.0, 20.0,  30.0, 60.0, 120.0};
-  return *kBuckets;
-}
-
-const std::vector<double>& TransferBuckets() {
-  static const std::vector<double>* const kBuckets = new std::vector<double>{
-      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-      0.05,   0.1,     0.25,   0.5,   1.0,    2.5,   5.0,  10.0};
-  return *kBuckets;
-}
-
 ServingMetrics::ServingMetrics(std::shared_ptr<prometheus::Registry> registry, ServiceRole role)
     : registry_(std::move(registry)), role_(role) {}
 
@@ -88,37 +74,34 @@ void ServingMetrics::Register() {
 
   ttft_ = AddHistogram(r, "time_to_first_token_seconds",
                        "Time from request arrival to its first generated token, seconds.", labels,
-                       LatencyBuckets());
-  inter_token_latency_ =
-      AddHistogram(r, "inter_token_latency_seconds",
-                   "Time between consecutive generated tokens of a request, seconds.", labels,
-                   LatencyBuckets());
-  e2e_request_latency_ =
-      AddHistogram(r, "e2e_request_latency_seconds",
-                   "Time from request arrival to its last token, seconds.", labels,
-                   LatencyBuckets());
-  request_queue_time_ =
-      AddHistogram(r, "request_queue_time_seconds",
-                   "Time a request waited before it was first scheduled, seconds.", labels,
-                   LatencyBuckets());
-  kv_transfer_time_ = AddHistogram(r, "kv_transfer_seconds",
-                                   "Duration of one request's KV transfer, seconds.", labels,
-                                   TransferBuckets());
+                       kLatencyBuckets);
+  inter_token_latency_ = AddHistogram(
+      r, "inter_token_latency_seconds",
+      "Time between consecutive generated tokens of a request, seconds.", labels, kLatencyBuckets);
+  e2e_request_latency_ = AddHistogram(r, "e2e_request_latency_seconds",
+                                      "Time from request arrival to its last token, seconds.",
+                                      labels, kLatencyBuckets);
+  request_queue_time_ = AddHistogram(
+      r, "request_queue_time_seconds",
+      "Time a request waited before it was first scheduled, seconds.", labels, kLatencyBuckets);
+  kv_transfer_time_ =
+      AddHistogram(r, "kv_transfer_seconds", "Duration of one request's KV transfer, seconds.",
+                   labels, kTransferBuckets);
 
   num_requests_running_ =
       AddGauge(r, "num_requests_running", "Requests currently in the running batch.", labels);
   num_requests_waiting_ =
       AddGauge(r, "num_requests_waiting", "Requests queued and not yet scheduled.", labels);
-  kv_cache_usage_ = AddGauge(r, "kv_cache_usage_ratio",
-                             "Fraction of KV cache blocks in use, 0 to 1.", labels);
+  kv_cache_usage_ =
+      AddGauge(r, "kv_cache_usage_ratio", "Fraction of KV cache blocks in use, 0 to 1.", labels);
   sparse_attention_density_ =
       AddGauge(r, "sparse_attention_density",
                "Fraction of the dense attention work done by sparse attention, 0 to 1.", labels);
 
   prefix_cache_queries_ = AddCounter(r, "prefix_cache_queries_total",
                                      "KV blocks looked up in the prefix cache.", labels);
-  prefix_cache_hits_ = AddCounter(r, "prefix_cache_hits_total",
-                                  "KV blocks found in the prefix cache.", labels);
+  prefix_cache_hits_ =
+      AddCounter(r, "prefix_cache_hits_total", "KV blocks found in the prefix cache.", labels);
   kv_transfer_bytes_ =
       AddCounter(r, "kv_transfer_bytes_total", "KV cache bytes transferred.", labels);
   kv_transfer_failures_ =
@@ -140,8 +123,7 @@ void ServingMetrics::Register() {
       AddCounter(r, "generated_tokens_total", "Tokens generated (output tokens).", labels);
   prompt_tokens_ =
       AddCounter(r, "prompt_tokens_total", "Prompt tokens processed (input tokens).", labels);
-  requests_family_ = &AddCounterFamily(r, "requests_total",
-                                       "Finished requests, by finish reason.");
+  requests_family_ = &AddCounterFamily(r, "requests_total", "Finished requests, by finish reason.");
   // Series for the standard reasons exist from the start, so rate() sees them go 0 -> 1.
   for (absl::string_view reason : {"length", "stop", "context", "aborted", "error"}) {
     requests_finished(reason);

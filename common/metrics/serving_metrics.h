@@ -12,9 +12,9 @@
 #ifndef SPARSESERVE_COMMON_METRICS_SERVING_METRICS_H_
 #define SPARSESERVE_COMMON_METRICS_SERVING_METRICS_H_
 
+#include <array>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -35,9 +35,12 @@ absl::string_view ServiceRoleName(ServiceRole role);
 // Request-level latencies, seconds: 1 ms … 120 s, roughly 1-2.5-5 per decade up to 10 s, then
 // 20/30/60/120 s for long generations. Covers inter-token latency (ms), TTFT and queue time
 // (ms to s) and end-to-end latency (s to minutes); slower values land in +Inf.
-const std::vector<double>& LatencyBuckets();
+inline constexpr std::array<double, 17> kLatencyBuckets = {
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120};
 // KV transfer durations, seconds: 100 µs … 10 s (one block is µs, a long prompt's KV is ms-s).
-const std::vector<double>& TransferBuckets();
+inline constexpr std::array<double, 16> kTransferBuckets = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+    0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10};
 
 class ServingMetrics {
  public:

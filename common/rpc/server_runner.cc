@@ -49,12 +49,13 @@ class ServiceListOption final : public grpc::ServerBuilderOption {
   std::vector<std::string>* names_;  // borrowed, see ServiceListPlugin
 };
 
-int ToMillis(absl::Duration d) { return static_cast<int>(absl::ToInt64Milliseconds(d)); }
+int ToMillis(absl::Duration d) {
+  return static_cast<int>(absl::ToInt64Milliseconds(d));
+}
 
 }  // namespace
 
-RpcServer::RpcServer(std::unique_ptr<grpc::Server> server, int port,
-                     std::vector<std::string> names)
+RpcServer::RpcServer(std::unique_ptr<grpc::Server> server, int port, std::vector<std::string> names)
     : server_(std::move(server)), port_(port), service_names_(std::move(names)) {}
 
 absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const std::string& address,
@@ -97,8 +98,8 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const std::string& a
     return absl::UnavailableError(
         absl::StrCat("rpc server ", address, ": default health service missing"));
   }
-  auto rpc_server = std::unique_ptr<RpcServer>(
-      new RpcServer(std::move(server), selected_port, std::move(names)));
+  auto rpc_server =
+      std::unique_ptr<RpcServer>(new RpcServer(std::move(server), selected_port, std::move(names)));
   rpc_server->SetServing(true);
   SS_LOG_INFO("rpc server listening on {} (port {})", address, selected_port);
   return rpc_server;
@@ -134,6 +135,8 @@ void RpcServer::Shutdown(absl::Duration drain_deadline) {
   server_->Shutdown(absl::ToChronoTime(absl::Now() + drain_deadline));
 }
 
-void RpcServer::Wait() { server_->Wait(); }
+void RpcServer::Wait() {
+  server_->Wait();
+}
 
 }  // namespace sparseserve::rpc

@@ -14,7 +14,9 @@ static_assert(static_cast<int>(absl::StatusCode::kUnavailable) ==
 static_assert(static_cast<int>(absl::StatusCode::kResourceExhausted) ==
               static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED));
 
-bool IsCanonical(int code) { return code >= 0 && code <= kMaxCanonicalCode; }
+bool IsCanonical(int code) {
+  return code >= 0 && code <= kMaxCanonicalCode;
+}
 
 }  // namespace
 

@@ -83,8 +83,7 @@ TEST(MetricsExporterTest, ServesRegistryOnKernelChosenPort) {
                               "le=\"0.025\"} 1"));
   EXPECT_THAT(text, HasSubstr("sparseserve_time_to_first_token_seconds_bucket{role=\"decode\","
                               "le=\"5\"} 2"));
-  EXPECT_THAT(text,
-              HasSubstr("sparseserve_inter_token_latency_seconds_count{role=\"decode\"} 1"));
+  EXPECT_THAT(text, HasSubstr("sparseserve_inter_token_latency_seconds_count{role=\"decode\"} 1"));
   EXPECT_THAT(text, HasSubstr("sparseserve_kv_transfer_seconds_bucket{role=\"decode\","
                               "le=\"0.0005\"} 1"));
   EXPECT_THAT(text, HasSubstr("sparseserve_num_requests_running{role=\"decode\"} 3"));
@@ -95,7 +94,8 @@ TEST(MetricsExporterTest, ServesRegistryOnKernelChosenPort) {
   EXPECT_THAT(text, HasSubstr("sparseserve_prefix_cache_hits_total{role=\"decode\"} 4"));
   EXPECT_THAT(text, HasSubstr("sparseserve_kv_transfer_bytes_total{role=\"decode\"} 262144"));
   EXPECT_THAT(text, HasSubstr("sparseserve_generated_tokens_total{role=\"decode\"} 42"));
-  EXPECT_THAT(text, HasSubstr("sparseserve_requests_total{finish_reason=\"stop\",role=\"decode\"} 2"));
+  EXPECT_THAT(text,
+              HasSubstr("sparseserve_requests_total{finish_reason=\"stop\",role=\"decode\"} 2"));
   EXPECT_THAT(text,
               HasSubstr("sparseserve_requests_total{finish_reason=\"length\",role=\"decode\"} 1"));
   // Untouched counters are exported at zero; prometheus-cpp adds no second "_total".
@@ -110,24 +110,34 @@ TEST(ServingMetricsTest, RegistersEveryArchitectureFamily) {
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   // The exporter serves exactly this serialization (checked over HTTP above).
   const std::string text = prometheus::TextSerializer().Serialize(registry->Collect());
-  for (const char* family :
-       {"time_to_first_token_seconds histogram", "inter_token_latency_seconds histogram",
-        "e2e_request_latency_seconds histogram", "request_queue_time_seconds histogram",
-        "kv_transfer_seconds histogram", "num_requests_running gauge",
-        "num_requests_waiting gauge", "kv_cache_usage_ratio gauge",
-        "sparse_attention_density gauge", "prefix_cache_queries_total counter",
-        "prefix_cache_hits_total counter", "kv_transfer_bytes_total counter",
-        "kv_transfer_failures_total counter", "kv_reservation_expiries_total counter",
-        "request_migrations_total counter", "requests_total counter",
-        "spec_decode_draft_tokens_total counter", "spec_decode_accepted_tokens_total counter",
-        "tokenselect_selection_cache_hits_total counter",
-        "tokenselect_selection_cache_queries_total counter", "generated_tokens_total counter",
-        "prompt_tokens_total counter"}) {
+  for (const char* family : {"time_to_first_token_seconds histogram",
+                             "inter_token_latency_seconds histogram",
+                             "e2e_request_latency_seconds histogram",
+                             "request_queue_time_seconds histogram",
+                             "kv_transfer_seconds histogram",
+                             "num_requests_running gauge",
+                             "num_requests_waiting gauge",
+                             "kv_cache_usage_ratio gauge",
+                             "sparse_attention_density gauge",
+                             "prefix_cache_queries_total counter",
+                             "prefix_cache_hits_total counter",
+                             "kv_transfer_bytes_total counter",
+                             "kv_transfer_failures_total counter",
+                             "kv_reservation_expiries_total counter",
+                             "request_migrations_total counter",
+                             "requests_total counter",
+                             "spec_decode_draft_tokens_total counter",
+                             "spec_decode_accepted_tokens_total counter",
+                             "tokenselect_selection_cache_hits_total counter",
+                             "tokenselect_selection_cache_queries_total counter",
+                             "generated_tokens_total counter",
+                             "prompt_tokens_total counter"}) {
     EXPECT_THAT(text, HasSubstr(absl::StrCat("# TYPE sparseserve_", family))) << family;
   }
   EXPECT_THAT(text, HasSubstr("sparseserve_prompt_tokens_total{role=\"prefill\"} 0"));
   // The standard finish reasons are exported at zero before any request finishes.
-  EXPECT_THAT(text, HasSubstr("sparseserve_requests_total{finish_reason=\"aborted\",role=\"prefill\"} 0"));
+  EXPECT_THAT(
+      text, HasSubstr("sparseserve_requests_total{finish_reason=\"aborted\",role=\"prefill\"} 0"));
 }
 
 TEST(MetricsExporterTest, SecondExporterOnSamePortFailsCleanly) {
@@ -177,8 +187,7 @@ TEST(ServingMetricsTest, ClashingFamilyTypeIsAnErrorNotAnException) {
 }
 
 TEST(ServingMetricsTest, LatencyBucketsSpanOneMillisecondToTwoMinutes) {
-  const std::vector<double>& buckets = LatencyBuckets();
-  ASSERT_FALSE(buckets.empty());
+  const auto& buckets = kLatencyBuckets;
   EXPECT_DOUBLE_EQ(buckets.front(), 0.001);
   EXPECT_DOUBLE_EQ(buckets.back(), 120.0);
   for (size_t i = 1; i < buckets.size(); ++i) EXPECT_LT(buckets[i - 1], buckets[i]);

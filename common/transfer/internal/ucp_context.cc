@@ -26,6 +26,8 @@ absl::StatusOr<std::unique_ptr<UcpContext>> UcpContext::Create(const std::string
   return std::unique_ptr<UcpContext>(new UcpContext(context));
 }
 
-UcpContext::~UcpContext() { ucp_cleanup(context_); }
+UcpContext::~UcpContext() {
+  ucp_cleanup(context_);
+}
 
 }  // namespace sparseserve::transfer::internal

@@ -10,25 +10,29 @@ namespace sparseserve::transfer::internal {
 absl::StatusOr<std::unique_ptr<UcpEndpoint>> UcpEndpoint::Connect(UcpWorker& worker,
                                                                   UcpProgressThread& progress,
                                                                   absl::string_view address,
+                                                                  bool detect_peer_failure,
                                                                   absl::Duration close_timeout) {
   // The object exists before the ep so that UCX's error callback has a stable argument.
-  std::unique_ptr<UcpEndpoint> endpoint(new UcpEndpoint(progress, close_timeout));
+  std::unique_ptr<UcpEndpoint> endpoint(
+      new UcpEndpoint(progress, detect_peer_failure, close_timeout));
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
   params.address = reinterpret_cast<const ucp_address_t*>(address.data());
-  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_mode = detect_peer_failure ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
   params.err_handler.cb = &UcpEndpoint::OnPeerError;
   params.err_handler.arg = endpoint.get();
-  SS_RETURN_IF_ERROR(
-      UcsToStatus(ucp_ep_create(worker.handle(), &params, &endpoint->ep_), "ucp_ep_create"));
+  ucp_ep_h ep = nullptr;  // assigned only on success, so the destructor never sees garbage
+  SS_RETURN_IF_ERROR(UcsToStatus(ucp_ep_create(worker.handle(), &params, &ep), "ucp_ep_create"));
+  endpoint->ep_ = ep;
   progress.Wake();  // let the wireup start without waiting for the first operation
   return endpoint;
 }
 
 UcpEndpoint::~UcpEndpoint() {
   if (ep_ == nullptr) return;
-  const bool failed = failure() != UCS_OK;
+  // Forcing needs peer error handling on both sides (UCX's contract for the flag).
+  const bool failed = detect_peer_failure_ && failure() != UCS_OK;
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   // A failed peer cannot acknowledge a graceful close; force releases local resources only.

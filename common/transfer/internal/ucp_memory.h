@@ -1,8 +1,11 @@
-// RAII owners of UCX memory handles: UcpMemoryRegion (ucp_mem_map of a caller-owned buffer,
-// local side) and UcpRemoteKey (ucp_ep_rkey_unpack of a peer's packed key, remote side).
+// RAII owners of UCX memory handles: UcpMemoryRegion (ucp_mem_map of a caller-owned buffer, or
+// of memory UCX allocates) and UcpRemoteKey (ucp_ep_rkey_unpack of a peer's packed key).
 //
-// UcpMemoryRegion registers memory it does not own: the buffer must stay allocated until the
-// region is destroyed, and the region must be destroyed before its UcpContext. UcpRemoteKey must
+// A mapped region borrows its buffer, which must stay allocated until the region is destroyed;
+// an allocated region owns its memory (freed with the region). Memory UCX allocates can live in
+// a shared-memory segment that peers on the same host map directly, which is what lets the
+// shared-memory transports PUT with one memcpy instead of emulating RMA with messages. Regions
+// must be destroyed before their UcpContext. UcpRemoteKey must
 // be destroyed before the endpoint it was unpacked for. Both are immutable after creation and
 // may be used from any thread (UCX's worker lock serializes the calls that take them).
 #ifndef SPARSESERVE_COMMON_TRANSFER_INTERNAL_UCP_MEMORY_H_
@@ -26,24 +29,29 @@ class UcpMemoryRegion {
   // Returns kInvalidArgument for a null base or zero bytes, or UCX's error.
   static absl::StatusOr<std::unique_ptr<UcpMemoryRegion>> Map(const UcpContext& context,
                                                               const void* base, size_t bytes);
+  // Lets UCX allocate `bytes` of host memory (zero-filled) and registers it.
+  // Returns kInvalidArgument for zero bytes, or UCX's error (kResourceExhausted when out of
+  // memory).
+  static absl::StatusOr<std::unique_ptr<UcpMemoryRegion>> Allocate(const UcpContext& context,
+                                                                   size_t bytes);
   ~UcpMemoryRegion();
   UcpMemoryRegion(const UcpMemoryRegion&) = delete;
   UcpMemoryRegion& operator=(const UcpMemoryRegion&) = delete;
 
   ucp_mem_h handle() const { return memh_; }
-  const char* base() const { return base_; }
+  char* base() const { return base_; }
   size_t bytes() const { return bytes_; }
 
   // The raw UCX remote key a peer needs to PUT into this region.
   absl::StatusOr<std::string> PackRkey() const;
 
  private:
-  UcpMemoryRegion(ucp_context_h context, ucp_mem_h memh, const char* base, size_t bytes)
+  UcpMemoryRegion(ucp_context_h context, ucp_mem_h memh, char* base, size_t bytes)
       : context_(context), memh_(memh), base_(base), bytes_(bytes) {}
 
   ucp_context_h context_;  // borrowed from the UcpContext
   ucp_mem_h memh_;
-  const char* base_;
+  char* base_;  // writable only for allocated regions (mapped ones may be const buffers)
   size_t bytes_;
 };
 

@@ -14,8 +14,7 @@ void UcpRequestWaiter::OnComplete(void* /*request*/, ucs_status_t status, void* 
   waiter->done_.Notify();
 }
 
-std::optional<ucs_status_t> UcpRequestWaiter::Wait(ucs_status_ptr_t request,
-                                                   absl::Duration timeout,
+std::optional<ucs_status_t> UcpRequestWaiter::Wait(ucs_status_ptr_t request, absl::Duration timeout,
                                                    UcpProgressThread& progress) {
   if (request == nullptr) return UCS_OK;
   if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);

@@ -16,22 +16,17 @@ absl::StatusCode CodeFor(ucs_status_t status) {
     case UCS_ERR_IO_ERROR:
     case UCS_ERR_CANCELED:
     case UCS_ERR_NO_DEVICE:
-    case UCS_ERR_SHMEM_SEGMENT:
-      return absl::StatusCode::kUnavailable;
+    case UCS_ERR_SHMEM_SEGMENT: return absl::StatusCode::kUnavailable;
     case UCS_ERR_INVALID_PARAM:
     case UCS_ERR_INVALID_ADDR:
     case UCS_ERR_MESSAGE_TRUNCATED:
-    case UCS_ERR_OUT_OF_RANGE:
-      return absl::StatusCode::kInvalidArgument;
+    case UCS_ERR_OUT_OF_RANGE: return absl::StatusCode::kInvalidArgument;
     case UCS_ERR_NO_MEMORY:
     case UCS_ERR_NO_RESOURCE:
     case UCS_ERR_EXCEEDS_LIMIT:
-    case UCS_ERR_BUSY:
-      return absl::StatusCode::kResourceExhausted;
-    case UCS_ERR_UNSUPPORTED:
-      return absl::StatusCode::kFailedPrecondition;
-    default:
-      return absl::StatusCode::kInternal;
+    case UCS_ERR_BUSY: return absl::StatusCode::kResourceExhausted;
+    case UCS_ERR_UNSUPPORTED: return absl::StatusCode::kFailedPrecondition;
+    default: return absl::StatusCode::kInternal;
   }
 }
 

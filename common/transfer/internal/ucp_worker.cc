@@ -30,11 +30,13 @@ absl::StatusOr<std::unique_ptr<UcpWorker>> UcpWorker::Create(const UcpContext& c
                                  "ucp_worker_get_address"));
   owned->address_.assign(reinterpret_cast<const char*>(address), address_length);
   ucp_worker_release_address(worker, address);
-  SS_RETURN_IF_ERROR(UcsToStatus(ucp_worker_get_efd(worker, &owned->event_fd_),
-                                 "ucp_worker_get_efd"));
+  SS_RETURN_IF_ERROR(
+      UcsToStatus(ucp_worker_get_efd(worker, &owned->event_fd_), "ucp_worker_get_efd"));
   return owned;
 }
 
-UcpWorker::~UcpWorker() { ucp_worker_destroy(worker_); }
+UcpWorker::~UcpWorker() {
+  ucp_worker_destroy(worker_);
+}
 
 }  // namespace sparseserve::transfer::internal

@@ -53,24 +53,23 @@ std::string EncodeWireEnvelope(const WireEnvelope& envelope) {
 }
 
 absl::StatusOr<WireEnvelope> DecodeWireEnvelope(absl::string_view bytes, WireKind expected) {
-  const char* what =
-      expected == WireKind::kWorkerAddress ? "UCX worker address" : "UCX remote key";
+  const char* what = expected == WireKind::kWorkerAddress ? "UCX worker address" : "UCX remote key";
   if (bytes.size() < kHeaderBytes + kChecksumBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", bytes.size(), " bytes is too short"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", bytes.size(), " bytes is too short"));
   }
   if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": bad magic"));
   }
   const uint16_t version = Read<uint16_t>(bytes, 4);
   if (version != kVersion) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": format version ", version,
-                                                   ", expected ", kVersion));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": format version ", version, ", expected ", kVersion));
   }
   const uint32_t payload_bytes = Read<uint32_t>(bytes, 24);
   if (payload_bytes == 0 || bytes.size() != kHeaderBytes + payload_bytes + kChecksumBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": payload length ", payload_bytes, " does not match ", bytes.size(),
-                     " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": payload length ", payload_bytes,
+                                                   " does not match ", bytes.size(), " bytes"));
   }
   const size_t checked = kHeaderBytes + payload_bytes;
   if (Read<uint64_t>(bytes, checked) != Fnv1a64(bytes.substr(0, checked))) {

@@ -1,0 +1,87 @@
+// KvTransferSource: the prefill worker's end of KV transfer. It owns one UCX worker (driven by
+// an owned progress thread), registers the local per-layer KV buffers once, and opens a
+// KvWriteSession per decode worker pool (Connect) through which blocks are PUT.
+//
+// Ownership: the source borrows the registered local buffers (they must stay allocated until the
+// source is destroyed); every KvWriteSession borrows the source and must be destroyed before it
+// (checked). Thread-safe; sessions may be used concurrently from different threads.
+#ifndef SPARSESERVE_COMMON_TRANSFER_KV_TRANSFER_SOURCE_H_
+#define SPARSESERVE_COMMON_TRANSFER_KV_TRANSFER_SOURCE_H_
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "common/transfer/kv_transfer_options.h"
+#include "common/transfer/kv_write_session.h"
+#include "common/transfer/remote_kv_pool.h"
+
+namespace sparseserve::transfer {
+namespace internal {
+class UcpContext;
+class UcpEndpoint;
+class UcpMemoryRegion;
+class UcpProgressThread;
+class UcpWorker;
+}  // namespace internal
+
+class KvTransferSource {
+ public:
+  // Returns UCX's error if UCX cannot start.
+  static absl::StatusOr<std::unique_ptr<KvTransferSource>> Create(
+      const KvTransferOptions& options = {});
+  // REQUIRES: every session from Connect has been destroyed.
+  ~KvTransferSource();
+  KvTransferSource(const KvTransferSource&) = delete;
+  KvTransferSource& operator=(const KvTransferSource&) = delete;
+
+  // Registers layer `layer`'s local KV buffer [base, base + bytes), the source of PutBlocks.
+  // REQUIRES: the buffer stays allocated until this source is destroyed.
+  // Returns kInvalidArgument for layer < 0, a null base or zero bytes, kAlreadyExists if the
+  // layer is registered, or UCX's error.
+  absl::Status RegisterLocal(int layer, const void* base, size_t bytes);
+
+  // Opens a session writing into the decode worker pool `remote` (from its KvTransferTarget).
+  // Everything is validated before UCX sees it: kInvalidArgument if the address or a key is
+  // corrupted or truncated, a key's base differs from layer_base_addresses, the layer lists
+  // differ in length or are empty, or a region holds no whole block. Returns UCX's error
+  // (kUnavailable) if the peer cannot be reached at once; a peer that proves unreachable later
+  // fails the session's Flush instead. See KvTransferOptions::require_peer_failure_detection.
+  absl::StatusOr<std::unique_ptr<KvWriteSession>> Connect(const RemoteKvPool& remote);
+
+ private:
+  friend class KvWriteSession;
+
+  KvTransferSource(const KvTransferOptions& options, std::unique_ptr<internal::UcpContext> context,
+                   std::unique_ptr<internal::UcpWorker> worker);
+
+  // Connects to a raw UCX address with peer failure detection if the transports allow it.
+  absl::StatusOr<std::unique_ptr<internal::UcpEndpoint>> ConnectEndpoint(absl::string_view address);
+  // The registration of `layer`, or nullptr. The region lives as long as the source.
+  const internal::UcpMemoryRegion* FindLocal(int layer) const;
+
+  const KvTransferOptions options_;
+  // Declaration order is destruction order in reverse: progress thread first, then memory
+  // registrations, worker, context.
+  std::unique_ptr<internal::UcpContext> context_;
+  std::unique_ptr<internal::UcpWorker> worker_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<int, std::unique_ptr<internal::UcpMemoryRegion>> local_regions_
+      ABSL_GUARDED_BY(mu_);
+  // Set once a Connect found that the transports cannot detect peer failure, so later ones
+  // skip the attempt (and UCX's error line). A cached capability bit: relaxed order suffices.
+  std::atomic<bool> peer_detection_unsupported_{false};
+  // Live sessions; a counter only (checked in the destructor), so relaxed order suffices.
+  std::atomic<int> num_sessions_{0};
+  std::unique_ptr<internal::UcpProgressThread> progress_;
+};
+
+}  // namespace sparseserve::transfer
+
+#endif  // SPARSESERVE_COMMON_TRANSFER_KV_TRANSFER_SOURCE_H_

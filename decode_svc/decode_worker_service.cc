@@ -1,0 +1,342 @@
+#include "decode_svc/decode_worker_service.h"
+
+#include <deque>
+#include <memory>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/core/logging.h"
+#include "common/rpc/status_conversion.h"
+
+namespace sparseserve::decode {
+
+sampling::SamplingParams FromProto(const v1::SamplingParams& p) {
+  sampling::SamplingParams s;
+  s.temperature = p.has_temperature() ? p.temperature() : 1.0f;
+  s.top_k = p.top_k();
+  s.top_p = p.top_p() == 0.0f ? 1.0f : p.top_p();
+  s.min_p = p.min_p();
+  s.repetition_penalty = p.repetition_penalty() == 0.0f ? 1.0f : p.repetition_penalty();
+  s.penalty_window = p.penalty_window();
+  s.seed = p.seed();
+  return s;
+}
+
+v1::FinishReason ToProto(engine::FinishReason reason) {
+  switch (reason) {
+    case engine::FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
+    case engine::FinishReason::kStop: return v1::FINISH_REASON_STOP;
+    case engine::FinishReason::kContextFull: return v1::FINISH_REASON_CONTEXT;
+    case engine::FinishReason::kAborted: return v1::FINISH_REASON_ABORTED;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+v1::KvLayout LayoutOf(const engine::ModelRunner& runner) {
+  v1::KvLayout layout;
+  layout.set_dtype(std::string(DTypeName(runner.cache().dtype())));
+  layout.set_block_tokens(runner.block_tokens());
+  layout.set_num_layers(runner.config().num_layers);
+  layout.set_num_kv_heads(runner.config().num_kv_heads);
+  layout.set_head_dim(runner.config().head_dim);
+  return layout;
+}
+
+namespace {
+
+// One Decode call. The scheduler's engine thread pushes tokens through the Sink (a separate,
+// co-owned object, so a late token after the client left touches no freed reactor); gRPC's
+// threads drive the writes. State shared by both sides is under `mu`.
+class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
+ public:
+  struct Shared {
+    absl::Mutex mu;
+    DecodeStream* stream ABSL_GUARDED_BY(mu);  // null once OnDone ran
+    std::vector<int32_t> pending ABSL_GUARDED_BY(mu);
+    bool started ABSL_GUARDED_BY(mu) = false;
+    int cached_tokens ABSL_GUARDED_BY(mu) = 0;
+    double queue_seconds ABSL_GUARDED_BY(mu) = 0;
+    bool finished ABSL_GUARDED_BY(mu) = false;
+    absl::Status status ABSL_GUARDED_BY(mu);
+    engine::FinishReason reason ABSL_GUARDED_BY(mu) = engine::FinishReason::kLength;
+    bool write_in_flight ABSL_GUARDED_BY(mu) = false;
+    bool sent_first ABSL_GUARDED_BY(mu) = false;
+    bool finish_called ABSL_GUARDED_BY(mu) = false;
+  };
+
+  class Sink final : public DecodeSink {
+   public:
+    Sink(std::shared_ptr<Shared> shared, metrics::ServingMetrics* metrics)
+        : shared_(std::move(shared)), metrics_(metrics), start_(absl::Now()) {}
+    void OnStart(int cached, double queue_seconds) override {
+      metrics_->request_queue_time().Observe(queue_seconds);
+      absl::MutexLock lock(&shared_->mu);
+      shared_->started = true;
+      shared_->cached_tokens = cached;
+      shared_->queue_seconds = queue_seconds;
+    }
+    void OnToken(int32_t token) override {
+      const absl::Time now = absl::Now();
+      if (num_tokens_++ == 0) {
+        metrics_->ttft().Observe(absl::ToDoubleSeconds(now - start_));
+      } else {
+        metrics_->inter_token_latency().Observe(absl::ToDoubleSeconds(now - last_token_));
+      }
+      last_token_ = now;
+      metrics_->generated_tokens().Increment();
+      DecodeStream* to_write = nullptr;
+      {
+        absl::MutexLock lock(&shared_->mu);
+        shared_->pending.push_back(token);
+        to_write = shared_->stream;
+      }
+      if (to_write != nullptr) to_write->MaybeWrite();
+    }
+    void OnFinish(const absl::Status& status, engine::FinishReason reason) override {
+      metrics_->e2e_request_latency().Observe(absl::ToDoubleSeconds(absl::Now() - start_));
+      metrics_->requests_finished(status.ok() ? v1::FinishReason_Name(ToProto(reason)) : "error")
+          .Increment();
+      DecodeStream* to_write = nullptr;
+      {
+        absl::MutexLock lock(&shared_->mu);
+        shared_->finished = true;
+        shared_->status = status;
+        shared_->reason = reason;
+        to_write = shared_->stream;
+      }
+      if (to_write != nullptr) to_write->MaybeWrite();
+    }
+
+   private:
+    std::shared_ptr<Shared> shared_;
+    metrics::ServingMetrics* metrics_;
+    const absl::Time start_;
+    absl::Time last_token_;
+    int num_tokens_ = 0;  // engine thread only
+  };
+
+  DecodeStream(DecodeScheduler* scheduler, std::string request_id)
+      : scheduler_(scheduler), request_id_(std::move(request_id)),
+        shared_(std::make_shared<Shared>()) {
+    absl::MutexLock lock(&shared_->mu);
+    shared_->stream = this;
+  }
+
+  std::shared_ptr<Shared> shared() { return shared_; }
+
+  // Starts the next write if none is in flight and there is something to send.
+  void MaybeWrite() {
+    bool finish_now = false;
+    grpc::Status final_status;
+    {
+      absl::MutexLock lock(&shared_->mu);
+      Shared& s = *shared_;
+      if (s.write_in_flight || s.finish_called) return;
+      const bool error = s.finished && !s.status.ok();
+      if (error) {
+        s.finish_called = true;
+        finish_now = true;
+        final_status = rpc::ToGrpcStatus(s.status);
+      } else if (!s.pending.empty() || (s.finished && !s.finish_called)) {
+        response_.Clear();
+        for (int32_t t : s.pending) response_.add_token_ids(t);
+        s.pending.clear();
+        if (!s.sent_first) {
+          s.sent_first = true;
+          response_.set_cached_prompt_tokens(s.cached_tokens);
+          response_.set_queue_seconds(s.queue_seconds);
+        }
+        if (s.finished) {
+          response_.set_finish_reason(ToProto(s.reason));
+          s.finish_called = true;
+          last_write_ = true;
+        }
+        s.write_in_flight = true;
+      } else {
+        return;
+      }
+    }
+    if (finish_now) {
+      Finish(final_status);
+    } else if (last_write_) {
+      StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
+    } else {
+      StartWrite(&response_);
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    bool finish_cancelled = false;
+    {
+      absl::MutexLock lock(&shared_->mu);
+      shared_->write_in_flight = false;
+      if (!ok && !shared_->finish_called) {
+        // The client is gone; stop generating. Finish is still owed exactly once.
+        shared_->finish_called = true;
+        finish_cancelled = true;
+      }
+    }
+    if (!ok) {
+      if (finish_cancelled) {
+        scheduler_->Abort(request_id_);
+        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "write failed: client gone"));
+      }
+      return;
+    }
+    MaybeWrite();
+  }
+
+  void OnCancel() override { scheduler_->Abort(request_id_); }
+
+  void OnDone() override {
+    {
+      absl::MutexLock lock(&shared_->mu);
+      shared_->stream = nullptr;
+    }
+    delete this;
+  }
+
+  bool last_write_ = false;  // set under mu before the final write starts
+
+ private:
+  DecodeScheduler* scheduler_;
+  const std::string request_id_;
+  std::shared_ptr<Shared> shared_;
+  v1::DecodeResponse response_;  // the message being written (one write in flight)
+};
+
+}  // namespace
+
+DecodeWorkerService::DecodeWorkerService(DecodeScheduler* scheduler, engine::ModelRunner* runner,
+                                         KvReservationTable* reservations,
+                                         metrics::ServingMetrics* metrics, DecodeWorkerInfo info)
+    : scheduler_(scheduler),
+      runner_(runner),
+      reservations_(reservations),
+      metrics_(metrics),
+      info_(std::move(info)) {}
+
+grpc::ServerWriteReactor<v1::DecodeResponse>* DecodeWorkerService::Decode(
+    grpc::CallbackServerContext* /*context*/, const v1::DecodeRequest* request) {
+  auto* stream = new DecodeStream(scheduler_, request->request_id());
+  DecodeJob job;
+  job.request_id = request->request_id();
+  job.prompt.assign(request->prompt_ids().begin(), request->prompt_ids().end());
+  job.sampling = FromProto(request->sampling());
+  job.max_tokens = request->max_tokens() > 0 ? request->max_tokens() : 256;
+  job.stop_token_ids.assign(request->stop_token_ids().begin(), request->stop_token_ids().end());
+  job.ignore_eos = request->ignore_eos();
+  job.sink = std::make_shared<DecodeStream::Sink>(stream->shared(), metrics_);
+  metrics_->prompt_tokens().Increment(static_cast<double>(job.prompt.size()));
+  if (!request->reservation_id().empty()) {
+    absl::StatusOr<KvReservation> r = reservations_->Take(request->reservation_id());
+    if (!r.ok()) {
+      stream->Finish(rpc::ToGrpcStatus(r.status()));
+      return stream;
+    }
+    if (r->num_prompt_tokens != static_cast<int>(job.prompt.size())) {
+      runner_->mutable_pool().Release(r->block_ids);
+      stream->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                  "prompt length differs from the reservation's"));
+      return stream;
+    }
+    job.prefilled_blocks = std::move(r->block_ids);
+    job.first_token = request->first_token();
+  }
+  std::vector<int32_t> reserved;
+  if (job.prefilled_blocks.has_value()) reserved = *job.prefilled_blocks;
+  if (absl::Status s = scheduler_->Submit(std::move(job)); !s.ok()) {
+    runner_->mutable_pool().Release(reserved);  // Submit took nothing on error
+    stream->Finish(rpc::ToGrpcStatus(s));
+  }
+  return stream;
+}
+
+grpc::ServerUnaryReactor* DecodeWorkerService::ReserveKv(grpc::CallbackServerContext* context,
+                                                         const v1::ReserveKvRequest* request,
+                                                         v1::ReserveKvResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (info_.kv_pool.worker_address.empty()) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                 "this decode worker has no KV transport (UCX disabled)"));
+    return reactor;
+  }
+  std::vector<int32_t> prompt(request->prompt_ids().begin(), request->prompt_ids().end());
+  if (static_cast<int>(prompt.size()) >= runner_->max_context()) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "prompt exceeds context"));
+    return reactor;
+  }
+  absl::StatusOr<KvReservation> r = reservations_->Reserve(prompt);
+  if (!r.ok()) {
+    reactor->Finish(rpc::ToGrpcStatus(r.status()));
+    return reactor;
+  }
+  v1::KvReservation* out = response->mutable_reservation();
+  out->set_reservation_id(r->id);
+  *out->mutable_layout() = LayoutOf(*runner_);
+  out->set_ucx_worker_address(info_.kv_pool.worker_address);
+  for (const std::string& rkey : info_.kv_pool.layer_rkeys) out->add_layer_rkeys(rkey);
+  for (uint64_t base : info_.kv_pool.layer_base_addresses) out->add_layer_base_addresses(base);
+  for (int32_t b : r->block_ids) out->add_block_ids(b);
+  out->set_first_block_index(r->first_remote_block);
+  out->set_lease_seconds(absl::ToDoubleSeconds(reservations_->lease()));
+  response->set_cached_tokens(r->cached_tokens);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DecodeWorkerService::Release(grpc::CallbackServerContext* context,
+                                                       const v1::ReleaseRequest* request,
+                                                       v1::ReleaseResponse* /*response*/) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(reservations_->Release(request->reservation_id())
+                      ? grpc::Status::OK
+                      : grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown reservation"));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DecodeWorkerService::Abort(grpc::CallbackServerContext* context,
+                                                     const v1::WorkerAbortRequest* request,
+                                                     v1::WorkerAbortResponse* response) {
+  response->set_found(scheduler_->Abort(request->request_id()));
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DecodeWorkerService::Status(grpc::CallbackServerContext* context,
+                                                      const v1::WorkerStatusRequest* /*request*/,
+                                                      v1::WorkerStatusResponse* response) {
+  const DecodeSchedulerStats stats = scheduler_->stats();
+  const kv::KvBlockPool& pool = runner_->pool();
+  response->set_role("decode");
+  response->set_num_running(stats.num_running);
+  response->set_num_waiting(stats.num_waiting);
+  response->set_num_free_blocks(pool.num_free_blocks());
+  response->set_num_total_blocks(pool.num_blocks());
+  for (kv::BlockHash h : pool.CachedHashes()) response->add_cached_block_hashes(h);
+  *response->mutable_layout() = LayoutOf(*runner_);
+  response->set_model(info_.model);
+  response->set_max_context(runner_->max_context());
+  response->set_vocab_size(runner_->config().vocab_size);
+  response->set_architecture(std::string(model::ModelArchName(runner_->config().arch)));
+  response->set_num_layers(runner_->config().num_layers);
+  metrics_->num_requests_running().Set(stats.num_running);
+  metrics_->num_requests_waiting().Set(stats.num_waiting);
+  metrics_->kv_cache_usage().Set(pool.usage_ratio());
+  RecordPrefixCacheStats();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+void DecodeWorkerService::RecordPrefixCacheStats() {
+  const kv::PrefixCacheStats now = runner_->pool().prefix_cache_stats();
+  absl::MutexLock lock(&stats_mu_);
+  metrics_->prefix_cache_queries().Increment(
+      static_cast<double>(now.num_queries - reported_.num_queries));
+  metrics_->prefix_cache_hits().Increment(static_cast<double>(now.num_hits - reported_.num_hits));
+  reported_ = now;
+}
+
+}  // namespace sparseserve::decode
