@@ -163,7 +163,18 @@ bool DecodeScheduler::AdmitOne(std::unique_ptr<Running>& r) {
       Finish(*r, s, engine::FinishReason::kAborted);
       return true;
     }
-    first = job.first_token;
+    // The prefill worker's first token was already streamed by the router: it is not emitted
+    // again, only fed to the next decode step (and kept with the prompt for recomputation).
+    job.prompt.push_back(job.first_token);
+    r->history.push_back(job.first_token);
+    r->next_token = job.first_token;
+    if (!r->started) {
+      r->started = true;
+      job.sink->OnStart(r->seq.num_cached_prompt_tokens,
+                        absl::ToDoubleSeconds(absl::Now() - r->enqueued));
+    }
+    running_.push_back(std::move(r));
+    return true;
   } else {
     // After a preemption the tokens generated so far are recomputed with the prompt.
     std::vector<int32_t> input = job.prompt;

@@ -52,7 +52,9 @@ struct DecodeJob {
   std::vector<int32_t> stop_token_ids;    // in addition to the tokenizer's end-of-generation ids
   bool ignore_eos = false;
   // Disaggregated prefill: KV of `prompt` is already in these blocks (references owned by the
-  // job) and `first_token` was sampled by the prefill worker.
+  // job) and `first_token` was sampled by the prefill worker and already delivered to the
+  // client by the router: it is fed to the first decode step, not emitted again, and not
+  // counted in max_tokens.
   std::optional<std::vector<int32_t>> prefilled_blocks;
   int32_t first_token = -1;
   std::shared_ptr<DecodeSink> sink;       // co-owned by the scheduler and the RPC that made it

@@ -110,9 +110,10 @@ void GenerateCall::OnCancel() {
   Run(actions);
 }
 
+// Drops the server side's reference.
 void GenerateCall::OnDone() {
   Unref();
-}  // the server side's reference
+}
 
 void GenerateCall::OnDecodeResponse(DecodeStream* stream, const v1::DecodeResponse& response) {
   Actions actions;

@@ -6,8 +6,15 @@
 #ifndef SPARSESERVE_TOOLS_COMMAND_H_
 #define SPARSESERVE_TOOLS_COMMAND_H_
 
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "absl/status/status.h"
+
+namespace sparseserve::router {
+struct RouterOptions;
+}  // namespace sparseserve::router
 
 namespace sparseserve::tools {
 
@@ -30,8 +37,17 @@ void PrintCommandHelp(const Command& command);
 // Applies the common flags (--log-level, --threads). Returns false after printing an error.
 bool ApplyCommonFlags();
 
+// The router's flags as options, and serving them until SIGINT/SIGTERM (router_command.cc);
+// `up` runs the same router in its own process. `on_stop` runs after the router stopped.
+router::RouterOptions RouterOptionsFromFlags();
+absl::Status ServeRouter(router::RouterOptions options, const char* role,
+                         const std::function<void()>& on_stop);
+
 int RunGenerateCommand(const std::vector<char*>& positional);
 int RunDecodeCommand(const std::vector<char*>& positional);
+int RunPrefillCommand(const std::vector<char*>& positional);
+int RunRouterCommand(const std::vector<char*>& positional);
+int RunUpCommand(const std::vector<char*>& positional);
 
 }  // namespace sparseserve::tools
 

@@ -7,15 +7,13 @@
 #include "decode_svc/decode_worker.h"
 #include "tools/command.h"
 #include "tools/model_flags.h"
+#include "tools/serve_flags.h"
 #include "tools/termination_signal.h"
 
-ABSL_FLAG(std::string, address, "127.0.0.1:0", "gRPC listen address (port 0 = any free port).");
-ABSL_FLAG(std::string, metrics_address, "127.0.0.1:0", "Prometheus /metrics listen address.");
 ABSL_FLAG(int, max_running, 64, "Sequences decoded together in one batch step.");
 ABSL_FLAG(int, max_waiting, 1024, "Queued requests beyond which new ones get RESOURCE_EXHAUSTED.");
 ABSL_FLAG(double, kv_lease_seconds, 60, "Unused KV reservations return their blocks after this.");
 ABSL_FLAG(bool, kv_transfer, true, "Register the KV pool with UCX so prefill workers can PUT.");
-ABSL_FLAG(double, drain_seconds, 30, "On SIGINT/SIGTERM, time in-flight requests get to finish.");
 
 namespace sparseserve::tools {
 
@@ -28,8 +26,8 @@ int RunDecodeCommand(const std::vector<char*>& positional) {
   CatchTerminationSignals();
   decode::DecodeWorkerOptions options;
   options.model_path = ModelPathFromFlags();
-  options.address = absl::GetFlag(FLAGS_address);
-  options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  options.address = ListenAddressFromFlags();
+  options.metrics_address = MetricsAddressFromFlags();
   options.runner = RunnerOptionsFromFlags();
   options.scheduler.max_running = absl::GetFlag(FLAGS_max_running);
   options.scheduler.max_waiting = absl::GetFlag(FLAGS_max_waiting);
@@ -46,14 +44,11 @@ int RunDecodeCommand(const std::vector<char*>& positional) {
     std::fprintf(stderr, "error: %s\n", worker.status().ToString().c_str());
     return 1;
   }
-  const std::string host = options.address.substr(0, options.address.rfind(':'));
-  const std::string mhost = options.metrics_address.substr(0, options.metrics_address.rfind(':'));
-  std::printf("READY decode %s:%d metrics %s:%d\n", host.c_str(), (*worker)->port(),
-              mhost.c_str(), (*worker)->metrics_port());
-  std::fflush(stdout);
+  PrintReady("decode", options.address, (*worker)->port(), options.metrics_address,
+             (*worker)->metrics_port());
   const int sig = WaitForTerminationSignal();
   SS_LOG_INFO("decode worker: signal {}, draining", sig);
-  (*worker)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_drain_seconds)));
+  (*worker)->Shutdown(DrainFromFlags());
   return 0;
 }
 

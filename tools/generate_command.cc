@@ -8,6 +8,7 @@
 #include "common/engine/generator.h"
 #include "common/engine/model_source.h"
 #include "kernels/backend.h"
+#include "router/generation_client.h"
 #include "tools/command.h"
 #include "tools/model_flags.h"
 
@@ -23,14 +24,63 @@ ABSL_FLAG(int, penalty_window, 0,
           "Recent tokens the repetition penalty looks at (0 = whole history; TokenSwift 1024).");
 ABSL_FLAG(uint64_t, seed, 0, "Random seed; the same seed gives the same output.");
 ABSL_FLAG(bool, ignore_eos, false, "Keep generating past end-of-sequence tokens.");
+ABSL_FLAG(std::string, server, "",
+          "Router address (host:port): generate through a running server instead of loading "
+          "the model in this process.");
+ABSL_FLAG(double, timeout_seconds, 600, "With --server: deadline of the whole request.");
 
 namespace sparseserve::tools {
 namespace {
+
+void PrintSummary(size_t prompt_tokens, int cached, size_t new_tokens, absl::string_view finish,
+                  double ttft_s, double total_s) {
+  const double decode_s = total_s - ttft_s;
+  const size_t decoded = new_tokens == 0 ? 0 : new_tokens - 1;
+  std::fprintf(stderr, "%s\n",
+               absl::StrFormat("prompt tokens: %d (cached %d), new tokens: %d, finish: %s, "
+                               "time to first token: %.2f ms, decode: %.1f tokens/s, "
+                               "total: %.3f s",
+                               prompt_tokens, cached, new_tokens, finish, ttft_s * 1e3,
+                               decode_s > 0 ? decoded / decode_s : 0.0, total_s)
+                   .c_str());
+}
+
+absl::Status GenerateRemote() {
+  v1::GenerateRequest request;
+  request.set_text(absl::GetFlag(FLAGS_prompt));
+  request.set_max_tokens(absl::GetFlag(FLAGS_max_tokens));
+  request.set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+  v1::SamplingParams* s = request.mutable_sampling();
+  s->set_has_temperature(true);
+  s->set_temperature(static_cast<float>(absl::GetFlag(FLAGS_temperature)));
+  s->set_top_k(absl::GetFlag(FLAGS_top_k));
+  s->set_top_p(static_cast<float>(absl::GetFlag(FLAGS_top_p)));
+  s->set_min_p(static_cast<float>(absl::GetFlag(FLAGS_min_p)));
+  s->set_repetition_penalty(static_cast<float>(absl::GetFlag(FLAGS_repetition_penalty)));
+  s->set_penalty_window(absl::GetFlag(FLAGS_penalty_window));
+  s->set_seed(absl::GetFlag(FLAGS_seed));
+  router::GenerationClient client(absl::GetFlag(FLAGS_server));
+  SS_ASSIGN_OR_RETURN(
+      router::RemoteGeneration result,
+      client.Generate(request, absl::Seconds(absl::GetFlag(FLAGS_timeout_seconds)),
+                      [](absl::string_view delta) {
+                        std::fwrite(delta.data(), 1, delta.size(), stdout);
+                        std::fflush(stdout);
+                      }));
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  std::string finish = v1::FinishReason_Name(result.finish_reason);
+  PrintSummary(result.usage.prompt_tokens(), result.usage.cached_prompt_tokens(),
+               result.tokens.size(), finish, result.timings.time_to_first_token_seconds(),
+               result.timings.e2e_seconds());
+  return absl::OkStatus();
+}
 
 absl::Status Generate() {
   if (absl::GetFlag(FLAGS_prompt).empty()) {
     return absl::InvalidArgumentError("--prompt is required (see --help)");
   }
+  if (!absl::GetFlag(FLAGS_server).empty()) return GenerateRemote();
   SS_ASSIGN_OR_RETURN(Device device, DeviceFromFlags());
   SS_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend, kernels::CreateBackend(device));
   SS_ASSIGN_OR_RETURN(engine::ModelSource source, engine::OpenModelSource(ModelPathFromFlags()));

@@ -27,7 +27,30 @@ const std::vector<Command>& Commands() {
        "that prefill workers fill over UCX. Prometheus metrics on /metrics. Prints\n"
        "'READY decode <address> metrics <address>' on stdout once serving; SIGINT/SIGTERM drain\n"
        "in-flight requests and exit.",
-       {"tools/decode_command.cc", "tools/model_flags.cc"}, &RunDecodeCommand},
+       {"tools/decode_command.cc", "tools/serve_flags.cc", "tools/model_flags.cc"},
+       &RunDecodeCommand},
+      {"prefill", "run a prefill worker (chunked prefill, KV export over UCX)",
+       "sparseserve prefill --model PATH [--address HOST:PORT] ...",
+       "Serves sparseserve.v1.PrefillWorker: computes a prompt's KV (with its own prefix\n"
+       "cache) and PUTs each layer's blocks over UCX into the decode worker's reservation as\n"
+       "soon as the layer is done, then returns the first token. Prints 'READY prefill ...'.",
+       {"tools/prefill_command.cc", "tools/serve_flags.cc", "tools/model_flags.cc"},
+       &RunPrefillCommand},
+      {"router", "run the router (public Generation API) in front of running workers",
+       "sparseserve router --model PATH --decode-workers A,B [--prefill-workers C] ...",
+       "Serves sparseserve.v1.Generation: tokenizes, routes by load and prefix-cache overlap,\n"
+       "sends long uncached prompts to prefill workers (--disagg-threshold), streams tokens,\n"
+       "retries and migrates on worker failure. --model is used for the tokenizer only.",
+       {"tools/router_command.cc", "tools/serve_flags.cc", "tools/model_flags.cc"},
+       &RunRouterCommand},
+      {"up", "start router + prefill + decode workers on this machine (first run)",
+       "sparseserve up [--model PATH] [--num-prefill N] [--num-decode M] ...",
+       "Starts N prefill and M decode worker processes with the model, then serves the router\n"
+       "in this process and prints 'READY up <address> ...'. Use `sparseserve generate\n"
+       "--server <address>` to talk to it. SIGINT/SIGTERM stop everything cleanly.",
+       {"tools/up_command.cc", "tools/router_command.cc", "tools/serve_flags.cc",
+        "tools/model_flags.cc"},
+       &RunUpCommand},
   };
   return commands;
 }

@@ -66,7 +66,9 @@ void ModelRunner::RegisterFullBlocks(SequenceKv& seq) {
   }
 }
 
-absl::StatusOr<Tensor> ModelRunner::Prefill(absl::Span<const int32_t> prompt, SequenceKv& seq) {
+absl::StatusOr<Tensor> ModelRunner::Prefill(
+    absl::Span<const int32_t> prompt, SequenceKv& seq,
+    const std::function<absl::Status(int layer)>& on_layer_done) {
   if (!seq.tokens.empty() || !seq.block_ids.empty()) {
     return absl::FailedPreconditionError("Prefill: sequence already has KV state");
   }
@@ -99,7 +101,9 @@ absl::StatusOr<Tensor> ModelRunner::Prefill(absl::Span<const int32_t> prompt, Se
     fs.tokens.assign(prompt.begin() + start, prompt.begin() + start + len);
     fs.start_pos = start;
     fs.block_table = seq.block_ids;
-    absl::StatusOr<Tensor> out = model_->Forward({fs}, *cache_);
+    const bool last_chunk = start + len == n;
+    absl::StatusOr<Tensor> out =
+        model_->Forward({fs}, *cache_, last_chunk ? on_layer_done : nullptr);
     if (!out.ok()) {
       Release(seq);
       return out.status();

@@ -8,6 +8,7 @@
 #ifndef SPARSESERVE_COMMON_ENGINE_MODEL_RUNNER_H_
 #define SPARSESERVE_COMMON_ENGINE_MODEL_RUNNER_H_
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -53,7 +54,11 @@ class ModelRunner {
   // [1, vocab] of its last token. Leading full blocks found in the prefix cache are reused; at
   // least the last token is always computed. kInvalidArgument for an empty prompt or one longer
   // than the context; kResourceExhausted when the pool lacks blocks (nothing is held then).
-  absl::StatusOr<Tensor> Prefill(absl::Span<const int32_t> prompt, SequenceKv& seq);
+  // `on_layer_done(layer)`, when given, runs once per layer as soon as that layer's K/V for the
+  // whole prompt are in the cache (during the last chunk), e.g. to start its KV transfer.
+  absl::StatusOr<Tensor> Prefill(
+      absl::Span<const int32_t> prompt, SequenceKv& seq,
+      const std::function<absl::Status(int layer)>& on_layer_done = nullptr);
 
   // Appends one token to each sequence and returns logits [seqs.size(), vocab] for the next
   // position. kResourceExhausted when a new block is needed and none is free (no sequence

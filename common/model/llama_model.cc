@@ -16,8 +16,9 @@ Tensor HostI32(const std::vector<int32_t>& values) {
 
 }  // namespace
 
-absl::StatusOr<Tensor> LlamaModel::Forward(const std::vector<ForwardSequence>& batch,
-                                           PagedKvCache& cache) {
+absl::StatusOr<Tensor> LlamaModel::Forward(
+    const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
+    const std::function<absl::Status(int layer)>& on_layer_kv_written) {
   const ModelConfig& c = config_;
   kernels::Backend& be = *backend_;
   const int block_tokens = cache.shape().block_tokens;
@@ -110,6 +111,7 @@ absl::StatusOr<Tensor> LlamaModel::Forward(const std::vector<ForwardSequence>& b
     SS_RETURN_IF_ERROR(be.Linear(x, w.wv, w.bv, v2));
     SS_RETURN_IF_ERROR(be.Rope(q, k, pos_t, inv_freq_));
     SS_RETURN_IF_ERROR(be.WriteKv(k, v, slots_t, cache.layer(l)));
+    if (on_layer_kv_written) SS_RETURN_IF_ERROR(on_layer_kv_written(l));
     SS_RETURN_IF_ERROR(be.Attention(q, cache.layer(l), attn, attn_out));
     SS_RETURN_IF_ERROR(be.Linear(attn2, w.wo, w.bo, branch));
     SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, w.ffn_norm, c.rms_norm_eps, x));

@@ -8,6 +8,7 @@
 #ifndef SPARSESERVE_COMMON_MODEL_LLAMA_MODEL_H_
 #define SPARSESERVE_COMMON_MODEL_LLAMA_MODEL_H_
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -60,7 +61,13 @@ class LlamaModel {
   // per new token if all_logits else one row for its last token.
   // kInvalidArgument for empty sequences, positions beyond max_position_embeddings, token ids
   // outside the vocabulary or block tables too short for the cache.
-  absl::StatusOr<Tensor> Forward(const std::vector<ForwardSequence>& batch, PagedKvCache& cache);
+  //
+  // `on_layer_kv_written(layer)`, when given, runs right after each layer's K/V are in the cache
+  // (before that layer's attention): a prefill worker starts that layer's KV transfer there.
+  // Its error aborts the step.
+  absl::StatusOr<Tensor> Forward(
+      const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
+      const std::function<absl::Status(int layer)>& on_layer_kv_written = nullptr);
 
  private:
   LlamaModel(ModelConfig config, kernels::Backend* backend)

@@ -1,0 +1,147 @@
+#include "prefill_svc/prefill_engine.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/core/logging.h"
+#include "common/core/status.h"
+#include "common/sampling/sampler.h"
+
+namespace sparseserve::prefill {
+
+PrefillEngine::PrefillEngine(engine::ModelRunner* runner, transfer::KvTransferSource* source,
+                             int max_queued)
+    : runner_(runner), source_(source), max_queued_(max_queued), engine_([this] {
+        EngineLoop();
+      }) {}
+
+PrefillEngine::~PrefillEngine() {
+  std::deque<Item> left;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  engine_.join();
+  {
+    absl::MutexLock lock(&mu_);
+    left.swap(queue_);
+  }
+  for (Item& item : left) item.done(absl::CancelledError("prefill worker shutting down"));
+}
+
+kv::KvLayout PrefillEngine::layout() const {
+  kv::KvLayout layout;
+  layout.dtype = runner_->cache().dtype();
+  layout.block_tokens = runner_->block_tokens();
+  layout.num_layers = runner_->config().num_layers;
+  layout.num_kv_heads = runner_->config().num_kv_heads;
+  layout.head_dim = runner_->config().head_dim;
+  return layout;
+}
+
+absl::Status PrefillEngine::Submit(PrefillTask task, PrefillDone done) {
+  absl::MutexLock lock(&mu_);
+  if (static_cast<int>(queue_.size()) >= max_queued_) {
+    return absl::ResourceExhaustedError(absl::StrCat("prefill queue full (", queue_.size(), ")"));
+  }
+  queue_.push_back({std::move(task), std::move(done)});
+  return absl::OkStatus();
+}
+
+bool PrefillEngine::Abort(const std::string& request_id) {
+  PrefillDone done;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+      if (it->task.request_id == request_id) {
+        done = std::move(it->done);
+        queue_.erase(it);
+        break;
+      }
+    }
+  }
+  if (!done) return false;
+  done(absl::CancelledError("aborted"));
+  return true;
+}
+
+int PrefillEngine::num_queued() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(queue_.size());
+}
+
+void PrefillEngine::EngineLoop() {
+  while (true) {
+    Item item;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](PrefillEngine* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) {
+            return e->stopping_ || !e->queue_.empty();
+          },
+          this));
+      if (stopping_) return;
+      item = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    item.done(Run(item.task));
+  }
+}
+
+absl::StatusOr<PrefillResult> PrefillEngine::Run(const PrefillTask& task) {
+  const absl::Time start = absl::Now();
+  std::unique_ptr<transfer::KvWriteSession> session;
+  const PrefillTarget* target = task.target ? &*task.target : nullptr;
+  if (target != nullptr) {
+    if (source_ == nullptr) {
+      return absl::FailedPreconditionError("this prefill worker has no KV transport (UCX off)");
+    }
+    SS_RETURN_IF_ERROR(kv::CheckCompatible(layout(), target->layout));
+    const int needed = (static_cast<int>(task.prompt.size()) + runner_->block_tokens() - 1) /
+                       runner_->block_tokens();
+    if (static_cast<int>(target->remote_blocks.size()) != needed || target->first_block < 0 ||
+        target->first_block > needed) {
+      return absl::InvalidArgumentError(absl::StrCat("reservation has ",
+                                                     target->remote_blocks.size(),
+                                                     " blocks, the prompt needs ", needed));
+    }
+    SS_ASSIGN_OR_RETURN(session, source_->Connect(target->pool));
+  }
+  engine::SequenceKv seq;
+  absl::Time first_put = absl::InfiniteFuture();
+  auto put_layer = [&](int layer) -> absl::Status {
+    if (session == nullptr) return absl::OkStatus();
+    if (first_put == absl::InfiniteFuture()) first_put = absl::Now();
+    const int first = target->first_block;
+    const std::vector<int32_t> local(seq.block_ids.begin() + first, seq.block_ids.end());
+    const std::vector<int32_t> remote(target->remote_blocks.begin() + first,
+                                      target->remote_blocks.end());
+    return session->PutBlocks(layer, runner_->cache().layer(layer).raw_data(), local, remote);
+  };
+  // The hook sees the blocks of `seq` once Prefill has allocated them (before any forward).
+  absl::StatusOr<Tensor> logits = runner_->Prefill(task.prompt, seq, put_layer);
+  PrefillResult result;
+  absl::Status status = logits.status();
+  if (status.ok() && session != nullptr) {
+    const absl::Duration left = task.deadline - absl::Now();
+    status = session->Flush(left > absl::ZeroDuration() ? left : absl::Milliseconds(1));
+    result.transfer_seconds = absl::ToDoubleSeconds(absl::Now() - first_put);
+    result.transferred_bytes = session->bytes_transferred();
+  }
+  // Destroying the session closes the endpoint: no PUT of ours lands after this point.
+  session.reset();
+  if (status.ok()) {
+    sampling::Sampler sampler(task.sampling);
+    result.first_token =
+        sampler.Sample(logits->data<float>(), runner_->config().vocab_size, task.prompt);
+    result.cached_tokens = seq.num_cached_prompt_tokens;
+    result.computed_tokens = static_cast<int>(task.prompt.size()) - result.cached_tokens;
+  }
+  runner_->Release(seq);  // the blocks stay in the local prefix cache
+  result.prefill_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  if (!status.ok()) {
+    SS_LOG_WARNING("request {}: prefill failed: {}", task.request_id, status.ToString());
+    return status;
+  }
+  return result;
+}
+
+}  // namespace sparseserve::prefill

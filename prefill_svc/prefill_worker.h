@@ -1,0 +1,64 @@
+// PrefillWorker: one prefill worker process's parts — model, KV cache with prefix cache, UCX
+// source registered over the KV pools, PrefillEngine, metrics endpoint and the gRPC service
+// (sparseserve.v1.PrefillWorker). `sparseserve prefill` is a thin main around it.
+// Thread-safe; the gRPC reactions only queue work for the engine thread.
+#ifndef SPARSESERVE_PREFILL_SVC_PREFILL_WORKER_H_
+#define SPARSESERVE_PREFILL_SVC_PREFILL_WORKER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/engine/model_runner.h"
+#include "common/engine/model_source.h"
+#include "common/metrics/metrics_exporter.h"
+#include "common/metrics/serving_metrics.h"
+#include "common/rpc/server_runner.h"
+#include "common/transfer/kv_transfer_source.h"
+#include "kernels/backend.h"
+#include "prefill_svc/prefill_engine.h"
+#include "sparseserve/v1/worker.grpc.pb.h"
+
+namespace sparseserve::prefill {
+
+struct PrefillWorkerOptions {
+  std::string model_path;
+  std::string address = "127.0.0.1:0";
+  std::string metrics_address = "127.0.0.1:0";
+  Device device = Device::kHost;
+  engine::ModelRunnerOptions runner;
+  int max_queued = 256;                         // queued prefills beyond this: RESOURCE_EXHAUSTED
+  bool enable_kv_transfer = true;
+};
+
+class PrefillWorkerService;
+
+class PrefillWorker {
+ public:
+  static absl::StatusOr<std::unique_ptr<PrefillWorker>> Start(const PrefillWorkerOptions& options);
+  ~PrefillWorker();
+  PrefillWorker(const PrefillWorker&) = delete;
+  PrefillWorker& operator=(const PrefillWorker&) = delete;
+
+  int port() const { return server_->port(); }
+  int metrics_port() const { return exporter_->port(); }
+  void Shutdown(absl::Duration drain);
+
+ private:
+  PrefillWorker() = default;
+  // Destroyed bottom-up: server, service, engine (thread), transport, runner, backend.
+  engine::ModelSource source_;
+  std::unique_ptr<kernels::Backend> backend_;
+  std::unique_ptr<engine::ModelRunner> runner_;
+  std::unique_ptr<transfer::KvTransferSource> kv_source_;
+  std::unique_ptr<metrics::MetricsExporter> exporter_;
+  std::unique_ptr<metrics::ServingMetrics> metrics_;
+  std::unique_ptr<PrefillEngine> engine_;
+  std::unique_ptr<PrefillWorkerService> service_;
+  std::unique_ptr<rpc::RpcServer> server_;
+};
+
+}  // namespace sparseserve::prefill
+
+#endif  // SPARSESERVE_PREFILL_SVC_PREFILL_WORKER_H_

@@ -1,0 +1,124 @@
+#include "prefill_svc/prefill_worker_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc/status_conversion.h"
+#include "decode_svc/decode_worker_service.h"
+
+namespace sparseserve::prefill {
+namespace {
+
+absl::StatusOr<DType> ParseDType(const std::string& name) {
+  for (DType d : {DType::kF32, DType::kBf16, DType::kF16}) {
+    if (DTypeName(d) == name) return d;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown KV dtype '", name, "'"));
+}
+
+absl::StatusOr<PrefillTarget> TargetFromProto(const v1::KvReservation& r) {
+  PrefillTarget t;
+  t.pool.worker_address = r.ucx_worker_address();
+  t.pool.layer_rkeys.assign(r.layer_rkeys().begin(), r.layer_rkeys().end());
+  t.pool.layer_base_addresses.assign(r.layer_base_addresses().begin(),
+                                     r.layer_base_addresses().end());
+  absl::StatusOr<DType> dtype = ParseDType(r.layout().dtype());
+  if (!dtype.ok()) return dtype.status();
+  t.layout.dtype = *dtype;
+  t.layout.block_tokens = r.layout().block_tokens();
+  t.layout.num_layers = r.layout().num_layers();
+  t.layout.num_kv_heads = r.layout().num_kv_heads();
+  t.layout.head_dim = r.layout().head_dim();
+  t.pool.block_bytes = static_cast<uint64_t>(t.layout.bytes_per_block_per_layer());
+  t.remote_blocks.assign(r.block_ids().begin(), r.block_ids().end());
+  t.first_block = r.first_block_index();
+  return t;
+}
+
+}  // namespace
+
+PrefillWorkerService::PrefillWorkerService(PrefillEngine* engine, engine::ModelRunner* runner,
+                                           metrics::ServingMetrics* metrics, std::string model)
+    : engine_(engine), runner_(runner), metrics_(metrics), model_(std::move(model)) {}
+
+grpc::ServerUnaryReactor* PrefillWorkerService::Prefill(grpc::CallbackServerContext* context,
+                                                        const v1::PrefillRequest* request,
+                                                        v1::PrefillResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  PrefillTask task;
+  task.request_id = request->request_id();
+  task.prompt.assign(request->prompt_ids().begin(), request->prompt_ids().end());
+  task.sampling = decode::FromProto(request->sampling());
+  task.deadline = absl::FromChrono(context->deadline());
+  if (absl::Status s = sampling::Validate(task.sampling); !s.ok() || task.prompt.empty()) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 s.ok() ? "empty prompt" : std::string(s.message())));
+    return reactor;
+  }
+  for (int32_t t : task.prompt) {
+    if (t < 0 || t >= runner_->config().vocab_size) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "token id out of range"));
+      return reactor;
+    }
+  }
+  if (request->has_reservation()) {
+    absl::StatusOr<PrefillTarget> target = TargetFromProto(request->reservation());
+    if (!target.ok()) {
+      reactor->Finish(rpc::ToGrpcStatus(target.status()));
+      return reactor;
+    }
+    task.target = std::move(*target);
+  }
+  metrics::ServingMetrics* metrics = metrics_;
+  absl::Status submitted = engine_->Submit(
+      std::move(task), [reactor, response, metrics](absl::StatusOr<PrefillResult> result) {
+        if (!result.ok()) {
+          metrics->kv_transfer_failures().Increment();
+          reactor->Finish(rpc::ToGrpcStatus(result.status()));
+          return;
+        }
+        response->set_first_token(result->first_token);
+        response->set_computed_tokens(result->computed_tokens);
+        response->set_cached_tokens(result->cached_tokens);
+        response->set_transferred_bytes(static_cast<uint64_t>(result->transferred_bytes));
+        response->set_prefill_seconds(result->prefill_seconds);
+        response->set_transfer_seconds(result->transfer_seconds);
+        if (result->transferred_bytes > 0) {
+          metrics->kv_transfer_bytes().Increment(static_cast<double>(result->transferred_bytes));
+          metrics->kv_transfer_time().Observe(result->transfer_seconds);
+        }
+        metrics->ttft().Observe(result->prefill_seconds);
+        metrics->prompt_tokens().Increment(result->computed_tokens + result->cached_tokens);
+        reactor->Finish(grpc::Status::OK);
+      });
+  if (!submitted.ok()) reactor->Finish(rpc::ToGrpcStatus(submitted));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PrefillWorkerService::Abort(grpc::CallbackServerContext* context,
+                                                      const v1::WorkerAbortRequest* request,
+                                                      v1::WorkerAbortResponse* response) {
+  response->set_found(engine_->Abort(request->request_id()));
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PrefillWorkerService::Status(grpc::CallbackServerContext* context,
+                                                       const v1::WorkerStatusRequest* /*request*/,
+                                                       v1::WorkerStatusResponse* response) {
+  response->set_role("prefill");
+  response->set_num_waiting(engine_->num_queued());
+  response->set_num_free_blocks(runner_->pool().num_free_blocks());
+  response->set_num_total_blocks(runner_->pool().num_blocks());
+  *response->mutable_layout() = decode::LayoutOf(*runner_);
+  response->set_model(model_);
+  response->set_max_context(runner_->max_context());
+  response->set_vocab_size(runner_->config().vocab_size);
+  response->set_architecture(std::string(model::ModelArchName(runner_->config().arch)));
+  response->set_num_layers(runner_->config().num_layers);
+  metrics_->num_requests_waiting().Set(engine_->num_queued());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace sparseserve::prefill

@@ -1,0 +1,49 @@
+// `sparseserve prefill`: a prefill worker process.
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "common/core/logging.h"
+#include "prefill_svc/prefill_worker.h"
+#include "tools/command.h"
+#include "tools/model_flags.h"
+#include "tools/serve_flags.h"
+#include "tools/termination_signal.h"
+
+ABSL_FLAG(int, max_queued, 256, "Queued prefills beyond which new ones get RESOURCE_EXHAUSTED.");
+ABSL_FLAG(bool, prefill_kv_transfer, true, "Set up UCX to PUT KV into decode workers.");
+
+namespace sparseserve::tools {
+
+int RunPrefillCommand(const std::vector<char*>& positional) {
+  if (positional.size() > 1) {
+    std::fprintf(stderr, "error: unexpected argument '%s'\n", positional[1]);
+    return 2;
+  }
+  CatchTerminationSignals();
+  prefill::PrefillWorkerOptions options;
+  options.model_path = ModelPathFromFlags();
+  options.address = ListenAddressFromFlags();
+  options.metrics_address = MetricsAddressFromFlags();
+  options.runner = RunnerOptionsFromFlags();
+  options.max_queued = absl::GetFlag(FLAGS_max_queued);
+  options.enable_kv_transfer = absl::GetFlag(FLAGS_prefill_kv_transfer);
+  absl::StatusOr<Device> device = DeviceFromFlags();
+  if (!device.ok()) {
+    std::fprintf(stderr, "error: %s\n", device.status().ToString().c_str());
+    return 2;
+  }
+  options.device = *device;
+  auto worker = prefill::PrefillWorker::Start(options);
+  if (!worker.ok()) {
+    std::fprintf(stderr, "error: %s\n", worker.status().ToString().c_str());
+    return 1;
+  }
+  PrintReady("prefill", options.address, (*worker)->port(), options.metrics_address,
+             (*worker)->metrics_port());
+  const int sig = WaitForTerminationSignal();
+  SS_LOG_INFO("prefill worker: signal {}, draining", sig);
+  (*worker)->Shutdown(DrainFromFlags());
+  return 0;
+}
+
+}  // namespace sparseserve::tools

@@ -1,0 +1,82 @@
+// `sparseserve router`: the front door process (also run inside `sparseserve up`).
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_split.h"
+#include "common/core/logging.h"
+#include "common/metrics/metrics_exporter.h"
+#include "common/rpc/server_runner.h"
+#include "router/router.h"
+#include "tools/command.h"
+#include "tools/model_flags.h"
+#include "tools/serve_flags.h"
+#include "tools/termination_signal.h"
+
+ABSL_FLAG(std::string, decode_workers, "", "Comma-separated decode worker addresses (required).");
+ABSL_FLAG(std::string, prefill_workers, "", "Comma-separated prefill worker addresses.");
+ABSL_FLAG(int, disagg_threshold, 1024,
+          "Uncached prompt tokens at or above which prefill runs on a prefill worker "
+          "(conditional disaggregation); below it the decode worker prefills locally.");
+ABSL_FLAG(int, migration_limit, 3,
+          "Times a request may move to another decode worker when its worker dies mid-stream.");
+ABSL_FLAG(double, status_interval_seconds, 0.5, "How often workers' health and load are polled.");
+
+namespace sparseserve::tools {
+
+router::RouterOptions RouterOptionsFromFlags() {
+  router::RouterOptions options;
+  options.model_path = ModelPathFromFlags();
+  for (absl::string_view a : absl::StrSplit(absl::GetFlag(FLAGS_decode_workers), ',',
+                                            absl::SkipEmpty())) {
+    options.decode_workers.emplace_back(a);
+  }
+  for (absl::string_view a : absl::StrSplit(absl::GetFlag(FLAGS_prefill_workers), ',',
+                                            absl::SkipEmpty())) {
+    options.prefill_workers.emplace_back(a);
+  }
+  options.disagg_threshold_tokens = absl::GetFlag(FLAGS_disagg_threshold);
+  options.migration_limit = absl::GetFlag(FLAGS_migration_limit);
+  options.status_interval = absl::Seconds(absl::GetFlag(FLAGS_status_interval_seconds));
+  return options;
+}
+
+absl::Status ServeRouter(router::RouterOptions options, const char* role,
+                         const std::function<void()>& on_stop) {
+  absl::StatusOr<std::unique_ptr<metrics::MetricsExporter>> exporter =
+      metrics::MetricsExporter::Start(MetricsAddressFromFlags());
+  if (!exporter.ok()) return exporter.status();
+  options.metrics_registry = (*exporter)->registry();
+  absl::StatusOr<std::unique_ptr<router::Router>> r = router::Router::Create(std::move(options));
+  if (!r.ok()) return r.status();
+  absl::StatusOr<std::unique_ptr<rpc::RpcServer>> server =
+      rpc::RpcServer::Start(ListenAddressFromFlags(), {(*r)->service()});
+  if (!server.ok()) return server.status();
+  PrintReady(role, ListenAddressFromFlags(), (*server)->port(), MetricsAddressFromFlags(),
+             (*exporter)->port());
+  const int sig = WaitForTerminationSignal();
+  SS_LOG_INFO("router: signal {}, draining", sig);
+  (*server)->Shutdown(DrainFromFlags());
+  (*r)->Shutdown();
+  if (on_stop) on_stop();
+  return absl::OkStatus();
+}
+
+int RunRouterCommand(const std::vector<char*>& positional) {
+  if (positional.size() > 1) {
+    std::fprintf(stderr, "error: unexpected argument '%s'\n", positional[1]);
+    return 2;
+  }
+  CatchTerminationSignals();
+  router::RouterOptions options = RouterOptionsFromFlags();
+  if (options.decode_workers.empty()) {
+    std::fprintf(stderr, "error: --decode-workers is required (see --help)\n");
+    return 2;
+  }
+  if (absl::Status s = ServeRouter(std::move(options), "router", nullptr); !s.ok()) {
+    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace sparseserve::tools

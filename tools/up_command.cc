@@ -1,0 +1,86 @@
+// `sparseserve up`: router + N prefill + M decode worker processes on this machine.
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/str_join.h"
+#include "common/core/logging.h"
+#include "router/router.h"
+#include "tools/child_process.h"
+#include "tools/command.h"
+#include "tools/termination_signal.h"
+
+ABSL_FLAG(int, num_prefill, 1, "Prefill worker processes to start.");
+ABSL_FLAG(int, num_decode, 1, "Decode worker processes to start.");
+ABSL_FLAG(double, worker_start_seconds, 120, "How long a worker may take to load and serve.");
+
+namespace sparseserve::tools {
+namespace {
+
+// Flags every worker inherits from `up` (when changed from their defaults).
+constexpr const char* kForwardedFlags[] = {"model",        "device",          "kv_cache_tokens",
+                                           "block_tokens", "prefill_chunk",   "threads",
+                                           "log_level",    "kv_lease_seconds", "max_running",
+                                           "max_waiting",  "drain_seconds"};
+
+std::vector<std::string> WorkerArgs(const char* role) {
+  std::vector<std::string> args = {role, "--address=127.0.0.1:0",
+                                   "--metrics_address=127.0.0.1:0"};
+  for (const char* name : kForwardedFlags) {
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag != nullptr && flag->CurrentValue() != flag->DefaultValue()) {
+      args.push_back(absl::StrCat("--", name, "=", flag->CurrentValue()));
+    }
+  }
+  return args;
+}
+
+}  // namespace
+
+int RunUpCommand(const std::vector<char*>& positional) {
+  if (positional.size() > 1) {
+    std::fprintf(stderr, "error: unexpected argument '%s'\n", positional[1]);
+    return 2;
+  }
+  CatchTerminationSignals();
+  const int num_prefill = absl::GetFlag(FLAGS_num_prefill);
+  const int num_decode = absl::GetFlag(FLAGS_num_decode);
+  if (num_decode < 1 || num_prefill < 0) {
+    std::fprintf(stderr, "error: need --num-decode >= 1 and --num-prefill >= 0\n");
+    return 2;
+  }
+  std::vector<std::unique_ptr<ChildProcess>> children;
+  router::RouterOptions options = RouterOptionsFromFlags();
+  options.decode_workers.clear();
+  options.prefill_workers.clear();
+  const absl::Duration start_timeout = absl::Seconds(absl::GetFlag(FLAGS_worker_start_seconds));
+  for (int i = 0; i < num_prefill + num_decode; ++i) {
+    const bool decode = i >= num_prefill;
+    auto child = ChildProcess::Spawn(WorkerArgs(decode ? "decode" : "prefill"));
+    if (!child.ok()) {
+      std::fprintf(stderr, "error: %s\n", child.status().ToString().c_str());
+      return 1;
+    }
+    absl::StatusOr<std::vector<std::string>> ready = (*child)->WaitReady(start_timeout);
+    if (!ready.ok() || ready->size() < 3) {
+      std::fprintf(stderr, "error: %s worker: %s\n", decode ? "decode" : "prefill",
+                   ready.ok() ? "malformed READY line" : ready.status().ToString().c_str());
+      return 1;
+    }
+    (decode ? options.decode_workers : options.prefill_workers).push_back((*ready)[2]);
+    children.push_back(std::move(*child));
+  }
+  std::fprintf(stderr, "sparseserve up: decode workers [%s], prefill workers [%s]\n",
+               absl::StrJoin(options.decode_workers, ", ").c_str(),
+               absl::StrJoin(options.prefill_workers, ", ").c_str());
+  absl::Status s = ServeRouter(std::move(options), "up", [&children] {
+    for (auto& c : children) c->Stop(absl::Seconds(10));
+  });
+  if (!s.ok()) {
+    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace sparseserve::tools
