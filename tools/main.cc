@@ -46,7 +46,8 @@ const std::vector<Command>& Commands() {
       {"up", "start router + prefill + decode workers on this machine (first run)",
        "sparseserve up [--model PATH] [--num-prefill N] [--num-decode M] ...",
        "Starts N prefill and M decode worker processes with the model, then serves the router\n"
-       "in this process and prints 'READY up <address> ...'. Use `sparseserve generate\n"
+       "in this process and prints one 'WORKER <role> <address> metrics <address> pid <pid>'\n"
+       "line per worker, then 'READY up <address> metrics <address>'. Use `sparseserve generate\n"
        "--server <address>` to talk to it. SIGINT/SIGTERM stop everything cleanly.",
        {"tools/up_command.cc", "tools/router_command.cc", "tools/serve_flags.cc",
         "tools/model_flags.cc"},

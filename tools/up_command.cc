@@ -68,6 +68,9 @@ int RunUpCommand(const std::vector<char*>& positional) {
       return 1;
     }
     (decode ? options.decode_workers : options.prefill_workers).push_back((*ready)[2]);
+    // "WORKER <role> <address> metrics <address> pid <pid>": for tools and tests.
+    std::printf("WORKER %s %s metrics %s pid %d\n", (*ready)[1].c_str(), (*ready)[2].c_str(),
+                ready->size() > 4 ? (*ready)[4].c_str() : "-", static_cast<int>((*child)->pid()));
     children.push_back(std::move(*child));
   }
   std::fprintf(stderr, "sparseserve up: decode workers [%s], prefill workers [%s]\n",

@@ -1,0 +1,250 @@
+"""Router + prefill + decode worker processes on loopback, driven by a Python grpcio client that
+uses only the .proto files (issue 3). Every wait is bounded."""
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import grpc
+import pytest
+
+from services_conftest import (BIN, Cluster, free_port, gen_pb2, greedy_request, metric,
+                               prompts, reference_tokens, run, send_garbage, wait_until,
+                               worker_status)
+
+GOLDEN = open(os.path.join(os.path.dirname(__file__), "..", "data",
+                           "stories260K_golden_continuation.txt")).read()[:-1]
+
+
+@pytest.mark.parametrize("threshold,disaggregated", [(3, True), (100000, False)])
+def test_up_greedy_equals_single_process(threshold, disaggregated):
+    c = Cluster(extra=[f"--disagg-threshold={threshold}"])
+    try:
+        tokens, text, last = run(c.stub, greedy_request("Once upon a time", max_tokens=60))
+        assert text == GOLDEN
+        assert len(tokens) == 60
+        assert last.finish_reason == gen_pb2.FINISH_REASON_LENGTH
+        assert last.timings.disaggregated == disaggregated
+        assert last.usage.prompt_tokens == 5 and last.usage.completion_tokens == 60
+        moved = metric(c.role("prefill")[0]["metrics"], "sparseserve_kv_transfer_bytes_total")
+        assert (moved > 0) == disaggregated
+    finally:
+        c.close()
+
+
+def test_same_prompt_twice_reuses_cached_blocks():
+    c = Cluster(num_prefill=0, extra=["--disagg-threshold=100000", "--block-tokens=16"])
+    try:
+        prompt = " ".join(prompts(6))  # ~80 tokens: several full 16-token blocks
+        _, text1, first = run(c.stub, greedy_request(prompt, max_tokens=20))
+        _, text2, second = run(c.stub, greedy_request(prompt, max_tokens=20))
+        assert text1 == text2
+        assert first.usage.cached_prompt_tokens == 0
+        assert second.usage.cached_prompt_tokens >= 48
+        decode = c.role("decode")[0]["metrics"]
+        assert wait_until(lambda: metric(decode, "sparseserve_prefix_cache_hits_total") >= 3)
+    finally:
+        c.close()
+
+
+def test_64_concurrent_streams_match_single_process_runs():
+    texts = prompts(64)
+    refs = [reference_tokens(p, 24) for p in texts]
+    c = Cluster(num_prefill=1, num_decode=1, extra=["--disagg-threshold=12"])
+    try:
+        results = [None] * 64
+
+        def worker(i):
+            results[i] = run(c.stub, greedy_request(texts[i], max_tokens=24), timeout=120)[1]
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(64)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=180)
+        assert results == refs
+        decode = c.role("decode")[0]
+        assert wait_until(lambda: worker_status(decode["address"]).num_running == 0)
+        st = worker_status(decode["address"])
+        assert st.num_free_blocks == st.num_total_blocks  # every block came back
+        assert wait_until(lambda: metric(decode["metrics"], "sparseserve_kv_cache_usage_ratio")
+                          == 0.0)
+    finally:
+        c.close()
+
+
+def _stream_and_kill(c, request, victim_pid_fn, after_tokens=8):
+    """Streams `request`; after `after_tokens` tokens kills -9 the worker victim_pid_fn() names."""
+    tokens, text, last = [], "", None
+    killed = False
+    for msg in c.stub.Generate(request, timeout=120):
+        tokens.extend(msg.token_ids)
+        text += msg.text
+        last = msg
+        if not killed and len(tokens) >= after_tokens:
+            os.kill(victim_pid_fn(), signal.SIGKILL)
+            killed = True
+    return tokens, text, last
+
+
+def test_decode_worker_killed_mid_stream_migrates():
+    prompt = "Once upon a time"
+    ref = reference_tokens(prompt, 1500)
+    c = Cluster(num_prefill=0, num_decode=2, extra=["--disagg-threshold=100000"])
+    try:
+        def busy_worker():
+            for w in c.role("decode"):
+                if worker_status(w["address"]).num_running > 0:
+                    return w["pid"]
+            raise AssertionError("no decode worker is running the request")
+
+        _, text, last = _stream_and_kill(c, greedy_request(prompt, max_tokens=1500), busy_worker)
+        assert text == ref
+        assert last.timings.migrations == 1
+        survivors = [w for w in c.role("decode") if w["pid"] != busy_worker_pid(c)]
+        for w in survivors:
+            assert wait_until(lambda: worker_status(w["address"]).num_running == 0)
+            st = worker_status(w["address"])
+            assert st.num_free_blocks == st.num_total_blocks
+    finally:
+        c.close()
+
+
+def busy_worker_pid(c):
+    return [w["pid"] for w in c.role("decode") if not _alive(w["pid"])][0]
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split()[2] != "Z"
+
+
+def test_only_decode_worker_killed_gives_unavailable():
+    c = Cluster(num_prefill=0, num_decode=1, extra=["--disagg-threshold=100000"])
+    try:
+        victim = c.role("decode")[0]["pid"]
+        with pytest.raises(grpc.RpcError) as err:
+            _stream_and_kill(c, greedy_request("Once upon a time", max_tokens=1500),
+                             lambda: victim)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        c.close()
+
+
+def test_prefill_worker_dying_mid_request_falls_back():
+    c = Cluster(num_prefill=1, num_decode=1, extra=["--disagg-threshold=3"])
+    try:
+        prefill = c.role("prefill")[0]
+        os.kill(prefill["pid"], signal.SIGSTOP)  # the request will reach a frozen worker
+        result = {}
+        t = threading.Thread(target=lambda: result.update(
+            out=run(c.stub, greedy_request("Once upon a time", max_tokens=60))))
+        t.start()
+        time.sleep(0.5)
+        os.kill(prefill["pid"], signal.SIGKILL)  # ... and it dies holding the request
+        t.join(timeout=60)
+        _, text, last = result["out"]
+        assert text == GOLDEN
+        assert not last.timings.disaggregated
+        decode = c.role("decode")[0]
+        st = worker_status(decode["address"])
+        assert wait_until(lambda: worker_status(decode["address"]).num_free_blocks ==
+                          st.num_total_blocks)
+    finally:
+        c.close()
+
+
+def test_bad_input_gets_clear_codes_and_servers_keep_serving():
+    c = Cluster(num_prefill=1, num_decode=1)
+    try:
+        def code_of(request):
+            with pytest.raises(grpc.RpcError) as err:
+                run(c.stub, request)
+            return err.value.code()
+
+        assert code_of(gen_pb2.GenerateRequest(text="")) == grpc.StatusCode.INVALID_ARGUMENT
+        assert code_of(greedy_request(ids=[5] * 5000)) == grpc.StatusCode.INVALID_ARGUMENT
+        assert code_of(greedy_request(ids=[1, 99999])) == grpc.StatusCode.INVALID_ARGUMENT
+        bad = greedy_request("hello")
+        bad.sampling.temperature = -1.0
+        assert code_of(bad) == grpc.StatusCode.INVALID_ARGUMENT
+        bad = greedy_request("hello")
+        bad.sampling.top_p = 1.5
+        assert code_of(bad) == grpc.StatusCode.INVALID_ARGUMENT
+        with pytest.raises(grpc.RpcError) as err:
+            c.stub.Abort(gen_pb2.AbortRequest(request_id="no-such-request"), timeout=5)
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+        ports = [c.address, c.metrics] + [w["address"] for w in c.workers] + \
+                [w["metrics"] for w in c.workers]
+        for address in ports:
+            send_garbage(address)
+        _, text, _ = run(c.stub, greedy_request("Once upon a time", max_tokens=60))
+        assert text == GOLDEN
+        info = c.stub.GetModelInfo(gen_pb2.GetModelInfoRequest(), timeout=5)
+        assert info.vocab_size == 512 and info.num_decode_workers == 1
+    finally:
+        c.close()
+
+
+def test_prometheus_scrapes_every_process():
+    prom = "/usr/bin/prometheus"
+    if not os.path.exists(prom):
+        pytest.skip("prometheus is not installed (scripts/deps.sh installs it)")
+    c = Cluster(num_prefill=1, num_decode=1, extra=["--disagg-threshold=3"])
+    tmp = subprocess.check_output(["mktemp", "-d"], text=True).strip()
+    port = free_port()
+    targets = [c.metrics] + [w["metrics"] for w in c.workers]
+    with open(os.path.join(tmp, "prometheus.yml"), "w") as f:
+        f.write("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: sparseserve\n"
+                "    static_configs:\n      - targets: [" +
+                ", ".join(f"'{t}'" for t in targets) + "]\n")
+    server = subprocess.Popen([prom, f"--config.file={tmp}/prometheus.yml",
+                               f"--storage.tsdb.path={tmp}/data",
+                               f"--web.listen-address=127.0.0.1:{port}"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        import json
+        import urllib.parse
+        import urllib.request
+
+        def query(q):
+            url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": q})
+            with urllib.request.urlopen(url, timeout=5) as r:
+                data = json.load(r)["data"]["result"]
+            return float(data[0]["value"][1]) if data else None
+
+        sent = 5
+        for i in range(sent):
+            run(c.stub, greedy_request(prompts(5)[i], max_tokens=8))
+        q = 'sum(sparseserve_time_to_first_token_seconds_count{role="router"})'
+        assert wait_until(lambda: _safe(query, q) == sent, timeout=30, interval=0.5)
+        up_q = 'count(up{job="sparseserve"} == 1)'
+        assert wait_until(lambda: _safe(query, up_q) == len(targets), timeout=30, interval=0.5)
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+        c.close()
+
+
+def _safe(fn, *args):
+    try:
+        return fn(*args)
+    except OSError:
+        return None
+
+
+def test_generate_cli_as_client():
+    c = Cluster(num_prefill=0, num_decode=1)
+    try:
+        out = subprocess.run([BIN, "generate", f"--server={c.address}",
+                              "--prompt=Once upon a time", "--max-tokens=60", "--temperature=0"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == GOLDEN + "\n"
+    finally:
+        c.close()
