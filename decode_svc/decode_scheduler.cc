@@ -45,9 +45,8 @@ absl::Status DecodeScheduler::Submit(DecodeJob job) {
   const int context = runner_->max_context();
   if (job.prompt.empty()) return absl::InvalidArgumentError("empty prompt");
   if (static_cast<int>(job.prompt.size()) >= context) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt of ", job.prompt.size(),
-                                                   " tokens does not fit the context of ",
-                                                   context));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt of ", job.prompt.size(), " tokens does not fit the context of ", context));
   }
   for (int32_t t : job.prompt) {
     if (t < 0 || t >= runner_->config().vocab_size) {
@@ -64,12 +63,12 @@ absl::Status DecodeScheduler::Submit(DecodeJob job) {
   r->enqueued = absl::Now();
   absl::MutexLock lock(&mu_);
   if (static_cast<int>(waiting_.size()) >= options_.max_waiting) {
-    return absl::ResourceExhaustedError(absl::StrCat("decode queue full (", waiting_.size(),
-                                                     " requests waiting)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("decode queue full (", waiting_.size(), " requests waiting)"));
   }
   if (!in_flight_.insert(r->job.request_id).second) {
-    return absl::AlreadyExistsError(absl::StrCat("request ", r->job.request_id,
-                                                 " is already in flight"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("request ", r->job.request_id, " is already in flight"));
   }
   waiting_.push_back(std::move(r));
   return absl::OkStatus();
@@ -200,8 +199,8 @@ bool DecodeScheduler::AdmitOne(std::unique_ptr<Running>& r) {
 
 bool DecodeScheduler::Emit(Running& r, int32_t token) {
   const DecodeJob& job = r.job;
-  const bool stop_token = std::find(job.stop_token_ids.begin(), job.stop_token_ids.end(),
-                                    token) != job.stop_token_ids.end();
+  const bool stop_token = std::find(job.stop_token_ids.begin(), job.stop_token_ids.end(), token) !=
+                          job.stop_token_ids.end();
   if (stop_token || (!job.ignore_eos && eos_.contains(token))) {
     Finish(r, absl::OkStatus(), engine::FinishReason::kStop);
     return false;
@@ -250,8 +249,8 @@ void DecodeScheduler::DecodeStep() {
 }
 
 void DecodeScheduler::Preempt(Running& r) {
-  SS_LOG_INFO("request {}: preempted (KV pool full), will recompute {} tokens",
-              r.job.request_id, r.job.prompt.size() + r.generated.size());
+  SS_LOG_INFO("request {}: preempted (KV pool full), will recompute {} tokens", r.job.request_id,
+              r.job.prompt.size() + r.generated.size());
   runner_->Release(r.seq);
   absl::MutexLock lock(&mu_);
   // Requeued at the front so it resumes first; its sink keeps streaming afterwards.
@@ -259,8 +258,7 @@ void DecodeScheduler::Preempt(Running& r) {
   waiting_.push_front(std::move(requeued));
 }
 
-void DecodeScheduler::Finish(Running& r, const absl::Status& status,
-                             engine::FinishReason reason) {
+void DecodeScheduler::Finish(Running& r, const absl::Status& status, engine::FinishReason reason) {
   runner_->Release(r.seq);
   if (r.job.prefilled_blocks.has_value()) {
     runner_->mutable_pool().Release(*r.job.prefilled_blocks);

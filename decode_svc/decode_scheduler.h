@@ -46,10 +46,10 @@ class DecodeSink {
 
 struct DecodeJob {
   std::string request_id;
-  std::vector<int32_t> prompt;            // tokens to attend to before the first new one
+  std::vector<int32_t> prompt;  // tokens to attend to before the first new one
   sampling::SamplingParams sampling;
-  int max_tokens = 256;                   // new tokens at most
-  std::vector<int32_t> stop_token_ids;    // in addition to the tokenizer's end-of-generation ids
+  int max_tokens = 256;                 // new tokens at most
+  std::vector<int32_t> stop_token_ids;  // in addition to the tokenizer's end-of-generation ids
   bool ignore_eos = false;
   // Disaggregated prefill: KV of `prompt` is already in these blocks (references owned by the
   // job) and `first_token` was sampled by the prefill worker and already delivered to the
@@ -57,12 +57,12 @@ struct DecodeJob {
   // counted in max_tokens.
   std::optional<std::vector<int32_t>> prefilled_blocks;
   int32_t first_token = -1;
-  std::shared_ptr<DecodeSink> sink;       // co-owned by the scheduler and the RPC that made it
+  std::shared_ptr<DecodeSink> sink;  // co-owned by the scheduler and the RPC that made it
 };
 
 struct DecodeSchedulerOptions {
-  int max_running = 64;     // sequences decoded together in one batch step
-  int max_waiting = 1024;   // queued requests beyond which Submit fails RESOURCE_EXHAUSTED
+  int max_running = 64;          // sequences decoded together in one batch step
+  int max_waiting = 1024;        // queued requests beyond which Submit fails RESOURCE_EXHAUSTED
   std::vector<int32_t> eos_ids;  // the tokenizer's end-of-generation ids
 };
 

@@ -26,14 +26,14 @@
 namespace sparseserve::decode {
 
 struct DecodeWorkerOptions {
-  std::string model_path;                     // .gguf file or Hugging Face directory
-  std::string address = "127.0.0.1:0";        // gRPC listen address (port 0 = any free port)
+  std::string model_path;                       // .gguf file or Hugging Face directory
+  std::string address = "127.0.0.1:0";          // gRPC listen address (port 0 = any free port)
   std::string metrics_address = "127.0.0.1:0";  // Prometheus /metrics listen address
   Device device = Device::kHost;
   engine::ModelRunnerOptions runner;
-  DecodeSchedulerOptions scheduler;           // eos_ids are filled from the tokenizer
+  DecodeSchedulerOptions scheduler;             // eos_ids are filled from the tokenizer
   absl::Duration kv_lease = absl::Seconds(60);  // unused reservations return after this
-  bool enable_kv_transfer = true;             // register the KV pool with UCX for prefill PUTs
+  bool enable_kv_transfer = true;               // register the KV pool with UCX for prefill PUTs
 };
 
 class DecodeWorker {

@@ -116,7 +116,8 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
   };
 
   DecodeStream(DecodeScheduler* scheduler, std::string request_id)
-      : scheduler_(scheduler), request_id_(std::move(request_id)),
+      : scheduler_(scheduler),
+        request_id_(std::move(request_id)),
         shared_(std::make_shared<Shared>()) {
     absl::MutexLock lock(&shared_->mu);
     shared_->stream = this;

@@ -32,7 +32,7 @@ class DecodeWorkerService final : public v1::DecodeWorker::CallbackService {
                       DecodeWorkerInfo info);
 
   grpc::ServerWriteReactor<v1::DecodeResponse>* Decode(grpc::CallbackServerContext* context,
-                                                      const v1::DecodeRequest* request) override;
+                                                       const v1::DecodeRequest* request) override;
   grpc::ServerUnaryReactor* ReserveKv(grpc::CallbackServerContext* context,
                                       const v1::ReserveKvRequest* request,
                                       v1::ReserveKvResponse* response) override;

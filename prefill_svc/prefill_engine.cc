@@ -9,9 +9,10 @@ namespace sparseserve::prefill {
 
 PrefillEngine::PrefillEngine(engine::ModelRunner* runner, transfer::KvTransferSource* source,
                              int max_queued)
-    : runner_(runner), source_(source), max_queued_(max_queued), engine_([this] {
-        EngineLoop();
-      }) {}
+    : runner_(runner),
+      source_(source),
+      max_queued_(max_queued),
+      engine_([this] { EngineLoop(); }) {}
 
 PrefillEngine::~PrefillEngine() {
   std::deque<Item> left;
@@ -74,9 +75,8 @@ void PrefillEngine::EngineLoop() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](PrefillEngine* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) {
-            return e->stopping_ || !e->queue_.empty();
-          },
+          +[](PrefillEngine* e)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) { return e->stopping_ || !e->queue_.empty(); },
           this));
       if (stopping_) return;
       item = std::move(queue_.front());
@@ -99,9 +99,8 @@ absl::StatusOr<PrefillResult> PrefillEngine::Run(const PrefillTask& task) {
                        runner_->block_tokens();
     if (static_cast<int>(target->remote_blocks.size()) != needed || target->first_block < 0 ||
         target->first_block > needed) {
-      return absl::InvalidArgumentError(absl::StrCat("reservation has ",
-                                                     target->remote_blocks.size(),
-                                                     " blocks, the prompt needs ", needed));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "reservation has ", target->remote_blocks.size(), " blocks, the prompt needs ", needed));
     }
     SS_ASSIGN_OR_RETURN(session, source_->Connect(target->pool));
   }

@@ -29,17 +29,17 @@
 namespace sparseserve::prefill {
 
 struct PrefillTarget {
-  transfer::RemoteKvPool pool;          // the decode worker's KV pools
-  kv::KvLayout layout;                  // the decode worker's KV layout (checked)
-  std::vector<int32_t> remote_blocks;   // reserved blocks for the whole prompt, in order
-  int first_block = 0;                  // blocks before this are cached there: not written
+  transfer::RemoteKvPool pool;         // the decode worker's KV pools
+  kv::KvLayout layout;                 // the decode worker's KV layout (checked)
+  std::vector<int32_t> remote_blocks;  // reserved blocks for the whole prompt, in order
+  int first_block = 0;                 // blocks before this are cached there: not written
 };
 
 struct PrefillTask {
   std::string request_id;
   std::vector<int32_t> prompt;
   sampling::SamplingParams sampling;
-  std::optional<PrefillTarget> target;  // none: compute only
+  std::optional<PrefillTarget> target;           // none: compute only
   absl::Time deadline = absl::InfiniteFuture();  // the transfer is abandoned by then
 };
 
@@ -49,7 +49,7 @@ struct PrefillResult {
   int cached_tokens = 0;
   int64_t transferred_bytes = 0;
   double prefill_seconds = 0;
-  double transfer_seconds = 0;   // from the first PUT to the end of the flush
+  double transfer_seconds = 0;  // from the first PUT to the end of the flush
 };
 
 using PrefillDone = std::function<void(absl::StatusOr<PrefillResult>)>;

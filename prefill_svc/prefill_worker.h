@@ -28,7 +28,7 @@ struct PrefillWorkerOptions {
   std::string metrics_address = "127.0.0.1:0";
   Device device = Device::kHost;
   engine::ModelRunnerOptions runner;
-  int max_queued = 256;                         // queued prefills beyond this: RESOURCE_EXHAUSTED
+  int max_queued = 256;  // queued prefills beyond this: RESOURCE_EXHAUSTED
   bool enable_kv_transfer = true;
 };
 

@@ -183,7 +183,7 @@ void GenerateCall::RelayTokensLocked(const int32_t* ids, int n, Actions& actions
   MaybeWriteLocked(actions);
 }
 
-void GenerateCall::ConcludeLocked(Outcome outcome, Actions& actions) {
+void GenerateCall::ConcludeLocked(const Outcome& outcome, Actions& actions) {
   if (concluded_) return;
   concluded_ = true;
   const absl::Time now = absl::Now();

@@ -123,7 +123,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<v1::GenerateResponse>
   void RelayTokensLocked(const int32_t* ids, int n, Actions& actions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool EndsGenerationLocked(int32_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ConcludeLocked(Outcome outcome, Actions& actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ConcludeLocked(const Outcome& outcome, Actions& actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CancelDownstreamLocked(Actions& actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeWriteLocked(Actions& actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

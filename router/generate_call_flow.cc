@@ -114,7 +114,8 @@ void GenerateCall::RouteLocked(Actions& actions) {
   if (!routed_) {
     routed_ = true;
     const DecodeCandidate& chosen = decode[decision->decode_idx];
-    resources_->metrics->prefix_cache_queries().Increment(prompt_len / chosen.block_tokens);
+    const int full_blocks = prompt_len / chosen.block_tokens;  // only full blocks are hashed
+    resources_->metrics->prefix_cache_queries().Increment(full_blocks);
     resources_->metrics->prefix_cache_hits().Increment(decision->overlap_blocks);
   }
   if (decision->disaggregate) {

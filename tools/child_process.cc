@@ -57,8 +57,8 @@ absl::StatusOr<std::vector<std::string>> ChildProcess::WaitReady(absl::Duration 
     }
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
-      return absl::DeadlineExceededError(absl::StrCat("worker ", pid_, " not ready after ",
-                                                      absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(
+          absl::StrCat("worker ", pid_, " not ready after ", absl::FormatDuration(timeout)));
     }
     pollfd pfd{stdout_fd_, POLLIN, 0};
     const int ready = poll(&pfd, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
@@ -73,11 +73,10 @@ absl::StatusOr<std::vector<std::string>> ChildProcess::WaitReady(absl::Duration 
     int status = 0;
     waitpid(pid_, &status, 0);
     reaped_ = true;
-    return absl::UnavailableError(absl::StrCat("worker ", pid_, " exited before it was ready (",
-                                               WIFEXITED(status) ? "exit code " : "signal ",
-                                               WIFEXITED(status) ? WEXITSTATUS(status)
-                                                                 : WTERMSIG(status),
-                                               ")"));
+    return absl::UnavailableError(
+        absl::StrCat("worker ", pid_, " exited before it was ready (",
+                     WIFEXITED(status) ? "exit code " : "signal ",
+                     WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), ")"));
   }
 }
 

@@ -20,9 +20,9 @@ namespace sparseserve::tools {
 
 struct Command {
   const char* name;
-  const char* summary;      // one line for the command list
-  const char* usage;        // "sparseserve generate --model PATH --prompt TEXT [flags]"
-  const char* description;  // a paragraph for `--help`
+  const char* summary;                  // one line for the command list
+  const char* usage;                    // "sparseserve generate --model PATH --prompt TEXT [flags]"
+  const char* description;              // a paragraph for `--help`
   std::vector<const char*> flag_files;  // source files whose flags belong to this command
   int (*run)(const std::vector<char*>& positional);
 };

@@ -60,13 +60,12 @@ absl::Status GenerateRemote() {
   s->set_penalty_window(absl::GetFlag(FLAGS_penalty_window));
   s->set_seed(absl::GetFlag(FLAGS_seed));
   router::GenerationClient client(absl::GetFlag(FLAGS_server));
-  SS_ASSIGN_OR_RETURN(
-      router::RemoteGeneration result,
-      client.Generate(request, absl::Seconds(absl::GetFlag(FLAGS_timeout_seconds)),
-                      [](absl::string_view delta) {
-                        std::fwrite(delta.data(), 1, delta.size(), stdout);
-                        std::fflush(stdout);
-                      }));
+  SS_ASSIGN_OR_RETURN(router::RemoteGeneration result,
+                      client.Generate(request, absl::Seconds(absl::GetFlag(FLAGS_timeout_seconds)),
+                                      [](absl::string_view delta) {
+                                        std::fwrite(delta.data(), 1, delta.size(), stdout);
+                                        std::fflush(stdout);
+                                      }));
   std::fputc('\n', stdout);
   std::fflush(stdout);
   std::string finish = v1::FinishReason_Name(result.finish_reason);

@@ -13,14 +13,17 @@ namespace sparseserve::tools {
 
 const std::vector<Command>& Commands() {
   static const std::vector<Command> commands = {
-      {"generate", "generate text from a prompt with a local model (offline, streaming)",
+      {"generate",
+       "generate text from a prompt with a local model (offline, streaming)",
        "sparseserve generate --model PATH --prompt TEXT [--max-tokens N] [--temperature T] ...",
        "Loads a model (a .gguf file or a Hugging Face directory with config.json,\n"
        "*.safetensors and tokenizer.json), encodes the prompt, and streams the continuation to\n"
        "stdout as it is generated. A one-line summary (prompt tokens, new tokens, time to first\n"
        "token, tokens/s) goes to stderr. --temperature 0 is greedy decoding.",
-       {"tools/generate_command.cc", "tools/model_flags.cc"}, &RunGenerateCommand},
-      {"decode", "run a decode worker (continuous batching, KV import over UCX)",
+       {"tools/generate_command.cc", "tools/model_flags.cc"},
+       &RunGenerateCommand},
+      {"decode",
+       "run a decode worker (continuous batching, KV import over UCX)",
        "sparseserve decode --model PATH [--address HOST:PORT] [--metrics-address HOST:PORT] ...",
        "Serves sparseserve.v1.DecodeWorker (plus grpc.health.v1 and reflection) for a router:\n"
        "local or disaggregated prefill, continuous batching of decode steps, KV reservations\n"
@@ -29,21 +32,24 @@ const std::vector<Command>& Commands() {
        "in-flight requests and exit.",
        {"tools/decode_command.cc", "tools/serve_flags.cc", "tools/model_flags.cc"},
        &RunDecodeCommand},
-      {"prefill", "run a prefill worker (chunked prefill, KV export over UCX)",
+      {"prefill",
+       "run a prefill worker (chunked prefill, KV export over UCX)",
        "sparseserve prefill --model PATH [--address HOST:PORT] ...",
        "Serves sparseserve.v1.PrefillWorker: computes a prompt's KV (with its own prefix\n"
        "cache) and PUTs each layer's blocks over UCX into the decode worker's reservation as\n"
        "soon as the layer is done, then returns the first token. Prints 'READY prefill ...'.",
        {"tools/prefill_command.cc", "tools/serve_flags.cc", "tools/model_flags.cc"},
        &RunPrefillCommand},
-      {"router", "run the router (public Generation API) in front of running workers",
+      {"router",
+       "run the router (public Generation API) in front of running workers",
        "sparseserve router --model PATH --decode-workers A,B [--prefill-workers C] ...",
        "Serves sparseserve.v1.Generation: tokenizes, routes by load and prefix-cache overlap,\n"
        "sends long uncached prompts to prefill workers (--disagg-threshold), streams tokens,\n"
        "retries and migrates on worker failure. --model is used for the tokenizer only.",
        {"tools/router_command.cc", "tools/serve_flags.cc", "tools/model_flags.cc"},
        &RunRouterCommand},
-      {"up", "start router + prefill + decode workers on this machine (first run)",
+      {"up",
+       "start router + prefill + decode workers on this machine (first run)",
        "sparseserve up [--model PATH] [--num-prefill N] [--num-decode M] ...",
        "Starts N prefill and M decode worker processes with the model, then serves the router\n"
        "in this process and prints one 'WORKER <role> <address> metrics <address> pid <pid>'\n"

@@ -12,7 +12,9 @@ ABSL_FLAG(int, prefill_chunk, 512, "Prompt tokens per prefill step.");
 
 namespace sparseserve::tools {
 
-std::string ModelPathFromFlags() { return absl::GetFlag(FLAGS_model); }
+std::string ModelPathFromFlags() {
+  return absl::GetFlag(FLAGS_model);
+}
 
 absl::StatusOr<Device> DeviceFromFlags() {
   const std::string name = absl::GetFlag(FLAGS_device);

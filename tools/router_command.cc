@@ -26,12 +26,12 @@ namespace sparseserve::tools {
 router::RouterOptions RouterOptionsFromFlags() {
   router::RouterOptions options;
   options.model_path = ModelPathFromFlags();
-  for (absl::string_view a : absl::StrSplit(absl::GetFlag(FLAGS_decode_workers), ',',
-                                            absl::SkipEmpty())) {
+  for (absl::string_view a :
+       absl::StrSplit(absl::GetFlag(FLAGS_decode_workers), ',', absl::SkipEmpty())) {
     options.decode_workers.emplace_back(a);
   }
-  for (absl::string_view a : absl::StrSplit(absl::GetFlag(FLAGS_prefill_workers), ',',
-                                            absl::SkipEmpty())) {
+  for (absl::string_view a :
+       absl::StrSplit(absl::GetFlag(FLAGS_prefill_workers), ',', absl::SkipEmpty())) {
     options.prefill_workers.emplace_back(a);
   }
   options.disagg_threshold_tokens = absl::GetFlag(FLAGS_disagg_threshold);

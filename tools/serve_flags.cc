@@ -10,9 +10,15 @@ ABSL_FLAG(double, drain_seconds, 30, "On SIGINT/SIGTERM, time in-flight requests
 
 namespace sparseserve::tools {
 
-std::string ListenAddressFromFlags() { return absl::GetFlag(FLAGS_address); }
-std::string MetricsAddressFromFlags() { return absl::GetFlag(FLAGS_metrics_address); }
-absl::Duration DrainFromFlags() { return absl::Seconds(absl::GetFlag(FLAGS_drain_seconds)); }
+std::string ListenAddressFromFlags() {
+  return absl::GetFlag(FLAGS_address);
+}
+std::string MetricsAddressFromFlags() {
+  return absl::GetFlag(FLAGS_metrics_address);
+}
+absl::Duration DrainFromFlags() {
+  return absl::Seconds(absl::GetFlag(FLAGS_drain_seconds));
+}
 
 void PrintReady(const char* role, const std::string& address, int port,
                 const std::string& metrics_address, int metrics_port) {

@@ -49,12 +49,11 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
     response.set_content(serializer.Serialize(registry->Collect()),
                          "text/plain; version=0.0.4; charset=utf-8");
   });
-  const int bound = port == 0 ? server.bind_to_any_port(host)
-                              : (server.bind_to_port(host, port) ? port : -1);
+  const int bound =
+      port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port) ? port : -1);
   if (bound <= 0) {
-    return absl::UnavailableError(
-        absl::StrCat("metrics exporter: cannot serve on ", bind_address,
-                     " (address in use or not available)"));
+    return absl::UnavailableError(absl::StrCat("metrics exporter: cannot serve on ", bind_address,
+                                               " (address in use or not available)"));
   }
   exporter->port_ = bound;
   exporter->listener_ = std::thread([&server] { server.listen_after_bind(); });

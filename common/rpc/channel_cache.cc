@@ -8,7 +8,7 @@
 
 namespace sparseserve::rpc {
 
-ChannelCache::ChannelCache(ChannelOptions options) : options_(std::move(options)) {}
+ChannelCache::ChannelCache(ChannelOptions options) : options_(options) {}
 
 std::shared_ptr<grpc::Channel> ChannelCache::Get(const std::string& address) {
   absl::MutexLock lock(&mu_);

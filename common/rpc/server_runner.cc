@@ -58,9 +58,9 @@ int ToMillis(absl::Duration d) {
 RpcServer::RpcServer(std::unique_ptr<grpc::Server> server, int port, std::vector<std::string> names)
     : server_(std::move(server)), port_(port), service_names_(std::move(names)) {}
 
-absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const std::string& address,
-                                                            std::vector<grpc::Service*> services,
-                                                            const RpcServerOptions& options) {
+absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(
+    const std::string& address, const std::vector<grpc::Service*>& services,
+    const RpcServerOptions& options) {
   // Both are process-wide switches read by the next BuildAndStart; setting them again is a no-op.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

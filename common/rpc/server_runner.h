@@ -44,9 +44,9 @@ class RpcServer {
   // serving with health status SERVING for "" and every registered service.
   // Returns kInvalidArgument for a null service, kUnavailable (naming the address) when the
   // address cannot be bound or the server fails to start.
-  static absl::StatusOr<std::unique_ptr<RpcServer>> Start(const std::string& address,
-                                                          std::vector<grpc::Service*> services,
-                                                          const RpcServerOptions& options = {});
+  static absl::StatusOr<std::unique_ptr<RpcServer>> Start(
+      const std::string& address, const std::vector<grpc::Service*>& services,
+      const RpcServerOptions& options = {});
 
   RpcServer(const RpcServer&) = delete;
   RpcServer& operator=(const RpcServer&) = delete;
