@@ -167,6 +167,7 @@ bool DecodeScheduler::AdmitOne(std::unique_ptr<Running>& r) {
     job.prompt.push_back(job.first_token);
     r->history.push_back(job.first_token);
     r->next_token = job.first_token;
+    r->sampler->SkipDraw();  // the prefill worker drew it from the same seed
     if (!r->started) {
       r->started = true;
       job.sink->OnStart(r->seq.num_cached_prompt_tokens,

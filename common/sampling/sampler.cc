@@ -106,6 +106,10 @@ int Sampler::Filter(int vocab_size) {
   return num_kept;
 }
 
+void Sampler::SkipDraw() {
+  if (params_.temperature != 0.0f) NextUniform();
+}
+
 double Sampler::NextUniform() {
   return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
 }

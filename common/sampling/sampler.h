@@ -33,6 +33,11 @@ class Sampler {
   // REQUIRES: vocab_size > 0; every id in the penalty window is in [0, vocab_size).
   int32_t Sample(const float* logits, int vocab_size, absl::Span<const int32_t> history);
 
+  // Advances the random stream exactly as one Sample call would (no-op when greedy), without
+  // sampling: for a sequence whose first token was drawn elsewhere from the same seed (the
+  // prefill worker), so that its later draws match a single-process run.
+  void SkipDraw();
+
   // The distribution Sample draws from: f32 [vocab_size], 0 for filtered tokens, summing to 1
   // (one-hot at the argmax when greedy). Does not touch the RNG. For tests and logprobs.
   // REQUIRES: as for Sample.

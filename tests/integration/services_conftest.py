@@ -109,11 +109,11 @@ def run(stub, request, timeout=60):
     return tokens, text, last
 
 
-def reference_tokens(prompt, max_tokens):
-    """Token ids of a single-process greedy run of `sparseserve generate` (its text output)."""
+def reference_tokens(prompt, max_tokens, sampling=("--temperature=0",)):
+    """Text of a single-process run of `sparseserve generate` (greedy unless `sampling`)."""
     out = subprocess.run([BIN, "generate", f"--model={MODEL}", f"--prompt={prompt}",
-                          f"--max-tokens={max_tokens}", "--temperature=0", "--ignore-eos",
-                          "--log-level=warning"], capture_output=True, text=True, timeout=120)
+                          f"--max-tokens={max_tokens}", "--ignore-eos", "--log-level=warning"] +
+                         list(sampling), capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return out.stdout[:-1]  # the trailing newline the CLI adds
 

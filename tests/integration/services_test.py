@@ -29,6 +29,12 @@ def test_up_greedy_equals_single_process(threshold, disaggregated):
         assert last.usage.prompt_tokens == 5 and last.usage.completion_tokens == 60
         moved = metric(c.role("prefill")[0]["metrics"], "sparseserve_kv_transfer_bytes_total")
         assert (moved > 0) == disaggregated
+        # Seeded sampling continues the same random stream across the prefill/decode split.
+        ref = reference_tokens("Once upon a time", 50,
+                               ["--temperature=0.9", "--top-p=0.95", "--seed=7"])
+        req = greedy_request("Once upon a time", max_tokens=50)
+        req.sampling.temperature, req.sampling.top_p, req.sampling.seed = 0.9, 0.95, 7
+        assert run(c.stub, req)[1] == ref
     finally:
         c.close()
 

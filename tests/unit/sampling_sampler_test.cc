@@ -226,5 +226,20 @@ TEST(SamplingParamsTest, ValidateRejectsEachBadField) {
   EXPECT_FALSE(rejected([](SamplingParams& p) { p.top_p = 1.0f; }));
 }
 
+TEST(SamplerTest, SkipDrawContinuesTheStreamOfAnotherSampler) {
+  SamplingParams params;
+  params.temperature = 1.0f;
+  params.seed = 42;
+  const std::vector<float> logits = {0.1f, 0.5f, 0.2f, 0.9f, 0.3f};
+  Sampler whole(params);
+  std::vector<int32_t> expected;
+  for (int i = 0; i < 20; ++i) expected.push_back(whole.Sample(logits.data(), 5, {}));
+  Sampler first(params);  // draws token 0 (the prefill worker)
+  Sampler rest(params);   // continues with tokens 1.. (the decode worker)
+  EXPECT_EQ(first.Sample(logits.data(), 5, {}), expected[0]);
+  rest.SkipDraw();
+  for (int i = 1; i < 20; ++i) EXPECT_EQ(rest.Sample(logits.data(), 5, {}), expected[i]) << i;
+}
+
 }  // namespace
 }  // namespace sparseserve::sampling
