@@ -254,3 +254,39 @@ def test_generate_cli_as_client():
         assert out.stdout == GOLDEN + "\n"
     finally:
         c.close()
+
+
+def _start(args):
+    """Starts one `sparseserve` role; returns (process, READY words)."""
+    proc = subprocess.Popen([BIN] + args + ["--log-level=warning"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline().split()
+    assert line and line[0] == "READY", proc.stderr.read()
+    return proc, line
+
+
+def test_kv_layout_mismatch_is_refused_and_router_falls_back():
+    model = f"--model={os.environ.get('SPARSESERVE_TEST_MODEL', 'models/stories260K/stories260K.gguf')}"
+    procs = []
+    try:
+        decode, d = _start(["decode", model, "--block-tokens=16"])
+        procs.append(decode)
+        prefill, p = _start(["prefill", model, "--block-tokens=64"])
+        procs.append(prefill)
+        router, r = _start(["router", model, f"--decode-workers={d[2]}",
+                            f"--prefill-workers={p[2]}", "--disagg-threshold=3"])
+        procs.append(router)
+        stub = gen_grpc_stub(r[2])
+        _, text, last = run(stub, greedy_request("Once upon a time", max_tokens=60))
+        assert text == GOLDEN
+        assert not last.timings.disaggregated  # the prefill worker refused the reservation
+        assert metric(p[4], "sparseserve_kv_transfer_failures_total") >= 1
+    finally:
+        for proc in reversed(procs):
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+
+
+def gen_grpc_stub(address):
+    from services_conftest import gen_grpc
+    return gen_grpc.GenerationStub(grpc.insecure_channel(address))
