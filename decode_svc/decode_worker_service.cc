@@ -44,6 +44,17 @@ v1::KvLayout LayoutOf(const engine::ModelRunner& runner) {
 
 namespace {
 
+// requests_total{finish_reason}: the same short values on every role.
+absl::string_view FinishLabel(engine::FinishReason reason) {
+  switch (reason) {
+    case engine::FinishReason::kLength: return "length";
+    case engine::FinishReason::kStop: return "stop";
+    case engine::FinishReason::kContextFull: return "context";
+    case engine::FinishReason::kAborted: return "aborted";
+  }
+  return "error";
+}
+
 // One Decode call. The scheduler's engine thread pushes tokens through the Sink (a separate,
 // co-owned object, so a late token after the client left touches no freed reactor); gRPC's
 // threads drive the writes. State shared by both sides is under `mu`.
@@ -94,8 +105,7 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
     }
     void OnFinish(const absl::Status& status, engine::FinishReason reason) override {
       metrics_->e2e_request_latency().Observe(absl::ToDoubleSeconds(absl::Now() - start_));
-      metrics_->requests_finished(status.ok() ? v1::FinishReason_Name(ToProto(reason)) : "error")
-          .Increment();
+      metrics_->requests_finished(status.ok() ? FinishLabel(reason) : "error").Increment();
       DecodeStream* to_write = nullptr;
       {
         absl::MutexLock lock(&shared_->mu);

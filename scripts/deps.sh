@@ -8,10 +8,11 @@ PKGS=(build-essential cmake ninja-build ccache pkg-config git curl ca-certificat
       libgtest-dev libgmock-dev libbenchmark-dev
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
       libucx-dev ucx-utils prometheus-cpp-dev libcpp-httplib-dev prometheus
-      clang libclang-rt-dev clang-format clang-tidy)
-PY_PKGS=(grpcio grpcio-tools pytest)
+      clang libclang-rt-dev clang-format clang-tidy
+      yamllint)
+PY_PKGS=(grpcio grpcio-tools pytest kubernetes-validate)
 install_python() {
-  python3 -c "import grpc, grpc_tools, pytest" 2>/dev/null && return 0
+  python3 -c "import grpc, grpc_tools, pytest, kubernetes_validate" 2>/dev/null && return 0
   echo "deps: pip install ${PY_PKGS[*]}"
   python3 -m pip install -q "${PY_PKGS[@]}" || python3 -m pip install -q --user "${PY_PKGS[@]}" ||
     python3 -m pip install -q --break-system-packages "${PY_PKGS[@]}"
