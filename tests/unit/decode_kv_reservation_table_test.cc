@@ -27,7 +27,7 @@ TEST(KvReservationTableTest, ReleaseAndExpiryReturnEveryBlock) {
   EXPECT_TRUE(table.Release(a->id));
   EXPECT_FALSE(table.Release(a->id));
   EXPECT_EQ(pool.num_used_blocks(), 2);
-  EXPECT_EQ(table.ExpireBefore(absl::Now()), 0);              // lease still running
+  EXPECT_EQ(table.ExpireBefore(absl::Now()), 0);  // lease still running
   EXPECT_EQ(table.ExpireBefore(absl::Now() + absl::Minutes(1)), 1);
   EXPECT_EQ(pool.num_used_blocks(), 0);
   EXPECT_EQ(table.Take(b->id).status().code(), absl::StatusCode::kNotFound);
