@@ -56,13 +56,22 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
                                                " (address in use or not available)"));
   }
   exporter->port_ = bound;
-  exporter->listener_ = std::thread([&server] { server.listen_after_bind(); });
+  MetricsExporter* raw = exporter.get();
+  exporter->listener_ = std::thread([raw] {
+    raw->server_->listen_after_bind();
+    raw->listener_done_.Notify();
+  });
   return exporter;
 }
 
 MetricsExporter::~MetricsExporter() {
-  if (server_ != nullptr) server_->stop();
-  if (listener_.joinable()) listener_.join();
+  if (!listener_.joinable()) return;
+  // httplib's stop() only acts once the accept loop is running, and the loop may not have
+  // started yet when an exporter is destroyed right after Start: repeat until it returned.
+  do {
+    server_->stop();
+  } while (!listener_done_.WaitForNotificationWithTimeout(absl::Milliseconds(10)));
+  listener_.join();
 }
 
 }  // namespace sparseserve::metrics

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "prometheus/registry.h"
 
 namespace httplib {
@@ -49,7 +50,8 @@ class MetricsExporter {
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<httplib::Server> server_;
-  std::thread listener_;  // runs the server's accept loop (owned, joined)
+  absl::Notification listener_done_;  // the accept loop returned
+  std::thread listener_;              // runs the server's accept loop (owned, joined)
   int port_ = 0;
 };
 
