@@ -141,28 +141,27 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
     grpc::Status final_status;
     {
       absl::MutexLock lock(&shared_->mu);
-      Shared& s = *shared_;
-      if (s.write_in_flight || s.finish_called) return;
-      const bool error = s.finished && !s.status.ok();
+      if (shared_->write_in_flight || shared_->finish_called) return;
+      const bool error = shared_->finished && !shared_->status.ok();
       if (error) {
-        s.finish_called = true;
+        shared_->finish_called = true;
         finish_now = true;
-        final_status = rpc::ToGrpcStatus(s.status);
-      } else if (!s.pending.empty() || (s.finished && !s.finish_called)) {
+        final_status = rpc::ToGrpcStatus(shared_->status);
+      } else if (!shared_->pending.empty() || (shared_->finished && !shared_->finish_called)) {
         response_.Clear();
-        for (int32_t t : s.pending) response_.add_token_ids(t);
-        s.pending.clear();
-        if (!s.sent_first) {
-          s.sent_first = true;
-          response_.set_cached_prompt_tokens(s.cached_tokens);
-          response_.set_queue_seconds(s.queue_seconds);
+        for (int32_t t : shared_->pending) response_.add_token_ids(t);
+        shared_->pending.clear();
+        if (!shared_->sent_first) {
+          shared_->sent_first = true;
+          response_.set_cached_prompt_tokens(shared_->cached_tokens);
+          response_.set_queue_seconds(shared_->queue_seconds);
         }
-        if (s.finished) {
-          response_.set_finish_reason(ToProto(s.reason));
-          s.finish_called = true;
+        if (shared_->finished) {
+          response_.set_finish_reason(ToProto(shared_->reason));
+          shared_->finish_called = true;
           last_write_ = true;
         }
-        s.write_in_flight = true;
+        shared_->write_in_flight = true;
       } else {
         return;
       }
