@@ -11,7 +11,7 @@ fail() { echo "FAIL $1"; fails=$((fails + 1)); }
 
 # 1. Golden: greedy stories260K = llama2.c run.c reference (60 new tokens after the prompt).
 if "$bin" generate --model "$model" --prompt "Once upon a time" --max-tokens 60 \
-    --temperature 0 >"$tmp/out" 2>"$tmp/err" && cmp -s "$tmp/out" "$data/stories260K_golden_continuation.txt"; then
+    --temperature 0 >"$tmp/out" 2>"$tmp/err" && cmp -s "$tmp/out" "$data/golden_once_upon_a_time.txt"; then
   pass "golden continuation"
 else
   fail "golden continuation"; echo "--- got:"; cat "$tmp/out"; echo "--- stderr:"; cat "$tmp/err"

@@ -14,7 +14,7 @@ from services_conftest import (BIN, Cluster, free_port, gen_pb2, greedy_request,
                                worker_status)
 
 GOLDEN = open(os.path.join(os.path.dirname(__file__), "..", "data",
-                           "stories260K_golden_continuation.txt")).read()[:-1]
+                           "golden_once_upon_a_time.txt")).read()[:-1]
 
 
 @pytest.mark.parametrize("threshold,disaggregated", [(3, True), (100000, False)])
