@@ -46,23 +46,31 @@ absl::Status CpuBackend::CopyToHost(const Tensor& src, const Tensor& dst) {
   return ConvertCopy(src, dst, "CopyToHost");
 }
 
-absl::Status CpuBackend::Embedding(const Tensor& table, const Tensor& ids, const Tensor& out) {
-  SS_RETURN_IF_ERROR(CheckTensor(table, DType::kF32, 2, "Embedding", "table"));
-  SS_RETURN_IF_ERROR(CheckTensor(ids, DType::kI32, 1, "Embedding", "ids"));
-  SS_RETURN_IF_ERROR(CheckTensor(out, DType::kF32, 2, "Embedding", "out"));
-  SS_RETURN_IF_ERROR(CheckDim(out, 0, ids.dim(0), "Embedding", "out"));
-  SS_RETURN_IF_ERROR(CheckDim(out, 1, table.dim(1), "Embedding", "out"));
-  const int64_t hidden = table.dim(1);
-  for (int64_t i = 0; i < ids.dim(0); ++i) {
-    const int32_t id = ids.data<int32_t>()[i];
-    if (id < 0 || id >= table.dim(0)) {
+namespace {
+// out[i, :] = x[rows[i], :] — the one row gather behind Embedding and GatherRows; `what` names
+// the indices in errors ("token id", "row").
+absl::Status GatherRowsF32(const Tensor& x, const Tensor& rows, const Tensor& out, const char* op,
+                           const char* what) {
+  SS_RETURN_IF_ERROR(CheckTensor(x, DType::kF32, 2, op, "x"));
+  SS_RETURN_IF_ERROR(CheckTensor(rows, DType::kI32, 1, op, "rows"));
+  SS_RETURN_IF_ERROR(CheckTensor(out, DType::kF32, 2, op, "out"));
+  SS_RETURN_IF_ERROR(CheckDim(out, 0, rows.dim(0), op, "out"));
+  SS_RETURN_IF_ERROR(CheckDim(out, 1, x.dim(1), op, "out"));
+  const int64_t d = x.dim(1);
+  for (int64_t i = 0; i < rows.dim(0); ++i) {
+    const int32_t r = rows.data<int32_t>()[i];
+    if (r < 0 || r >= x.dim(0)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("Embedding: token id ", id, " outside vocabulary of ", table.dim(0)));
+          absl::StrCat(op, ": ", what, " ", r, " outside [0, ", x.dim(0), ")"));
     }
-    std::memcpy(out.data<float>() + i * hidden, table.data<float>() + id * hidden,
-                hidden * sizeof(float));
+    std::memcpy(out.data<float>() + i * d, x.data<float>() + r * d, d * sizeof(float));
   }
   return absl::OkStatus();
+}
+}  // namespace
+
+absl::Status CpuBackend::Embedding(const Tensor& table, const Tensor& ids, const Tensor& out) {
+  return GatherRowsF32(table, ids, out, "Embedding", "token id");
 }
 
 namespace {
@@ -197,18 +205,7 @@ absl::Status CpuBackend::WriteKv(const Tensor& k, const Tensor& v, const Tensor&
 }
 
 absl::Status CpuBackend::GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) {
-  SS_RETURN_IF_ERROR(CheckTensor(x, DType::kF32, 2, "GatherRows", "x"));
-  SS_RETURN_IF_ERROR(CheckTensor(rows, DType::kI32, 1, "GatherRows", "rows"));
-  SS_RETURN_IF_ERROR(CheckTensor(out, DType::kF32, 2, "GatherRows", "out"));
-  SS_RETURN_IF_ERROR(CheckDim(out, 0, rows.dim(0), "GatherRows", "out"));
-  SS_RETURN_IF_ERROR(CheckDim(out, 1, x.dim(1), "GatherRows", "out"));
-  const int64_t d = x.dim(1);
-  for (int64_t i = 0; i < rows.dim(0); ++i) {
-    const int32_t r = rows.data<int32_t>()[i];
-    if (r < 0 || r >= x.dim(0)) return absl::InvalidArgumentError("GatherRows: row out of range");
-    std::memcpy(out.data<float>() + i * d, x.data<float>() + r * d, d * sizeof(float));
-  }
-  return absl::OkStatus();
+  return GatherRowsF32(x, rows, out, "GatherRows", "row");
 }
 
 }  // namespace sparseserve::kernels
