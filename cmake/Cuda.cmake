@@ -6,6 +6,10 @@ if(SPARSESERVE_WITH_CUDA)
   set(CMAKE_CUDA_FLAGS "${CMAKE_CUDA_FLAGS} -std=c++20")
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
+  # ... and targets that inherit C++20 (CXX_STANDARD also sets the CUDA dialect) need CMake to know
+  # how nvcc spells it.
+  set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "")
+  set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "")
   message(STATUS "sparseserve: CUDA backend ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, sm_90a)")
 else()
   message(STATUS "sparseserve: CUDA backend OFF (CPU reference backend only)")

@@ -15,7 +15,16 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Start(
                       engine::ModelRunner::Create(w->source_, w->backend_.get(), options.runner));
   DecodeWorkerInfo info;
   info.model = options.model_path;
-  if (options.enable_kv_transfer) {
+  // The UCX build this project links (Debian's 1.13) has no CUDA transport: it can only move
+  // host memory, so a KV cache on the GPU is served without disaggregated prefill (the router then
+  // prefills on the decode worker). Staging through host memory is the way to lift this.
+  const bool kv_on_host = w->runner_->cache().layer(0).device() == Device::kHost;
+  if (options.enable_kv_transfer && !kv_on_host) {
+    SS_LOG_WARNING(
+        "KV cache is in GPU memory and UCX here moves host memory only: KV transfer "
+        "disabled on this decode worker");
+  }
+  if (options.enable_kv_transfer && kv_on_host) {
     SS_ASSIGN_OR_RETURN(w->kv_target_, transfer::KvTransferTarget::Create());
     const model::PagedKvCache& cache = w->runner_->cache();
     for (int l = 0; l < cache.shape().num_layers; ++l) {

@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_backend.h"
 #ifdef SPARSESERVE_WITH_CUDA
-#include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/cuda_backend.h"
 #endif
 
 namespace sparseserve::kernels {
@@ -11,12 +11,7 @@ namespace sparseserve::kernels {
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(Device device) {
   if (device == Device::kHost) return std::make_unique<CpuBackend>(&core::ThreadPool::Default());
 #ifdef SPARSESERVE_WITH_CUDA
-  absl::StatusOr<CudaDeviceInfo> gpu = FindCudaDevice();
-  if (!gpu.ok()) return gpu.status();
-  return absl::UnimplementedError(
-      absl::StrCat("found ", gpu->name,
-                   ", but the CUDA backend's ops are not implemented yet (issue 4); use "
-                   "--device cpu"));
+  return CreateCudaBackend();
 #else
   return absl::UnimplementedError(
       "this binary was built without CUDA (SPARSESERVE_CUDA=OFF or no nvcc); use --device cpu");

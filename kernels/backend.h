@@ -8,6 +8,7 @@
 #ifndef SPARSESERVE_KERNELS_BACKEND_H_
 #define SPARSESERVE_KERNELS_BACKEND_H_
 
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -29,7 +30,24 @@ class Backend {
   // Copies a host tensor of any float dtype into `dst` (this backend's memory), converting dtype.
   virtual absl::Status CopyFromHost(const Tensor& src, const Tensor& dst) = 0;
   // Copies `src` (this backend's memory) into a host tensor of the same shape, converting dtype.
+  // Waits for all queued work first, so it also reports errors of earlier asynchronous ops.
   virtual absl::Status CopyToHost(const Tensor& src, const Tensor& dst) = 0;
+  // Copies between two tensors of this backend with the same shape and dtype (no conversion).
+  virtual absl::Status Copy(const Tensor& src, const Tensor& dst) = 0;
+  // Fills a float tensor of this backend with values uniform in [lo, hi) from a counter-based
+  // generator: the same (seed, element index) gives the same value on every backend up to the
+  // dtype's rounding. Used for synthetic weights and KV in benchmarks and tests.
+  virtual absl::Status FillUniform(const Tensor& t, uint64_t seed, float lo, float hi) = 0;
+  // Waits until every op queued so far has finished; returns the first asynchronous error.
+  virtual absl::Status Synchronize() = 0;
+  // Free and total bytes of this backend's memory (kUnimplemented where it is not bounded by a
+  // device, i.e. on the CPU). Sizes the KV pool from --gpu-memory-fraction.
+  struct MemoryInfo {
+    int64_t free_bytes = 0;   // free for this backend's allocations now
+    int64_t total_bytes = 0;  // the device's capacity
+    int64_t used_bytes = 0;   // held by this backend's live allocations (weights, KV, ...)
+  };
+  virtual absl::StatusOr<MemoryInfo> GetMemoryInfo() = 0;
 
   // out[i, :] = table[ids[i], :]. table [vocab, hidden], ids i32 [n], out [n, hidden].
   // kInvalidArgument if an id is outside [0, vocab).
@@ -45,7 +63,8 @@ class Backend {
                                   float eps, const Tensor& out) = 0;
 
   // out = x · wᵀ (+ bias). x [n, in], w [out_features, in], bias [out_features] or empty,
-  // out [n, out_features]. out must not alias x.
+  // out [n, out_features]. out must not alias x. out may be f32 while x and w are in the compute
+  // dtype (the logits: greedy argmax must not see bf16 ties).
   virtual absl::Status Linear(const Tensor& x, const Tensor& w, const Tensor& bias,
                               const Tensor& out) = 0;
 

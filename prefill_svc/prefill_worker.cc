@@ -13,7 +13,16 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(
   SS_ASSIGN_OR_RETURN(w->source_, engine::OpenModelSource(options.model_path));
   SS_ASSIGN_OR_RETURN(w->runner_,
                       engine::ModelRunner::Create(w->source_, w->backend_.get(), options.runner));
-  if (options.enable_kv_transfer) {
+  // The UCX build this project links (Debian's 1.13) has no CUDA transport: it can only move
+  // host memory, so a KV cache on the GPU is served without disaggregated prefill (the router then
+  // prefills on the decode worker). Staging through host memory is the way to lift this.
+  const bool kv_on_host = w->runner_->cache().layer(0).device() == Device::kHost;
+  if (options.enable_kv_transfer && !kv_on_host) {
+    SS_LOG_WARNING(
+        "KV cache is in GPU memory and UCX here moves host memory only: KV transfer "
+        "disabled on this prefill worker");
+  }
+  if (options.enable_kv_transfer && kv_on_host) {
     SS_ASSIGN_OR_RETURN(w->kv_source_, transfer::KvTransferSource::Create());
     const model::PagedKvCache& cache = w->runner_->cache();
     for (int l = 0; l < cache.shape().num_layers; ++l) {

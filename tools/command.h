@@ -20,10 +20,12 @@ namespace sparseserve::tools {
 
 struct Command {
   const char* name;
-  const char* summary;                  // one line for the command list
-  const char* usage;                    // "sparseserve generate --model PATH --prompt TEXT [flags]"
-  const char* description;              // a paragraph for `--help`
-  std::vector<const char*> flag_files;  // source files whose flags belong to this command
+  const char* summary;      // one line for the command list
+  const char* usage;        // "sparseserve generate --model PATH --prompt TEXT [flags]"
+  const char* description;  // a paragraph for `--help`
+  // Source files whose flags belong to this command; "file:flag_a,flag_b" takes only those
+  // flags of a file shared with other commands.
+  std::vector<const char*> flag_files;
   int (*run)(const std::vector<char*>& positional);
 };
 
@@ -48,6 +50,7 @@ int RunDecodeCommand(const std::vector<char*>& positional);
 int RunPrefillCommand(const std::vector<char*>& positional);
 int RunRouterCommand(const std::vector<char*>& positional);
 int RunUpCommand(const std::vector<char*>& positional);
+int RunBenchCommand(const std::vector<char*>& positional);
 
 }  // namespace sparseserve::tools
 

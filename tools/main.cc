@@ -58,6 +58,28 @@ const std::vector<Command>& Commands() {
        {"tools/up_command.cc", "tools/router_command.cc", "tools/serve_flags.cc",
         "tools/model_flags.cc"},
        &RunUpCommand},
+      {"bench",
+       "time prefill and decode of a synthetic model against the device's roofline",
+       "sparseserve bench model --synthetic PRESET [--device cuda|cpu] [--prefill-lengths L,..]\n"
+       "       [--decode-batches B,..] [--decode-contexts C,..] [--iters N] [--warmup N] ...",
+       "Builds a model of a real shape with random weights made on the device (no checkpoint;\n"
+       "presets llama3-8b, llama3-70b-layer = one layer of Llama-3.1-70B, qwen2-7b, tiny) and\n"
+       "one KV cache sized for the largest case that fits the free device memory (10% kept\n"
+       "free); a case needing more prints 'skipped: needs X GiB of KV, Y GiB free'. Then times:\n"
+       "  prefill  each --prefill-lengths prompt once, in --prefill-chunk steps: tokens/s, ms;\n"
+       "  decode   every --decode-batches x --decode-contexts case: B sequences with C cached\n"
+       "           tokens (random KV; each sequence its own blocks while the cache holds them,\n"
+       "           else shared copies, noted in the row) add one token per step;\n"
+       "           --warmup untimed, then --iters timed steps: tokens/s = B*iters/time.\n"
+       "Each case is set against its roofline: the bytes floor (weights read per step + KV read\n"
+       "and written, at the bandwidth measured by a device copy or --peak-bandwidth-gbps) and\n"
+       "the arithmetic floor (2 FLOPs per weight per token + attention, at --peak-tflops);\n"
+       "'% roofline' = the larger floor / the measured time (100% = at the hardware limit).\n"
+       "Progress goes to stderr, the table to stdout. Exit code 2 for bad flags or an unknown\n"
+       "preset; 1 when the run fails (e.g. --device cuda in a build without CUDA) or a case\n"
+       "does (its row reads 'failed: ...'; the other cases still run).",
+       {"tools/bench_command.cc", "tools/model_flags.cc:device,block_tokens,prefill_chunk"},
+       &RunBenchCommand},
   };
   return commands;
 }

@@ -6,9 +6,17 @@ ABSL_FLAG(std::string, model, "models/stories260K/stories260K.gguf",
           "Model to load: a .gguf file or a Hugging Face directory (config.json, *.safetensors, "
           "tokenizer.json).");
 ABSL_FLAG(std::string, device, "cpu", "Backend: cpu (reference) or cuda.");
-ABSL_FLAG(int, kv_cache_tokens, 0, "KV cache capacity in tokens (0 = 4 x the model context).");
+ABSL_FLAG(int, kv_cache_tokens, 0,
+          "KV cache capacity in tokens (0 = what --gpu-memory-fraction leaves on a GPU, 4 x the "
+          "model context on the CPU).");
+ABSL_FLAG(double, gpu_memory_fraction, 0.9,
+          "Share of the GPU's memory this process fills: weights + activations + KV cache "
+          "(--device cuda with --kv-cache-tokens 0). Processes sharing one GPU (e.g. the workers "
+          "of `up`) each take this share: give them fractions that sum to at most 1.");
 ABSL_FLAG(int, block_tokens, 64, "KV block size in tokens (multiple of 16).");
-ABSL_FLAG(int, prefill_chunk, 512, "Prompt tokens per prefill step.");
+ABSL_FLAG(int, prefill_chunk, 0,
+          "Prompt tokens per prefill step; 0 = the command's default (512; 8192 for `bench "
+          "model`).");
 
 namespace sparseserve::tools {
 
@@ -23,11 +31,21 @@ absl::StatusOr<Device> DeviceFromFlags() {
   return absl::InvalidArgumentError("--device must be cpu or cuda, got '" + name + "'");
 }
 
+int BlockTokensFromFlags() {
+  return absl::GetFlag(FLAGS_block_tokens);
+}
+
+int PrefillChunkFromFlags(int command_default) {
+  const int chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  return chunk == 0 ? command_default : chunk;
+}
+
 engine::ModelRunnerOptions RunnerOptionsFromFlags() {
   engine::ModelRunnerOptions options;
   options.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
+  options.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   options.block_tokens = absl::GetFlag(FLAGS_block_tokens);
-  options.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk);
+  options.prefill_chunk_tokens = PrefillChunkFromFlags(options.prefill_chunk_tokens);
   return options;
 }
 

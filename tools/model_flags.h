@@ -1,4 +1,5 @@
-// Flags shared by every command that loads a model (generate, decode, prefill, up).
+// Flags shared by every command that loads a model (generate, decode, prefill, up), and by
+// `bench model` (--device, --block-tokens, --prefill-chunk only).
 #ifndef SPARSESERVE_TOOLS_MODEL_FLAGS_H_
 #define SPARSESERVE_TOOLS_MODEL_FLAGS_H_
 
@@ -14,6 +15,11 @@ std::string ModelPathFromFlags();
 // --device: kInvalidArgument for anything but cpu / cuda.
 absl::StatusOr<Device> DeviceFromFlags();
 engine::ModelRunnerOptions RunnerOptionsFromFlags();
+// --block-tokens as given (checked by whoever sizes the KV cache).
+int BlockTokensFromFlags();
+// --prefill-chunk, or `command_default` when it is 0 (its default): `bench model` prefills in
+// larger chunks than the serving commands' 512.
+int PrefillChunkFromFlags(int command_default);
 
 }  // namespace sparseserve::tools
 

@@ -6,6 +6,45 @@
 #include "common/core/status.h"
 
 namespace sparseserve::engine {
+namespace {
+
+// The KV pool's capacity: the explicit option, else what the device's memory allows after the
+// weights (already loaded) and a forward step's activations, else (CPU) four full contexts.
+absl::StatusOr<int64_t> KvCacheTokens(const model::ModelConfig& c, kernels::Backend& backend,
+                                      const ModelRunnerOptions& options) {
+  if (options.kv_cache_tokens > 0) return options.kv_cache_tokens;
+  absl::StatusOr<kernels::Backend::MemoryInfo> memory = backend.GetMemoryInfo();
+  if (!memory.ok()) return int64_t{4} * c.max_position_embeddings;
+  if (options.gpu_memory_fraction <= 0 || options.gpu_memory_fraction > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpu_memory_fraction must be in (0, 1], got ", options.gpu_memory_fraction));
+  }
+  const int64_t elem = static_cast<int64_t>(DTypeSize(backend.compute_dtype()));
+  const int64_t kv_token_bytes = int64_t{2} * c.num_layers * c.num_kv_heads * c.head_dim * elem;
+  // Activations of one prefill chunk (residual, norm, q, k, v, attention output, gate, up, branch)
+  // plus f32 logits for every row, and 256 MiB for library workspaces and fragmentation.
+  const int64_t row_bytes =
+      elem * (int64_t{4} * c.hidden_size + int64_t{2} * c.num_heads * c.head_dim +
+              int64_t{2} * c.num_kv_heads * c.head_dim + int64_t{2} * c.intermediate_size) +
+      int64_t{4} * c.vocab_size;
+  const int64_t reserve = row_bytes * options.prefill_chunk_tokens + (int64_t{256} << 20);
+  // This process's share (so several workers can split one GPU), never more than is free.
+  const int64_t used = memory->used_bytes;  // weights and workspaces loaded so far
+  const int64_t share =
+      static_cast<int64_t>(options.gpu_memory_fraction * static_cast<double>(memory->total_bytes));
+  const int64_t budget = std::min(share - used, memory->free_bytes) - reserve;
+  const int64_t tokens = budget / kv_token_bytes;
+  if (tokens < options.block_tokens) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "no GPU memory left for the KV cache: ", memory->total_bytes >> 20, " MiB total, ",
+        memory->free_bytes >> 20, " MiB free, ", used >> 20, " MiB used by this process, ",
+        reserve >> 20, " MiB reserved for activations, fraction ", options.gpu_memory_fraction,
+        " (raise --gpu-memory-fraction or use a smaller model)"));
+  }
+  return tokens;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     const ModelSource& source, kernels::Backend* backend, const ModelRunnerOptions& options) {
@@ -20,8 +59,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
       std::unique_ptr<model::LlamaModel> model,
       model::LlamaModel::Load(source.config, *source.weights, source.naming, backend));
   const model::ModelConfig& c = model->config();
-  const int64_t tokens = options.kv_cache_tokens > 0 ? options.kv_cache_tokens
-                                                     : int64_t{4} * c.max_position_embeddings;
+  SS_ASSIGN_OR_RETURN(const int64_t tokens, KvCacheTokens(c, *backend, options));
   model::PagedKvCacheShape shape;
   shape.num_layers = c.num_layers;
   shape.num_blocks = static_cast<int>((tokens + options.block_tokens - 1) / options.block_tokens);

@@ -26,7 +26,12 @@ namespace sparseserve::engine {
 
 struct ModelRunnerOptions {
   int block_tokens = 64;            // KV block size in tokens (ARCHITECTURE.md default 64)
-  int kv_cache_tokens = 0;          // KV pool capacity in tokens; 0 = 4 full contexts
+  // KV pool capacity in tokens; 0 = sized from the device's free memory (GPU, see
+  // gpu_memory_fraction) or 4 full contexts (CPU).
+  int kv_cache_tokens = 0;
+  // Share of the GPU's total memory this process may fill (weights + activations + KV pool), as
+  // vLLM's --gpu-memory-fraction; the KV pool gets what is left.
+  double gpu_memory_fraction = 0.9;
   int prefill_chunk_tokens = 512;   // tokens per prefill forward step (bounds activations)
   bool enable_prefix_cache = true;  // reuse full blocks of earlier prompts
 };

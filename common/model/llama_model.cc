@@ -62,6 +62,11 @@ absl::StatusOr<Tensor> LlamaModel::Forward(
                                                        "KV cache of ",
                                                        cache.shape().num_blocks));
       }
+      if (seq.tokens[i] < 0 || seq.tokens[i] >= c.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("Forward: token id ", seq.tokens[i],
+                                                       " outside the vocabulary of ",
+                                                       c.vocab_size));
+      }
       if (seq.all_logits || i == n - 1) logit_rows.push_back(static_cast<int32_t>(ids.size()));
       ids.push_back(seq.tokens[i]);
       positions.push_back(pos);
@@ -125,7 +130,8 @@ absl::StatusOr<Tensor> LlamaModel::Forward(
   const int64_t m = static_cast<int64_t>(logit_rows.size());
   SS_ASSIGN_OR_RETURN(Tensor last, be.Allocate(dt, {m, hidden}));
   SS_RETURN_IF_ERROR(be.GatherRows(x, rows_t, last));
-  SS_ASSIGN_OR_RETURN(Tensor logits, be.Allocate(dt, {m, c.vocab_size}));
+  // f32 logits: sampling and greedy argmax must not see bf16 rounding ties.
+  SS_ASSIGN_OR_RETURN(Tensor logits, be.Allocate(DType::kF32, {m, c.vocab_size}));
   SS_RETURN_IF_ERROR(be.Linear(last, lm_head_, Tensor(), logits));
   Tensor host = Tensor::Zeros(DType::kF32, {m, c.vocab_size});
   SS_RETURN_IF_ERROR(be.CopyToHost(logits, host));

@@ -8,6 +8,7 @@
 #ifndef SPARSESERVE_COMMON_MODEL_LLAMA_MODEL_H_
 #define SPARSESERVE_COMMON_MODEL_LLAMA_MODEL_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -51,6 +52,16 @@ class LlamaModel {
                                                           const TensorFile& file,
                                                           WeightNaming naming,
                                                           kernels::Backend* backend);
+  // A model of `config`'s shape with uniform random weights, allocated in the backend's compute
+  // dtype and filled there by Backend::FillUniform: no host staging, so an 8B model never passes
+  // through host RAM. The same (config, seed) gives the same weights on every backend, each
+  // tensor from its own seed. Norm weights lie in [0.9, 1.1) and projections in ±1/sqrt(in
+  // features), so activations stay finite through any depth. For benchmarks and tests: the
+  // weights are noise. kInvalidArgument for an invalid config; kResourceExhausted (naming the
+  // tensor) when the backend runs out of memory.
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> CreateRandom(const ModelConfig& config,
+                                                                  kernels::Backend* backend,
+                                                                  uint64_t seed);
   LlamaModel(const LlamaModel&) = delete;
   LlamaModel& operator=(const LlamaModel&) = delete;
 
@@ -72,6 +83,9 @@ class LlamaModel {
  private:
   LlamaModel(ModelConfig config, kernels::Backend* backend)
       : config_(std::move(config)), backend_(backend) {}
+  // Sets inv_freq_ from the config's rope_theta and rope_scaling (computed on the host, uploaded);
+  // shared by Load and CreateRandom so both rotate identically.
+  absl::Status UploadInverseFrequencies();
 
   ModelConfig config_;
   kernels::Backend* backend_;  // borrowed

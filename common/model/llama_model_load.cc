@@ -1,4 +1,5 @@
-// LlamaModel::Load — tensor naming, shape checks, RoPE pair-layout conversion, upload.
+// LlamaModel::Load — tensor naming, shape checks, RoPE pair-layout conversion, upload — and the
+// RoPE inverse frequencies that Load and CreateRandom share.
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -131,24 +132,29 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& 
     model->layers_.push_back(std::move(w));
   }
 
+  SS_RETURN_IF_ERROR(model->UploadInverseFrequencies());
+  return model;
+}
+
+absl::Status LlamaModel::UploadInverseFrequencies() {
   kernels::RopeFrequencyParams rope;
-  rope.head_dim = config.head_dim;
-  rope.theta = config.rope_theta;
-  switch (config.rope_scaling.type) {
+  rope.head_dim = config_.head_dim;
+  rope.theta = config_.rope_theta;
+  switch (config_.rope_scaling.type) {
     case RopeScalingType::kNone: rope.scaling = 0; break;
     case RopeScalingType::kLinear: rope.scaling = 1; break;
     case RopeScalingType::kLlama3: rope.scaling = 2; break;
   }
-  rope.factor = config.rope_scaling.factor;
-  rope.low_freq_factor = config.rope_scaling.low_freq_factor;
-  rope.high_freq_factor = config.rope_scaling.high_freq_factor;
-  rope.original_max_position_embeddings = config.rope_scaling.original_max_position_embeddings;
+  rope.factor = config_.rope_scaling.factor;
+  rope.low_freq_factor = config_.rope_scaling.low_freq_factor;
+  rope.high_freq_factor = config_.rope_scaling.high_freq_factor;
+  rope.original_max_position_embeddings = config_.rope_scaling.original_max_position_embeddings;
   const std::vector<float> inv_freq = kernels::RopeInverseFrequencies(rope);
   Tensor host = Tensor::Wrap(const_cast<float*>(inv_freq.data()), DType::kF32,
                              {static_cast<int64_t>(inv_freq.size())}, Device::kHost, nullptr);
-  SS_ASSIGN_OR_RETURN(model->inv_freq_, backend->Allocate(DType::kF32, host.shape()));
-  SS_RETURN_IF_ERROR(backend->CopyFromHost(host, model->inv_freq_));
-  return model;
+  SS_ASSIGN_OR_RETURN(inv_freq_, backend_->Allocate(DType::kF32, host.shape()));
+  SS_RETURN_IF_ERROR(backend_->CopyFromHost(host, inv_freq_));
+  return absl::OkStatus();
 }
 
 }  // namespace sparseserve::model

@@ -6,52 +6,13 @@
 
 #include "common/core/status.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/attention_plan_check.h"
 #include "kernels/cpu/cpu_checks.h"
 
 namespace sparseserve::kernels {
 
 using cpu_internal::CheckTensor;
 
-namespace {
-
-absl::Status ValidateSequence(const SequenceAttention& seq, int64_t num_rows, int block_tokens,
-                              int64_t num_blocks, size_t idx) {
-  if (seq.pattern.kind != AttentionPatternKind::kDense) {
-    return absl::UnimplementedError(absl::StrCat(
-        "Attention: sequence ", idx, " uses a sparse pattern the CPU backend does not have yet"));
-  }
-  if (seq.q_len < 0 || seq.q_begin < 0 || seq.q_begin + seq.q_len > num_rows ||
-      seq.kv_len < seq.q_len) {
-    return absl::InvalidArgumentError(absl::StrCat("Attention: sequence ", idx, " rows [",
-                                                   seq.q_begin, ", +", seq.q_len, ") kv_len ",
-                                                   seq.kv_len, " do not fit ", num_rows, " rows"));
-  }
-  const int64_t needed = (seq.kv_len + block_tokens - 1) / block_tokens;
-  if (static_cast<int64_t>(seq.block_table.size()) < needed) {
-    return absl::InvalidArgumentError(absl::StrCat("Attention: sequence ", idx, " needs ", needed,
-                                                   " blocks, block table has ",
-                                                   seq.block_table.size()));
-  }
-  for (int64_t b = 0; b < needed; ++b) {
-    if (seq.block_table[b] < 0 || seq.block_table[b] >= num_blocks) {
-      return absl::InvalidArgumentError(absl::StrCat("Attention: sequence ", idx, " block id ",
-                                                     seq.block_table[b], " outside pool"));
-    }
-  }
-  if (!seq.q_positions.empty()) {
-    if (static_cast<int32_t>(seq.q_positions.size()) != seq.q_len) {
-      return absl::InvalidArgumentError("Attention: q_positions length != q_len");
-    }
-    for (int32_t p : seq.q_positions) {
-      if (p < 0 || p >= seq.kv_len) {
-        return absl::InvalidArgumentError("Attention: query position outside the KV");
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::Status CpuBackend::Attention(const Tensor& q, const Tensor& kv_layer,
                                    const AttentionBatch& batch, const Tensor& out) {
@@ -70,7 +31,7 @@ absl::Status CpuBackend::Attention(const Tensor& q, const Tensor& kv_layer,
   const int64_t num_blocks = kv_layer.dim(0) / 2;
   for (size_t i = 0; i < batch.sequences.size(); ++i) {
     SS_RETURN_IF_ERROR(
-        ValidateSequence(batch.sequences[i], q.dim(0), batch.block_tokens, num_blocks, i));
+        ValidateSequenceAttention(batch.sequences[i], q.dim(0), batch.block_tokens, num_blocks, i, "CPU"));
   }
   const int64_t group = num_heads / kv_heads;
   const float scale = batch.scale > 0 ? batch.scale : 1.0f / std::sqrt(static_cast<float>(hd));

@@ -21,6 +21,10 @@ class CpuBackend final : public Backend {
   absl::StatusOr<Tensor> Allocate(DType dtype, Shape shape) override;
   absl::Status CopyFromHost(const Tensor& src, const Tensor& dst) override;
   absl::Status CopyToHost(const Tensor& src, const Tensor& dst) override;
+  absl::Status Copy(const Tensor& src, const Tensor& dst) override;
+  absl::Status FillUniform(const Tensor& t, uint64_t seed, float lo, float hi) override;
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+  absl::StatusOr<MemoryInfo> GetMemoryInfo() override;
 
   absl::Status Embedding(const Tensor& table, const Tensor& ids, const Tensor& out) override;
   absl::Status RmsNorm(const Tensor& x, const Tensor& weight, float eps,

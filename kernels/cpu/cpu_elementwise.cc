@@ -5,6 +5,7 @@
 #include "common/core/status.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_checks.h"
+#include "kernels/uniform_random.h"
 
 namespace sparseserve::kernels {
 
@@ -44,6 +45,29 @@ absl::Status CpuBackend::CopyFromHost(const Tensor& src, const Tensor& dst) {
 
 absl::Status CpuBackend::CopyToHost(const Tensor& src, const Tensor& dst) {
   return ConvertCopy(src, dst, "CopyToHost");
+}
+
+absl::Status CpuBackend::Copy(const Tensor& src, const Tensor& dst) {
+  if (src.dtype() != dst.dtype()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Copy: dtype mismatch ", src.DebugString(), " vs ", dst.DebugString()));
+  }
+  return ConvertCopy(src, dst, "Copy");
+}
+
+absl::Status CpuBackend::FillUniform(const Tensor& t, uint64_t seed, float lo, float hi) {
+  SS_RETURN_IF_ERROR(CheckTensor(t, DType::kF32, t.ndim(), "FillUniform", "t"));
+  const float span = hi - lo;
+  pool_->ParallelFor(t.numel(), 4096, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      t.data<float>()[i] = lo + span * UniformAt(seed, static_cast<uint64_t>(i));
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Backend::MemoryInfo> CpuBackend::GetMemoryInfo() {
+  return absl::UnimplementedError("GetMemoryInfo: host memory is not a bounded device pool");
 }
 
 namespace {

@@ -1,0 +1,305 @@
+// Decode attention (one query token per sequence) over the paged KV layout, split along the keys.
+//
+// Decode reads every cached key and value once per step and does ~2 flops per byte, so the goal
+// is the copy bandwidth. One CTA takes one chunk of one sequence's keys for one KV head and all
+// query heads of its GQA group (so each K/V byte is read once per step, not once per query head);
+// 64-token tiles stream through shared memory with cp.async, double-buffered. Chunks are sized so
+// that the grid covers the GPU even at batch 1 (split-KV); a second kernel merges the chunks'
+// partial softmax states (log-sum-exp weighting).
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/cuda_async_copy.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace sparseserve::kernels::cuda {
+namespace {
+
+constexpr int kTile = kDecodeTileTokens;
+constexpr int kThreads = 128;
+constexpr int kMaxGroup = 16;  // query heads per KV head
+
+template <int D>
+__host__ __device__ constexpr int Stride() {
+  return D + 8;
+}
+
+template <int D, int G>
+__host__ __device__ constexpr size_t DecodeSmemBytes() {
+  return size_t{4} * kTile * Stride<D>() * sizeof(__nv_bfloat16)  // K, V x 2 stages
+         + size_t{G} * D * sizeof(float)                          // scaled queries
+         + size_t{G} * kTile * sizeof(float)                      // scores / probabilities
+         + size_t{3} * G * sizeof(float);                         // max, sum, correction
+}
+
+// Row r of a tile holds key first_key + r; its block comes from the table. Each thread copies
+// chunk (threadIdx.x % (D / 8)) of rows threadIdx.x / (D / 8) + k * (kThreads * 8 / D), so the
+// block lookup (a division) happens once per row, for K and V together.
+template <int D>
+__device__ __forceinline__ void LoadTile(__nv_bfloat16* k_dst, __nv_bfloat16* v_dst,
+                                         const __nv_bfloat16* kv, const int32_t* table,
+                                         int first_key, int key_end, const AttentionDims& dims,
+                                         int64_t token_stride, int kv_head) {
+  constexpr int kChunks = D / 8;
+  constexpr int kRowsPerPass = kThreads / kChunks;
+  const int col = (threadIdx.x % kChunks) * 8;
+#pragma unroll
+  for (int r = threadIdx.x / kChunks; r < kTile; r += kRowsPerPass) {
+    const int pos = first_key + r;
+    const bool valid = pos < key_end;
+    const __nv_bfloat16* k_src = kv;
+    const __nv_bfloat16* v_src = kv;
+    if (valid) {
+      k_src = kv + KeyRowOffset(table, pos, dims.block_tokens, dims.block_shift, token_stride) +
+              int64_t{kv_head} * D + col;
+      v_src = k_src + int64_t{dims.block_tokens} * token_stride;
+    }
+    CpAsync16(k_dst + r * Stride<D>() + col, k_src, valid);
+    CpAsync16(v_dst + r * Stride<D>() + col, v_src, valid);
+  }
+}
+
+// G: the GQA group size rounded up to a power of two; the padding heads compute on zero queries
+// and are never stored. A compile-time G keeps every per-head loop unrolled and unpredicated.
+template <int D, int G>
+__global__ void __launch_bounds__(kThreads)
+    DecodeAttentionKernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv,
+                          const AttentionSeqInfo* seqs, const int32_t* __restrict__ block_tables,
+                          const int2* items, int chunk_tokens, AttentionDims dims,
+                          float* __restrict__ partial_out, float* __restrict__ partial_lse) {
+  constexpr int kStride = Stride<D>();
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto* kv_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [stage][K|V][kTile][kStride]
+  auto* q_s = reinterpret_cast<float*>(kv_s + 4 * kTile * kStride);
+  float* p_s = q_s + G * D;
+  float* max_s = p_s + G * kTile;
+  float* sum_s = max_s + G;
+  float* corr_s = sum_s + G;
+
+  const int item = blockIdx.x;
+  const int kv_head = blockIdx.y;
+  const int2 it = items[item];
+  const AttentionSeqInfo seq = seqs[it.x];
+  const int group = dims.heads / dims.kv_heads;
+  const int key_begin = it.y;
+  const int key_end = min(seq.kv_len, key_begin + chunk_tokens);
+  const int num_tiles = (key_end - key_begin + kTile - 1) / kTile;
+  const int64_t token_stride = int64_t{dims.kv_heads} * D;
+  const int32_t* table = block_tables + seq.table_begin;
+
+  LoadTile<D>(kv_s, kv_s + kTile * kStride, kv, table, key_begin, key_end, dims, token_stride,
+              kv_head);
+  CpAsyncCommit();
+
+  const __nv_bfloat16* q_row = q + (int64_t{seq.q_begin} * dims.heads + kv_head * group) * D;
+  for (int i = threadIdx.x; i < G * D; i += kThreads) {
+    q_s[i] = i < group * D ? __bfloat162float(q_row[i]) * dims.scale : 0.0f;
+  }
+  if (threadIdx.x < G) {
+    max_s[threadIdx.x] = -INFINITY;
+    sum_s[threadIdx.x] = 0.0f;
+  }
+  // PV ownership: thread -> dimension d = threadIdx.x % D of heads h0 + j * kHeadStride.
+  // With G * D < kThreads (G = 1, D = 64) the upper threads own nothing.
+  constexpr int kHeadStride = kThreads / D;  // 1 or 2
+  constexpr int kOwned = (G * D + kThreads - 1) / kThreads;
+  const int d = threadIdx.x % D;
+  const int h0 = threadIdx.x / D;
+  const bool owns = h0 < G;
+  float acc[kOwned];
+#pragma unroll
+  for (int j = 0; j < kOwned; ++j) acc[j] = 0.0f;
+  // Score ownership: thread -> token threadIdx.x % kTile of heads hs0 + i * 2.
+  constexpr int kScoreHeads = G >= 2 ? G / 2 : 1;
+  const int hs0 = threadIdx.x / kTile;
+  const bool scores = hs0 < G;
+
+  for (int t = 0; t < num_tiles; ++t) {
+    const int stage = t % 2;
+    if (t + 1 < num_tiles) {
+      const int next = (t + 1) % 2;
+      LoadTile<D>(kv_s + next * 2 * kTile * kStride, kv_s + (next * 2 + 1) * kTile * kStride, kv,
+                  table, key_begin + (t + 1) * kTile, key_end, dims, token_stride, kv_head);
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();
+    const __nv_bfloat16* k_s = kv_s + stage * 2 * kTile * kStride;
+    const __nv_bfloat16* v_s = k_s + kTile * kStride;
+    const int tile_first = key_begin + t * kTile;
+
+    // Scores: thread -> (token, heads hs0, hs0 + 2, ...).
+    if (scores) {
+      const int token = threadIdx.x % kTile;
+      float dots[kScoreHeads];
+#pragma unroll
+      for (int h = 0; h < kScoreHeads; ++h) dots[h] = 0.0f;
+#pragma unroll 4
+      for (int c = 0; c < D / 8; ++c) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(k_s + token * kStride + c * 8);
+        const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+        float kf[8];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float2 f = __bfloat1622float2(pairs[i]);
+          kf[2 * i] = f.x;
+          kf[2 * i + 1] = f.y;
+        }
+#pragma unroll
+        for (int h = 0; h < kScoreHeads; ++h) {
+          const float* qh = q_s + (hs0 + 2 * h) * D + c * 8;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) dots[h] += qh[i] * kf[i];
+        }
+      }
+      const bool valid = tile_first + token < key_end;
+#pragma unroll
+      for (int h = 0; h < kScoreHeads; ++h) {
+        p_s[(hs0 + 2 * h) * kTile + token] = valid ? dots[h] : -INFINITY;
+      }
+    }
+    __syncthreads();
+    // Online softmax per head: warp w takes heads w, w + 4, ...; two tokens per lane.
+    {
+      const int warp = threadIdx.x / 32;
+      const int lane = threadIdx.x % 32;
+      for (int head = warp; head < G; head += kThreads / 32) {
+        float* p = p_s + head * kTile;
+        const float s0 = p[lane];
+        const float s1 = p[lane + 32];
+        float m = fmaxf(s0, s1);
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        const float old_max = max_s[head];
+        const float new_max = fmaxf(old_max, m);  // finite: every tile has a valid key
+        const float e0 = __expf(s0 - new_max);
+        const float e1 = __expf(s1 - new_max);
+        float sum = e0 + e1;
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        p[lane] = e0;
+        p[lane + 32] = e1;
+        __syncwarp();
+        if (lane == 0) {
+          const float corr = __expf(old_max - new_max);
+          corr_s[head] = corr;
+          sum_s[head] = sum_s[head] * corr + sum;
+          max_s[head] = new_max;
+        }
+      }
+    }
+    __syncthreads();
+    // acc[head][d] = acc * correction + Σ_token p[head][token] * V[token][d].
+    if (owns) {
+#pragma unroll
+      for (int j = 0; j < kOwned; ++j) acc[j] *= corr_s[h0 + j * kHeadStride];
+#pragma unroll 8
+      for (int token = 0; token < kTile; ++token) {
+        const float v = __bfloat162float(v_s[token * kStride + d]);
+#pragma unroll
+        for (int j = 0; j < kOwned; ++j) {
+          acc[j] += p_s[(h0 + j * kHeadStride) * kTile + token] * v;
+        }
+      }
+    }
+    __syncthreads();  // the stage is refilled by the next iteration's prefetch
+  }
+
+  const int64_t head0 = int64_t{item} * dims.heads + kv_head * group;
+  if (owns) {
+#pragma unroll
+    for (int j = 0; j < kOwned; ++j) {
+      const int head = h0 + j * kHeadStride;
+      if (head < group) partial_out[(head0 + head) * D + d] = acc[j] / sum_s[head];
+    }
+  }
+  if (threadIdx.x < group) {
+    partial_lse[head0 + threadIdx.x] = max_s[threadIdx.x] + __logf(sum_s[threadIdx.x]);
+  }
+}
+
+// out[seq][head] = Σ_i w_i o_i / Σ_i w_i with w_i = exp(lse_i - max lse) over the seq's chunks.
+__global__ void MergeKernel(const float* partial_out, const float* partial_lse, const int2* merges,
+                            const int32_t* merge_seqs, const AttentionSeqInfo* seqs,
+                            AttentionDims dims, __nv_bfloat16* out) {
+  const int2 m = merges[blockIdx.x];
+  const int head = blockIdx.y;
+  const AttentionSeqInfo seq = seqs[merge_seqs[blockIdx.x]];
+  float max_lse = -INFINITY;
+  for (int i = 0; i < m.y; ++i) {
+    max_lse = fmaxf(max_lse, partial_lse[int64_t{m.x + i} * dims.heads + head]);
+  }
+  for (int d = threadIdx.x; d < dims.head_dim; d += blockDim.x) {
+    float num = 0.0f, den = 0.0f;
+    for (int i = 0; i < m.y; ++i) {
+      const int64_t at = int64_t{m.x + i} * dims.heads + head;
+      const float w = __expf(partial_lse[at] - max_lse);
+      num += w * partial_out[at * dims.head_dim + d];
+      den += w;
+    }
+    out[(int64_t{seq.q_begin} * dims.heads + head) * dims.head_dim + d] =
+        __float2bfloat16_rn(num / den);
+  }
+}
+
+template <int D, int G>
+cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqInfo* seqs,
+                   const int32_t* block_tables, const int2* items, int num_items, int chunk_tokens,
+                   const int2* merges, const int32_t* merge_seqs, int num_merges,
+                   const AttentionDims& dims, float* partial_out, float* partial_lse, bf16_t* out,
+                   cudaStream_t stream) {
+  constexpr size_t kSmem = DecodeSmemBytes<D, G>();
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      DecodeAttentionKernel<D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (attr != cudaSuccess) return attr;
+  DecodeAttentionKernel<D, G><<<dim3(num_items, dims.kv_heads), kThreads, kSmem, stream>>>(
+      reinterpret_cast<const __nv_bfloat16*>(q), reinterpret_cast<const __nv_bfloat16*>(kv_layer),
+      seqs, block_tables, items, chunk_tokens, dims, partial_out, partial_lse);
+  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  MergeKernel<<<dim3(num_merges, dims.heads), D, 0, stream>>>(
+      partial_out, partial_lse, merges, merge_seqs, seqs, dims,
+      reinterpret_cast<__nv_bfloat16*>(out));
+  return cudaGetLastError();
+}
+
+template <int D>
+cudaError_t LaunchForGroup(int group, const bf16_t* q, const bf16_t* kv_layer,
+                           const AttentionSeqInfo* seqs, const int32_t* block_tables,
+                           const int2* items, int num_items, int chunk_tokens, const int2* merges,
+                           const int32_t* merge_seqs, int num_merges, const AttentionDims& dims,
+                           float* partial_out, float* partial_lse, bf16_t* out,
+                           cudaStream_t stream) {
+#define SS_DECODE_LAUNCH(G)                                                                    \
+  return Launch<D, G>(q, kv_layer, seqs, block_tables, items, num_items, chunk_tokens, merges, \
+                      merge_seqs, num_merges, dims, partial_out, partial_lse, out, stream)
+  if (group <= 1) SS_DECODE_LAUNCH(1);
+  if (group <= 2) SS_DECODE_LAUNCH(2);
+  if (group <= 4) SS_DECODE_LAUNCH(4);
+  if (group <= 8) SS_DECODE_LAUNCH(8);
+  SS_DECODE_LAUNCH(16);
+#undef SS_DECODE_LAUNCH
+}
+
+}  // namespace
+
+cudaError_t LaunchDecodeAttention(const bf16_t* q, const bf16_t* kv_layer,
+                                  const AttentionSeqInfo* seqs, const int32_t* block_tables,
+                                  const int2* items, int num_items, int chunk_tokens,
+                                  const int2* merges, const int32_t* merge_seqs, int num_merges,
+                                  const AttentionDims& dims, float* partial_out, float* partial_lse,
+                                  bf16_t* out, cudaStream_t stream) {
+  if (num_items == 0) return cudaSuccess;
+  if (dims.heads / dims.kv_heads > kMaxGroup) return cudaErrorInvalidValue;
+  switch (dims.head_dim) {
+    case 64:
+      return LaunchForGroup<64>(dims.heads / dims.kv_heads, q, kv_layer, seqs, block_tables, items,
+                                num_items, chunk_tokens, merges, merge_seqs, num_merges, dims,
+                                partial_out, partial_lse, out, stream);
+    case 128:
+      return LaunchForGroup<128>(dims.heads / dims.kv_heads, q, kv_layer, seqs, block_tables, items,
+                                 num_items, chunk_tokens, merges, merge_seqs, num_merges, dims,
+                                 partial_out, partial_lse, out, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace sparseserve::kernels::cuda

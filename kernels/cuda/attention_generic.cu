@@ -1,0 +1,88 @@
+// Dense causal attention for any head_dim up to 256 and any query length: one warp per (query
+// row, head), visiting keys in order with an online softmax. Slow but simple: it serves models
+// whose head_dim the tensor-core kernels do not cover (stories260K: 8) and is the plainest
+// statement of the semantics the fast kernels must match.
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace sparseserve::kernels::cuda {
+namespace {
+
+constexpr int kMaxDimsPerLane = 8;  // head_dim <= 32 * 8
+
+__global__ void GenericAttentionKernel(const bf16_t* q, const bf16_t* kv_layer,
+                                       const AttentionSeqInfo* seqs, const int32_t* block_tables,
+                                       int total_q, const int32_t* row_seq, AttentionDims dims,
+                                       bf16_t* out) {
+  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (warp >= total_q * dims.heads) return;
+  const int row = warp / dims.heads;
+  const int head = warp % dims.heads;
+  const AttentionSeqInfo seq = seqs[row_seq[row]];
+  const int kv_head = head / (dims.heads / dims.kv_heads);
+  const int hd = dims.head_dim;
+  const int64_t token_stride = int64_t{dims.kv_heads} * hd;
+  const int query_pos = seq.kv_len - seq.q_len + (row - seq.q_begin);
+  const auto* qh =
+      reinterpret_cast<const __nv_bfloat16*>(q) + (int64_t{row} * dims.heads + head) * hd;
+  const auto* kv = reinterpret_cast<const __nv_bfloat16*>(kv_layer);
+
+  float qv[kMaxDimsPerLane], acc[kMaxDimsPerLane];
+#pragma unroll
+  for (int j = 0; j < kMaxDimsPerLane; ++j) {
+    const int d = lane + 32 * j;
+    qv[j] = d < hd ? __bfloat162float(qh[d]) * dims.scale : 0.0f;
+    acc[j] = 0.0f;
+  }
+  float running_max = -INFINITY, running_sum = 0.0f;
+  for (int pos = 0; pos <= query_pos; ++pos) {
+    const int64_t block = block_tables[seq.table_begin + pos / dims.block_tokens];
+    const int64_t key_base =
+        ((2 * block) * dims.block_tokens + pos % dims.block_tokens) * token_stride +
+        int64_t{kv_head} * hd;
+    const int64_t value_base = key_base + int64_t{dims.block_tokens} * token_stride;
+    float partial = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMaxDimsPerLane; ++j) {
+      const int d = lane + 32 * j;
+      if (d < hd) partial += qv[j] * __bfloat162float(kv[key_base + d]);
+    }
+    for (int o = 16; o > 0; o >>= 1) partial += __shfl_xor_sync(0xffffffffu, partial, o);
+    const float new_max = fmaxf(running_max, partial);
+    const float correction = __expf(running_max - new_max);
+    const float p = __expf(partial - new_max);
+    running_sum = running_sum * correction + p;
+#pragma unroll
+    for (int j = 0; j < kMaxDimsPerLane; ++j) {
+      const int d = lane + 32 * j;
+      if (d < hd) acc[j] = acc[j] * correction + p * __bfloat162float(kv[value_base + d]);
+    }
+    running_max = new_max;
+  }
+  auto* oh = reinterpret_cast<__nv_bfloat16*>(out) + (int64_t{row} * dims.heads + head) * hd;
+#pragma unroll
+  for (int j = 0; j < kMaxDimsPerLane; ++j) {
+    const int d = lane + 32 * j;
+    if (d < hd) oh[d] = __float2bfloat16_rn(acc[j] / running_sum);
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchGenericAttention(const bf16_t* q, const bf16_t* kv_layer,
+                                   const AttentionSeqInfo* seqs, int /*num_seqs*/,
+                                   const int32_t* block_tables, int total_q, const int32_t* row_seq,
+                                   const AttentionDims& dims, bf16_t* out, cudaStream_t stream) {
+  if (dims.head_dim > 32 * kMaxDimsPerLane) return cudaErrorInvalidValue;
+  const int64_t warps = int64_t{total_q} * dims.heads;
+  if (warps == 0) return cudaSuccess;
+  constexpr int kThreads = 256;
+  const int64_t blocks = (warps * 32 + kThreads - 1) / kThreads;
+  GenericAttentionKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      q, kv_layer, seqs, block_tables, total_q, row_seq, dims, out);
+  return cudaGetLastError();
+}
+
+}  // namespace sparseserve::kernels::cuda

@@ -1,0 +1,270 @@
+// Dense causal attention for prompt chunks over the paged KV layout, on tensor cores.
+//
+// FlashAttention-2 structure (papers/kernel-references.md): a CTA of 4 warps owns a 64-row query
+// tile of one head (16 rows per warp); it walks the 64-key tiles the tile can see, gathering each
+// key row through the block table with cp.async, computes S = QKᵀ and O += PV with mma.sync
+// m16n8k16 (bf16 in, f32 accumulate) and keeps an online softmax in registers. GQA: query heads
+// read their group's K/V rows in place (never repeated in memory). The next K tile loads while
+// the current softmax and PV run; V likewise overlaps the next S.
+#include <cuda_bf16.h>
+
+#include <cfloat>
+
+#include "kernels/cuda/cuda_async_copy.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace sparseserve::kernels::cuda {
+namespace {
+
+constexpr int kRows = kPrefillTileRows;  // query rows per CTA
+constexpr int kKeys = 64;                // keys per tile
+constexpr int kThreads = 128;
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int D>
+__host__ __device__ constexpr int SmemStride() {
+  return D + 8;  // +16 bytes per row: ldmatrix's 8 row addresses fall in distinct banks
+}
+
+template <int D>
+__host__ __device__ constexpr size_t PrefillSmemBytes() {
+  return size_t{3} * kRows * SmemStride<D>() * sizeof(__nv_bfloat16);
+}
+
+// Queues the copy of 64 key (or value) rows [first_key, first_key + 64) into `dst`. Each thread
+// copies one 16-byte column chunk of every (kThreads / (D / 8))-th row: one table lookup per row.
+template <int D>
+__device__ __forceinline__ void LoadKvTile(__nv_bfloat16* dst, const __nv_bfloat16* kv,
+                                           const int32_t* table, int first_key, int kv_end,
+                                           const AttentionDims& dims, int64_t token_stride,
+                                           int kv_head, bool values) {
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  constexpr int kRowsPerPass = kThreads / kChunks;
+  const int col = (threadIdx.x % kChunks) * 8;
+  const int64_t value_offset = values ? int64_t{dims.block_tokens} * token_stride : 0;
+#pragma unroll
+  for (int r = threadIdx.x / kChunks; r < kKeys; r += kRowsPerPass) {
+    const int pos = first_key + r;
+    const bool valid = pos < kv_end;
+    const __nv_bfloat16* src = kv;
+    if (valid) {
+      src = kv + KeyRowOffset(table, pos, dims.block_tokens, dims.block_shift, token_stride) +
+            value_offset + int64_t{kv_head} * D + col;
+    }
+    CpAsync16(dst + r * SmemStride<D>() + col, src, valid);
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    PrefillAttentionKernel(const __nv_bfloat16* __restrict__ q,
+                           const __nv_bfloat16* __restrict__ kv, const AttentionSeqInfo* seqs,
+                           const int32_t* __restrict__ block_tables, const int2* tiles,
+                           AttentionDims dims, __nv_bfloat16* __restrict__ out) {
+  constexpr int kStride = SmemStride<D>();
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  __nv_bfloat16* k_s = q_s + kRows * kStride;
+  __nv_bfloat16* v_s = k_s + kKeys * kStride;
+
+  const int2 tile = tiles[blockIdx.x];
+  const AttentionSeqInfo seq = seqs[tile.x];
+  const int q0 = tile.y;  // first query row of this tile within the sequence
+  const int head = blockIdx.y;
+  const int kv_head = head / (dims.heads / dims.kv_heads);
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int rows = min(kRows, seq.q_len - q0);
+  const int first_pos = seq.kv_len - seq.q_len + q0;  // absolute position of tile row 0
+  const int kv_end = first_pos + rows;                // keys visible to the last valid row
+  const int num_tiles = (kv_end + kKeys - 1) / kKeys;
+  const int64_t token_stride = int64_t{dims.kv_heads} * D;
+  const int32_t* table = block_tables + seq.table_begin;
+
+  // Q tile (zero rows past the chunk) and the first K tile form group 0; the first V tile group 1.
+  for (int c = threadIdx.x; c < kRows * (D / 8); c += kThreads) {
+    const int r = c / (D / 8);
+    const int col = (c % (D / 8)) * 8;
+    const bool valid = r < rows;
+    const __nv_bfloat16* src =
+        valid ? q + (int64_t{seq.q_begin + q0 + r} * dims.heads + head) * D + col : q;
+    CpAsync16(q_s + r * kStride + col, src, valid);
+  }
+  LoadKvTile<D>(k_s, kv, table, 0, kv_end, dims, token_stride, kv_head, false);
+  CpAsyncCommit();
+  LoadKvTile<D>(v_s, kv, table, 0, kv_end, dims, token_stride, kv_head, true);
+  CpAsyncCommit();
+
+  uint32_t q_frag[D / 16][4];
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.0f, 0.0f};  // this thread's share; summed over the 4-lane quad at the end
+  const float scale_log2 = dims.scale * kLog2e;
+  // Absolute positions of the two rows this thread holds (fragment rows lane/4 and lane/4 + 8).
+  const int my_pos0 = first_pos + warp * 16 + lane / 4;
+  const int my_pos1 = my_pos0 + 8;
+  const int warp_first_pos = first_pos + warp * 16;
+
+  for (int j = 0; j < num_tiles; ++j) {
+    CpAsyncWait<1>();  // Q and K_j have landed (V_j may still be in flight)
+    __syncthreads();
+    if (j == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const int r = warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+        const int col = kk * 16 + (lane / 16) * 8;
+        LdMatrixX4(q_frag[kk], q_s + r * kStride + col);
+      }
+    }
+    // S = Q Kᵀ for this warp's 16 rows x 64 keys (8 n-tiles of 8 keys).
+    float s[8][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t b[4];
+        const int key = np * 16 + (lane % 8) + (lane / 16) * 8;
+        const int col = kk * 16 + ((lane / 8) % 2) * 8;
+        LdMatrixX4(b, k_s + key * kStride + col);
+        MmaBf16(s[2 * np], q_frag[kk], b[0], b[1]);
+        MmaBf16(s[2 * np + 1], q_frag[kk], b[2], b[3]);
+      }
+    }
+    __syncthreads();  // every warp is done with k_s
+    const bool more = j + 1 < num_tiles;
+    if (more) {
+      LoadKvTile<D>(k_s, kv, table, (j + 1) * kKeys, kv_end, dims, token_stride, kv_head, false);
+      CpAsyncCommit();
+    }
+
+    // Scale, causal mask (only tiles reaching past this warp's first row need it), online softmax.
+    const int tile_first_key = j * kKeys;
+    const bool needs_mask = tile_first_key + kKeys - 1 > warp_first_pos;
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float v = s[nt][e] * scale_log2;
+        if (needs_mask) {
+          const int key = tile_first_key + nt * 8 + (lane % 4) * 2 + (e % 2);
+          if (key > (e < 2 ? my_pos0 : my_pos1)) v = -INFINITY;
+        }
+        s[nt][e] = v;
+        tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
+      }
+    }
+    float correction[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+      const float new_max = fmaxf(row_max[h], tile_max[h]);
+      // A row whose keys are all masked so far keeps max -inf; use 0 so exp2 gives 0, not NaN.
+      const float safe_max = new_max == -INFINITY ? 0.0f : new_max;
+      correction[h] = exp2f(row_max[h] - safe_max);
+      row_max[h] = new_max;
+      row_sum[h] *= correction[h];
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const float p0 = exp2f(s[nt][2 * h] - safe_max);
+        const float p1 = exp2f(s[nt][2 * h + 1] - safe_max);
+        s[nt][2 * h] = p0;
+        s[nt][2 * h + 1] = p1;
+        row_sum[h] += p0 + p1;
+      }
+    }
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      o[dt][0] *= correction[0];
+      o[dt][1] *= correction[0];
+      o[dt][2] *= correction[1];
+      o[dt][3] *= correction[1];
+    }
+
+    if (more) {
+      CpAsyncWait<1>();  // V_j has landed; K_{j+1} may still be in flight
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();
+    // O += P V: P's accumulator layout is the A-fragment layout of the next MMA.
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      uint32_t a[4];
+      a[0] = PackBf16x2(s[2 * kk][0], s[2 * kk][1]);
+      a[1] = PackBf16x2(s[2 * kk][2], s[2 * kk][3]);
+      a[2] = PackBf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[3] = PackBf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t b[4];
+        const int key = kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+        const int col = dp * 16 + (lane / 16) * 8;
+        LdMatrixX4Trans(b, v_s + key * kStride + col);
+        MmaBf16(o[2 * dp], a, b[0], b[1]);
+        MmaBf16(o[2 * dp + 1], a, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // every warp is done with v_s
+    if (more) {
+      LoadKvTile<D>(v_s, kv, table, (j + 1) * kKeys, kv_end, dims, token_stride, kv_head, true);
+      CpAsyncCommit();
+    }
+  }
+
+  // Normalise and store the rows this thread holds.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float sum = row_sum[h];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const int r = warp * 16 + lane / 4 + h * 8;
+    if (r >= rows) continue;
+    const float inv = 1.0f / sum;
+    __nv_bfloat16* dst = out + (int64_t{seq.q_begin + q0 + r} * dims.heads + head) * D;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      const int col = dt * 8 + (lane % 4) * 2;
+      *reinterpret_cast<__nv_bfloat162*>(dst + col) =
+          __floats2bfloat162_rn(o[dt][2 * h] * inv, o[dt][2 * h + 1] * inv);
+    }
+  }
+}
+
+template <int D>
+cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqInfo* seqs,
+                   const int32_t* block_tables, const int2* tiles, int num_tiles,
+                   const AttentionDims& dims, bf16_t* out, cudaStream_t stream) {
+  constexpr size_t kSmem = PrefillSmemBytes<D>();
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      PrefillAttentionKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (attr != cudaSuccess) return attr;
+  const dim3 grid(num_tiles, dims.heads);
+  PrefillAttentionKernel<D><<<grid, kThreads, kSmem, stream>>>(
+      reinterpret_cast<const __nv_bfloat16*>(q), reinterpret_cast<const __nv_bfloat16*>(kv_layer),
+      seqs, block_tables, tiles, dims, reinterpret_cast<__nv_bfloat16*>(out));
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchPrefillAttention(const bf16_t* q, const bf16_t* kv_layer,
+                                   const AttentionSeqInfo* seqs, const int32_t* block_tables,
+                                   const int2* tiles, int num_tiles, const AttentionDims& dims,
+                                   bf16_t* out, cudaStream_t stream) {
+  if (num_tiles == 0) return cudaSuccess;
+  switch (dims.head_dim) {
+    case 64:
+      return Launch<64>(q, kv_layer, seqs, block_tables, tiles, num_tiles, dims, out, stream);
+    case 128:
+      return Launch<128>(q, kv_layer, seqs, block_tables, tiles, num_tiles, dims, out, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace sparseserve::kernels::cuda

@@ -1,0 +1,89 @@
+// CudaBackend: kernels::Backend on one NVIDIA Hopper GPU — bf16 weights, activations and KV with
+// f32 accumulation; GEMMs through cuBLASLt, everything else through the kernels of kernels/cuda.
+//
+// All work is queued on one CUDA stream in call order; ops return as soon as their kernels are
+// queued, and CopyToHost / Synchronize wait and surface asynchronous errors. Memory comes from the
+// stream-ordered allocator (cudaMallocAsync), so the per-step activations of a forward pass cost
+// no device-wide synchronisation. Used by one engine thread at a time.
+#ifndef SPARSESERVE_KERNELS_CUDA_CUDA_BACKEND_H_
+#define SPARSESERVE_KERNELS_CUDA_CUDA_BACKEND_H_
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_device.h"
+
+namespace sparseserve::kernels {
+
+class CudaBackend final : public Backend {
+ public:
+  // Creates the backend on `info`'s device. With `use_legacy_stream`, work goes to the legacy
+  // default stream (so PyTorch's default stream orders it; the C API uses this), else to a stream
+  // of its own.
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const CudaDeviceInfo& info,
+                                                             bool use_legacy_stream = false);
+  ~CudaBackend() override;
+
+  Device device() const override { return Device::kCuda; }
+  DType compute_dtype() const override { return DType::kBf16; }
+  absl::StatusOr<Tensor> Allocate(DType dtype, Shape shape) override;
+  absl::Status CopyFromHost(const Tensor& src, const Tensor& dst) override;
+  absl::Status CopyToHost(const Tensor& src, const Tensor& dst) override;
+  absl::Status Copy(const Tensor& src, const Tensor& dst) override;
+  absl::Status FillUniform(const Tensor& t, uint64_t seed, float lo, float hi) override;
+  absl::Status Synchronize() override;
+  absl::StatusOr<MemoryInfo> GetMemoryInfo() override;
+
+  absl::Status Embedding(const Tensor& table, const Tensor& ids, const Tensor& out) override;
+  absl::Status RmsNorm(const Tensor& x, const Tensor& weight, float eps,
+                       const Tensor& out) override;
+  absl::Status AddRmsNorm(const Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
+                          const Tensor& out) override;
+  absl::Status Linear(const Tensor& x, const Tensor& w, const Tensor& bias,
+                      const Tensor& out) override;
+  absl::Status Rope(const Tensor& q, const Tensor& k, const Tensor& positions,
+                    const Tensor& inv_freq) override;
+  absl::Status SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  absl::Status WriteKv(const Tensor& k, const Tensor& v, const Tensor& slots,
+                       const Tensor& kv_layer) override;
+  absl::Status Attention(const Tensor& q, const Tensor& kv_layer, const AttentionBatch& batch,
+                         const Tensor& out) override;
+  absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
+
+  cudaStream_t stream() const { return stream_->stream; }
+
+ private:
+  // Owns the stream; shared with every allocation's deleter so frees stay stream-ordered even
+  // after the backend is gone.
+  struct StreamHolder {
+    cudaStream_t stream = nullptr;
+    bool owned = false;
+    ~StreamHolder();
+  };
+  // Device copies of one AttentionBatch's metadata, rebuilt only when the batch changes (a
+  // forward step calls Attention once per layer with the same batch).
+  struct AttentionMetadata;
+  struct GemmCache;
+
+  explicit CudaBackend(std::shared_ptr<StreamHolder> stream);
+  absl::Status UploadAttentionMetadata(const AttentionBatch& batch, int head_dim, int heads,
+                                       int kv_heads);
+  absl::Status CheckEmbeddingFlag();
+
+  std::shared_ptr<StreamHolder> stream_;
+  std::unique_ptr<GemmCache> gemm_;
+  std::unique_ptr<AttentionMetadata> attn_;
+  Tensor error_flag_;  // i32 [1]: set by kernels that meet invalid indices
+  int sm_count_ = 0;
+};
+
+// The backend on the first GPU (kernels::CreateBackend(kCuda) calls this).
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend();
+
+}  // namespace sparseserve::kernels
+
+#endif  // SPARSESERVE_KERNELS_CUDA_CUDA_BACKEND_H_

@@ -1,0 +1,100 @@
+// Launchers of the CUDA backend's kernels (private to kernels/cuda).
+//
+// Plain C++ signatures over raw device pointers so that cuda_backend.cc (host code, built by the
+// C++ compiler) stays free of device code; each launcher queues its kernel on `stream` and returns
+// the launch error. bf16 values travel as uint16_t. Shapes are checked by the caller.
+#ifndef SPARSESERVE_KERNELS_CUDA_CUDA_KERNELS_H_
+#define SPARSESERVE_KERNELS_CUDA_CUDA_KERNELS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace sparseserve::kernels::cuda {
+
+using bf16_t = uint16_t;
+
+// dst[i] = bf16/f32 conversions and fills on the device.
+cudaError_t LaunchFillUniform(void* data, bool is_bf16, int64_t n, uint64_t seed, float lo,
+                              float hi, cudaStream_t stream);
+
+// out[i, :] = table[ids[i], :]; ids outside [0, vocab) write zeros and set *error_flag = 1.
+cudaError_t LaunchGatherRows(const bf16_t* table, int64_t vocab, int64_t d, const int32_t* ids,
+                             int64_t n, bf16_t* out, int* error_flag, cudaStream_t stream);
+
+// out = x * rsqrt(mean(x^2) + eps) * w per row; with `residual` non-null, first residual += x
+// (rounded to bf16) and the norm is taken of the updated residual.
+cudaError_t LaunchRmsNorm(bf16_t* residual, const bf16_t* x, const bf16_t* w, int64_t n, int64_t d,
+                          float eps, bf16_t* out, cudaStream_t stream);
+
+// Rotates q [n, heads, hd] and k [n, kv_heads, hd] in place (pairs i, i + hd/2).
+cudaError_t LaunchRope(bf16_t* q, bf16_t* k, int64_t n, int heads, int kv_heads, int head_dim,
+                       const int32_t* positions, const float* inv_freq, cudaStream_t stream);
+
+// out = silu(gate) * up over n elements.
+cudaError_t LaunchSiluMul(const bf16_t* gate, const bf16_t* up, int64_t n, bf16_t* out,
+                          cudaStream_t stream);
+
+// out[r, c] += bias[c] for a [rows, cols] matrix in bf16 or f32.
+cudaError_t LaunchAddBias(void* out, bool out_f32, const bf16_t* bias, int64_t rows, int64_t cols,
+                          cudaStream_t stream);
+
+// out[n, o] = x[n, k] · w[o, k]ᵀ for 1 <= n <= kMaxSkinnyRows and k % 8 == 0 (16-byte aligned
+// rows): the decode-step GEMM as a weight-streaming kernel. f32 accumulation.
+inline constexpr int kMaxSkinnyRows = 8;
+cudaError_t LaunchSkinnyGemm(const bf16_t* x, const bf16_t* w, int64_t n, int64_t k, int64_t o,
+                             void* out, bool out_f32, cudaStream_t stream);
+
+// Scatters k, v [n, kv_heads, hd] into the paged layer at slots [n].
+cudaError_t LaunchWriteKv(const bf16_t* k, const bf16_t* v, const int32_t* slots, int64_t n,
+                          bf16_t* kv_layer, int block_tokens, int kv_heads, int head_dim,
+                          cudaStream_t stream);
+
+// Per-sequence metadata of an attention call, on the device (see attention_plan.h).
+struct AttentionSeqInfo {
+  int32_t q_begin;      // first packed query row
+  int32_t q_len;        // query rows
+  int32_t kv_len;       // keys (cached + new); queries are the last q_len positions
+  int32_t table_begin;  // offset of its block table in the concatenated tables
+};
+
+// Shapes shared by the attention launchers.
+struct AttentionDims {
+  int heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  int block_tokens = 0;
+  int block_shift = -1;  // log2(block_tokens) when it is a power of two (a shift, not a division)
+  float scale = 0;       // softmax scale (already resolved)
+};
+
+// Dense causal prefill/chunk attention (tensor cores, head_dim 64 or 128). `tiles` lists
+// (sequence index, first query row of a 64-row tile) pairs, heaviest first.
+cudaError_t LaunchPrefillAttention(const bf16_t* q, const bf16_t* kv_layer,
+                                   const AttentionSeqInfo* seqs, const int32_t* block_tables,
+                                   const int2* tiles, int num_tiles, const AttentionDims& dims,
+                                   bf16_t* out, cudaStream_t stream);
+inline constexpr int kPrefillTileRows = 64;
+
+// Split-KV decode attention for single-query sequences (head_dim 64 or 128). `items` lists
+// (sequence index, first key of its chunk) pairs; every chunk has `chunk_tokens` keys (the last of
+// a sequence fewer). Partial results go to `partial_out` [items, heads, hd] and `partial_lse`
+// [items, heads]; `merges` [num_seqs] (first item, item count) then combine them into `out`.
+cudaError_t LaunchDecodeAttention(const bf16_t* q, const bf16_t* kv_layer,
+                                  const AttentionSeqInfo* seqs, const int32_t* block_tables,
+                                  const int2* items, int num_items, int chunk_tokens,
+                                  const int2* merges, const int32_t* merge_seqs, int num_merges,
+                                  const AttentionDims& dims, float* partial_out, float* partial_lse,
+                                  bf16_t* out, cudaStream_t stream);
+inline constexpr int kDecodeTileTokens = 64;
+
+// Any head_dim up to 256, any q_len: one warp per (query row, head), keys in order. The fallback
+// for small models (stories260K has head_dim 8) and the GPU-side reference in tests.
+cudaError_t LaunchGenericAttention(const bf16_t* q, const bf16_t* kv_layer,
+                                   const AttentionSeqInfo* seqs, int num_seqs,
+                                   const int32_t* block_tables, int total_q, const int32_t* row_seq,
+                                   const AttentionDims& dims, bf16_t* out, cudaStream_t stream);
+
+}  // namespace sparseserve::kernels::cuda
+
+#endif  // SPARSESERVE_KERNELS_CUDA_CUDA_KERNELS_H_

@@ -1,0 +1,142 @@
+// The C interface of ops_c_api.h: wraps raw device pointers as Tensors and calls CudaBackend.
+#include "kernels/cuda/ops_c_api.h"
+
+#include <memory>
+#include <string>
+
+#include "kernels/cuda/cuda_backend.h"
+
+struct ss_backend {
+  std::unique_ptr<sparseserve::kernels::CudaBackend> impl;
+};
+
+namespace {
+
+using sparseserve::Device;
+using sparseserve::DType;
+using sparseserve::Shape;
+using sparseserve::Tensor;
+
+thread_local std::string last_error;
+
+int Report(const absl::Status& status) {
+  if (status.ok()) return 0;
+  last_error = status.ToString();
+  return 1;
+}
+
+Tensor Dev(const void* p, DType dtype, Shape shape) {
+  return Tensor::Wrap(const_cast<void*>(p), dtype, shape, Device::kCuda, nullptr);
+}
+Tensor Bf16(const void* p, Shape shape) {
+  return Dev(p, DType::kBf16, shape);
+}
+Tensor I32(const void* p, Shape shape) {
+  return Dev(p, DType::kI32, shape);
+}
+
+}  // namespace
+
+extern "C" {
+
+ss_backend* ss_backend_create(void) {
+  absl::StatusOr<sparseserve::kernels::CudaDeviceInfo> info =
+      sparseserve::kernels::FindCudaDevice();
+  if (!info.ok()) {
+    Report(info.status());
+    return nullptr;
+  }
+  auto backend = sparseserve::kernels::CudaBackend::Create(*info, /*use_legacy_stream=*/true);
+  if (!backend.ok()) {
+    Report(backend.status());
+    return nullptr;
+  }
+  return new ss_backend{std::move(*backend)};
+}
+
+void ss_backend_destroy(ss_backend* be) {
+  delete be;
+}
+
+const char* ss_last_error(void) {
+  return last_error.c_str();
+}
+
+int ss_synchronize(ss_backend* be) {
+  return Report(be->impl->Synchronize());
+}
+
+int ss_embedding(ss_backend* be, const void* table_dev, int64_t vocab, int64_t hidden,
+                 const int32_t* ids_dev, int64_t n, void* out_dev) {
+  return Report(be->impl->Embedding(Bf16(table_dev, {vocab, hidden}), I32(ids_dev, {n}),
+                                    Bf16(out_dev, {n, hidden})));
+}
+
+int ss_rms_norm(ss_backend* be, const void* x_dev, const void* w_dev, int64_t n, int64_t d,
+                float eps, void* out_dev) {
+  return Report(
+      be->impl->RmsNorm(Bf16(x_dev, {n, d}), Bf16(w_dev, {d}), eps, Bf16(out_dev, {n, d})));
+}
+
+int ss_add_rms_norm(ss_backend* be, void* residual_dev, const void* x_dev, const void* w_dev,
+                    int64_t n, int64_t d, float eps, void* out_dev) {
+  return Report(be->impl->AddRmsNorm(Bf16(residual_dev, {n, d}), Bf16(x_dev, {n, d}),
+                                     Bf16(w_dev, {d}), eps, Bf16(out_dev, {n, d})));
+}
+
+int ss_linear(ss_backend* be, const void* x_dev, const void* w_dev, const void* bias_dev, int64_t n,
+              int64_t in, int64_t out_features, void* out_dev, int out_f32) {
+  const Tensor bias = bias_dev != nullptr ? Bf16(bias_dev, {out_features}) : Tensor();
+  return Report(
+      be->impl->Linear(Bf16(x_dev, {n, in}), Bf16(w_dev, {out_features, in}), bias,
+                       Dev(out_dev, out_f32 ? DType::kF32 : DType::kBf16, {n, out_features})));
+}
+
+int ss_rope(ss_backend* be, void* q_dev, void* k_dev, int64_t n, int heads, int kv_heads,
+            int head_dim, const int32_t* positions_dev, const float* inv_freq_dev) {
+  return Report(be->impl->Rope(Bf16(q_dev, {n, heads, head_dim}),
+                               Bf16(k_dev, {n, kv_heads, head_dim}), I32(positions_dev, {n}),
+                               Dev(inv_freq_dev, DType::kF32, {head_dim / 2})));
+}
+
+int ss_silu_mul(ss_backend* be, const void* gate_dev, const void* up_dev, int64_t n, int64_t ffn,
+                void* out_dev) {
+  return Report(
+      be->impl->SiluMul(Bf16(gate_dev, {n, ffn}), Bf16(up_dev, {n, ffn}), Bf16(out_dev, {n, ffn})));
+}
+
+int ss_write_kv(ss_backend* be, const void* k_dev, const void* v_dev, const int32_t* slots_dev,
+                int64_t n, void* kv_layer_dev, int64_t num_blocks, int block_tokens, int kv_heads,
+                int head_dim) {
+  return Report(be->impl->WriteKv(
+      Bf16(k_dev, {n, kv_heads, head_dim}), Bf16(v_dev, {n, kv_heads, head_dim}),
+      I32(slots_dev, {n}), Bf16(kv_layer_dev, {num_blocks * 2, block_tokens, kv_heads, head_dim})));
+}
+
+int ss_attention(ss_backend* be, const void* q_dev, const void* kv_layer_dev, int64_t num_blocks,
+                 int block_tokens, int heads, int kv_heads, int head_dim, int num_seqs,
+                 const int32_t* q_lens, const int32_t* kv_lens, const int32_t* block_tables,
+                 float scale, void* out_dev) {
+  sparseserve::kernels::AttentionBatch batch;
+  batch.block_tokens = block_tokens;
+  batch.scale = scale;
+  int32_t q_begin = 0;
+  int64_t table_at = 0;
+  for (int s = 0; s < num_seqs; ++s) {
+    sparseserve::kernels::SequenceAttention sa;
+    sa.q_begin = q_begin;
+    sa.q_len = q_lens[s];
+    sa.kv_len = kv_lens[s];
+    const int64_t blocks = (int64_t{kv_lens[s]} + block_tokens - 1) / block_tokens;
+    sa.block_table.assign(block_tables + table_at, block_tables + table_at + blocks);
+    table_at += blocks;
+    q_begin += q_lens[s];
+    batch.sequences.push_back(std::move(sa));
+  }
+  return Report(
+      be->impl->Attention(Bf16(q_dev, {q_begin, heads, head_dim}),
+                          Bf16(kv_layer_dev, {num_blocks * 2, block_tokens, kv_heads, head_dim}),
+                          batch, Bf16(out_dev, {q_begin, heads, head_dim})));
+}
+
+}  // extern "C"

@@ -1,0 +1,68 @@
+/* A C interface to the CUDA backend's ops over raw device pointers, built as the shared library
+ * libsparseserve_cuda_ops.so. It exists so that Python (ctypes + PyTorch) can check every kernel
+ * against a PyTorch reference and time it beside torch's SDPA on the same tensors
+ * (bench/cuda/kernel_check.py); the serving code uses kernels::Backend directly.
+ *
+ * Conventions: every pointer named *_dev is device memory; bf16 tensors unless said otherwise,
+ * contiguous row-major; i32 index tensors; all work is queued on the CUDA legacy default stream
+ * (stream 0), so PyTorch's default stream and events order and time it. Each function returns 0
+ * on success, else nonzero, and ss_last_error() describes the failure (thread-local). */
+#ifndef SPARSESERVE_KERNELS_CUDA_OPS_C_API_H_
+#define SPARSESERVE_KERNELS_CUDA_OPS_C_API_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ss_backend ss_backend;
+
+/* Creates the CUDA backend on device 0; NULL on failure (see ss_last_error). */
+ss_backend* ss_backend_create(void);
+void ss_backend_destroy(ss_backend* be);
+const char* ss_last_error(void);
+/* Waits for queued work; returns an asynchronous error if one happened. */
+int ss_synchronize(ss_backend* be);
+
+/* out[i,:] = table[ids[i],:]. table [vocab, hidden], ids i32 [n], out [n, hidden]. */
+int ss_embedding(ss_backend* be, const void* table_dev, int64_t vocab, int64_t hidden,
+                 const int32_t* ids_dev, int64_t n, void* out_dev);
+/* out = x / rms(x) * w. x, out [n, d]; w [d]. */
+int ss_rms_norm(ss_backend* be, const void* x_dev, const void* w_dev, int64_t n, int64_t d,
+                float eps, void* out_dev);
+/* residual += x; out = rms_norm(residual) * w. */
+int ss_add_rms_norm(ss_backend* be, void* residual_dev, const void* x_dev, const void* w_dev,
+                    int64_t n, int64_t d, float eps, void* out_dev);
+/* out = x @ w^T (+ bias). x [n, in], w [out_features, in], bias [out_features] or NULL;
+ * out [n, out_features], f32 if out_f32 else bf16. */
+int ss_linear(ss_backend* be, const void* x_dev, const void* w_dev, const void* bias_dev, int64_t n,
+              int64_t in, int64_t out_features, void* out_dev, int out_f32);
+/* In-place rotation of q [n, heads, head_dim] and k [n, kv_heads, head_dim]; positions i32 [n];
+ * inv_freq f32 [head_dim/2]; pairs (i, i + head_dim/2) (Hugging Face "halves" layout). */
+int ss_rope(ss_backend* be, void* q_dev, void* k_dev, int64_t n, int heads, int kv_heads,
+            int head_dim, const int32_t* positions_dev, const float* inv_freq_dev);
+/* out = silu(gate) * up, all [n, ffn]. */
+int ss_silu_mul(ss_backend* be, const void* gate_dev, const void* up_dev, int64_t n, int64_t ffn,
+                void* out_dev);
+/* Writes k, v [n, kv_heads, head_dim] into kv_layer [num_blocks * 2, block_tokens, kv_heads,
+ * head_dim] at slots i32 [n] (block * block_tokens + offset; keys in row 2*block, values in row
+ * 2*block + 1). */
+int ss_write_kv(ss_backend* be, const void* k_dev, const void* v_dev, const int32_t* slots_dev,
+                int64_t n, void* kv_layer_dev, int64_t num_blocks, int block_tokens, int kv_heads,
+                int head_dim);
+/* Dense causal attention with GQA over paged KV for a batch of sequences.
+ * q, out [total_q, heads, head_dim] packed by sequence; kv_layer as in ss_write_kv.
+ * Host arrays: q_lens[num_seqs], kv_lens[num_seqs] (kv_len >= q_len; the queries are the last
+ * q_len positions), block_tables = the sequences' block ids concatenated, each sequence holding
+ * ceil(kv_len / block_tokens) entries. scale 0 means 1/sqrt(head_dim). */
+int ss_attention(ss_backend* be, const void* q_dev, const void* kv_layer_dev, int64_t num_blocks,
+                 int block_tokens, int heads, int kv_heads, int head_dim, int num_seqs,
+                 const int32_t* q_lens, const int32_t* kv_lens, const int32_t* block_tables,
+                 float scale, void* out_dev);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SPARSESERVE_KERNELS_CUDA_OPS_C_API_H_ */

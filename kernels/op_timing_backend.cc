@@ -1,0 +1,90 @@
+#include "kernels/op_timing_backend.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/core/status.h"
+
+namespace sparseserve::kernels {
+
+template <typename Op>
+absl::Status OpTimingBackend::Timed(const std::string& name, Op op) {
+  if (!enabled_) return op();
+  SS_RETURN_IF_ERROR(inner_->Synchronize());
+  const auto start = std::chrono::steady_clock::now();
+  SS_RETURN_IF_ERROR(op());
+  SS_RETURN_IF_ERROR(inner_->Synchronize());
+  OpTotal& total = totals_[name];
+  total.calls += 1;
+  total.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> OpTimingBackend::Allocate(DType dtype, Shape shape) {
+  absl::StatusOr<Tensor> out;
+  SS_RETURN_IF_ERROR(Timed("Allocate", [&] {
+    out = inner_->Allocate(dtype, shape);
+    return out.status();
+  }));
+  return out;
+}
+
+absl::Status OpTimingBackend::CopyFromHost(const Tensor& src, const Tensor& dst) {
+  return Timed("CopyFromHost", [&] { return inner_->CopyFromHost(src, dst); });
+}
+
+absl::Status OpTimingBackend::CopyToHost(const Tensor& src, const Tensor& dst) {
+  return Timed("CopyToHost", [&] { return inner_->CopyToHost(src, dst); });
+}
+
+absl::Status OpTimingBackend::Copy(const Tensor& src, const Tensor& dst) {
+  return Timed("Copy", [&] { return inner_->Copy(src, dst); });
+}
+
+absl::Status OpTimingBackend::FillUniform(const Tensor& t, uint64_t seed, float lo, float hi) {
+  return Timed("FillUniform", [&] { return inner_->FillUniform(t, seed, lo, hi); });
+}
+
+absl::Status OpTimingBackend::Embedding(const Tensor& table, const Tensor& ids, const Tensor& out) {
+  return Timed("Embedding", [&] { return inner_->Embedding(table, ids, out); });
+}
+
+absl::Status OpTimingBackend::RmsNorm(const Tensor& x, const Tensor& weight, float eps,
+                                      const Tensor& out) {
+  return Timed("RmsNorm", [&] { return inner_->RmsNorm(x, weight, eps, out); });
+}
+
+absl::Status OpTimingBackend::AddRmsNorm(const Tensor& residual, const Tensor& x,
+                                         const Tensor& weight, float eps, const Tensor& out) {
+  return Timed("AddRmsNorm", [&] { return inner_->AddRmsNorm(residual, x, weight, eps, out); });
+}
+
+absl::Status OpTimingBackend::Linear(const Tensor& x, const Tensor& w, const Tensor& bias,
+                                     const Tensor& out) {
+  // Per GEMM shape: the projections differ by orders of magnitude.
+  return Timed(absl::StrCat("Linear ", x.dim(0), "x", x.dim(1), "x", w.dim(0)),
+               [&] { return inner_->Linear(x, w, bias, out); });
+}
+
+absl::Status OpTimingBackend::Rope(const Tensor& q, const Tensor& k, const Tensor& positions,
+                                   const Tensor& inv_freq) {
+  return Timed("Rope", [&] { return inner_->Rope(q, k, positions, inv_freq); });
+}
+
+absl::Status OpTimingBackend::SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  return Timed("SiluMul", [&] { return inner_->SiluMul(gate, up, out); });
+}
+
+absl::Status OpTimingBackend::WriteKv(const Tensor& k, const Tensor& v, const Tensor& slots,
+                                      const Tensor& kv_layer) {
+  return Timed("WriteKv", [&] { return inner_->WriteKv(k, v, slots, kv_layer); });
+}
+
+absl::Status OpTimingBackend::Attention(const Tensor& q, const Tensor& kv_layer,
+                                        const AttentionBatch& batch, const Tensor& out) {
+  return Timed("Attention", [&] { return inner_->Attention(q, kv_layer, batch, out); });
+}
+
+absl::Status OpTimingBackend::GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) {
+  return Timed("GatherRows", [&] { return inner_->GatherRows(x, rows, out); });
+}
+
+}  // namespace sparseserve::kernels

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# gpu_check.sh [STAGE...] — every GPU check and benchmark of the CUDA backend in one run, for a GPU
+# machine (see ../shared/tools/README.md): build here, pack with
+#   ../shared/tools/devbundle .devbundle build/bin/sparseserve build/bin/cuda_backend_test \
+#       build/kernels/libsparseserve_cuda_ops.so
+# and run `bash scripts/gpu_check.sh` there with .devbundle and models/ beside the tree.
+# Stages (default: all): tests sanitizer golden services kernels attention peer bench profile.
+# Logs go to $OUT (or /tmp/gpu_check); a short table is printed last.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+out=${OUT:-/tmp/gpu_check}
+mkdir -p "$out"
+# shellcheck disable=SC1091
+source .devbundle/env.sh
+export SPARSESERVE_TEST_DATA_DIR=$root/tests/data SPARSESERVE_MODEL_MIRROR=$root/models
+export PYTHONUNBUFFERED=1
+stages=${*:-tests sanitizer golden services kernels attention peer bench}
+summary=()
+run() {  # run NAME CMD... — logs to $out/NAME.log, records ok/FAIL
+  local name=$1; shift
+  echo "=== $name: $*" >&2
+  local t0=$SECONDS
+  if "$@" >"$out/$name.log" 2>&1; then
+    summary+=("ok   $name ($((SECONDS - t0)) s)")
+  else
+    summary+=("FAIL $name ($((SECONDS - t0)) s) — see $name.log")
+    tail -n 40 "$out/$name.log" >&2
+  fi
+}
+has() { [[ " $stages " == *" $1 "* ]]; }
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$out/gpu.txt" 2>&1
+has tests && run tests cuda_backend_test
+has sanitizer && run sanitizer compute-sanitizer --tool memcheck --error-exitcode 1 \
+  cuda_backend_test --gtest_filter='*RmsNorm*:*Linear*:*Rope*:*SiluMul*:*FillUniform*:*Stories*'
+if has golden; then
+  run golden bash -c "sparseserve generate --device cuda --model models/stories260K/stories260K.gguf \
+    --prompt 'Once upon a time' --max-tokens 60 --temperature 0 >$out/golden.txt &&
+    cmp $out/golden.txt tests/data/golden_once_upon_a_time.txt"
+fi
+has services && run services bash scripts/gpu_services_check.sh
+lib=.devbundle/lib/libsparseserve_cuda_ops.so
+has kernels && [ -f bench/cuda/kernel_check.py ] &&
+  run kernels python3 bench/cuda/kernel_check.py --lib "$lib" --out "$out/kernel_check.json"
+has attention && [ -f bench/cuda/attention_bench.py ] &&
+  run attention python3 bench/cuda/attention_bench.py --lib "$lib" --out "$out/attention.json"
+has peer && [ -f bench/cuda/transformers_peer.py ] &&
+  run peer python3 bench/cuda/transformers_peer.py --out "$out/transformers.json"
+has bench && run bench sparseserve bench model --synthetic llama3-8b --device cuda
+has profile && run profile sparseserve bench model --synthetic llama3-8b --device cuda \
+  --prefill-lengths 8192 --decode-batches 1,8 --decode-contexts 1024,32768 --iters 3 --op-profile
+
+echo "--- $(cat "$out/gpu.txt")"
+for f in services attention peer bench profile; do [ -f "$out/$f.log" ] && { echo "--- $f"; tail -n 25 "$out/$f.log"; }; done
+printf '%s\n' "${summary[@]}"

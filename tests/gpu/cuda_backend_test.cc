@@ -1,0 +1,251 @@
+// Every op of the CUDA backend against the CPU reference backend on fresh random inputs (odd
+// sizes, GQA ratios 1/4/8, head dims 8/16/64/128, block-boundary cases), with NaN-poisoned
+// outputs so an unwritten element fails. Run on a GPU machine (scripts/gpu_check.sh).
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "kernels/rope_frequencies.h"
+#include "tests/gpu/cuda_test_util.h"
+
+namespace sparseserve::testing {
+namespace {
+
+using CudaBackendTest = CudaTest;
+
+TEST_F(CudaBackendTest, RmsNormAndAddRmsNorm) {
+  for (int64_t n : {1, 7, 300}) {
+    for (int64_t d : {64, 333, 4096}) {
+      Tensor x = RandomHost({n, d}, 2.0f), res = RandomHost({n, d}, 2.0f);
+      Tensor w = RandomHost({d});
+      Tensor ref = Tensor::Zeros(DType::kF32, {n, d});
+      ASSERT_TRUE(cpu_.RmsNorm(x, w, 1e-5f, ref).ok());
+      Tensor out = Poisoned(DType::kBf16, {n, d});
+      ASSERT_TRUE(gpu_->RmsNorm(ToGpu(x), ToGpu(w), 1e-5f, out).ok());
+      EXPECT_LT(RelError(ToHost(out), ref), kBf16Tolerance) << "RmsNorm n=" << n << " d=" << d;
+
+      Tensor cpu_res = *res.ToF32();
+      Tensor gpu_res = ToGpu(res);
+      ASSERT_TRUE(cpu_.AddRmsNorm(cpu_res, x, w, 1e-5f, ref).ok());
+      ASSERT_TRUE(gpu_->AddRmsNorm(gpu_res, ToGpu(x), ToGpu(w), 1e-5f, out).ok());
+      EXPECT_LT(RelError(ToHost(out), ref), kBf16Tolerance) << "AddRmsNorm n=" << n << " d=" << d;
+      EXPECT_LT(RelError(ToHost(gpu_res), cpu_res), kBf16Tolerance) << "residual";
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, LinearMatchesCpu) {
+  struct Case {
+    int64_t n, in, out;
+    bool bias;
+  };
+  for (const Case& c :
+       {Case{1, 4096, 4096, false}, Case{7, 333, 517, true}, Case{4, 1024, 517, true},
+        Case{8, 4096, 1000, false}, Case{300, 1024, 2048, false}, Case{64, 4096, 14336, true}}) {
+    Tensor x = RandomHost({c.n, c.in}), w = RandomHost({c.out, c.in}, 0.05f);
+    Tensor b = c.bias ? RandomHost({c.out}) : Tensor();
+    Tensor ref = Tensor::Zeros(DType::kF32, {c.n, c.out});
+    ASSERT_TRUE(cpu_.Linear(x, w, b, ref).ok());
+    for (DType out_dtype : {DType::kBf16, DType::kF32}) {
+      Tensor out = Poisoned(out_dtype, {c.n, c.out});
+      const absl::Status s = gpu_->Linear(ToGpu(x), ToGpu(w), c.bias ? ToGpu(b) : Tensor(), out);
+      ASSERT_TRUE(s.ok()) << s;
+      const double err = RelError(ToHost(out), ref);
+      EXPECT_LT(err, out_dtype == DType::kF32 ? 2e-3 : kBf16Tolerance)
+          << "Linear " << c.n << "x" << c.in << "->" << c.out << " " << DTypeName(out_dtype);
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, RopeMatchesCpu) {
+  for (int hd : {16, 64, 128}) {
+    const int64_t n = 37;
+    Tensor q = RandomHost({n, 32, hd}), k = RandomHost({n, 8, hd});
+    Tensor pos = Tensor::Zeros(DType::kI32, {n});
+    std::uniform_int_distribution<int> p(0, 131071);
+    for (int64_t i = 0; i < n; ++i) pos.data<int32_t>()[i] = i < 3 ? static_cast<int>(i) : p(rng_);
+    kernels::RopeFrequencyParams params;
+    params.head_dim = hd;
+    params.theta = 500000.0f;
+    const std::vector<float> freq = kernels::RopeInverseFrequencies(params);
+    Tensor inv = Tensor::Zeros(DType::kF32, {hd / 2});
+    std::copy(freq.begin(), freq.end(), inv.data<float>());
+    Tensor gq = ToGpu(q), gk = ToGpu(k);
+    ASSERT_TRUE(gpu_->Rope(gq, gk, ToGpu(pos, DType::kI32), ToGpu(inv, DType::kF32)).ok());
+    ASSERT_TRUE(cpu_.Rope(q, k, pos, inv).ok());
+    EXPECT_LT(RelError(ToHost(gq), q), kBf16Tolerance) << "q hd=" << hd;
+    EXPECT_LT(RelError(ToHost(gk), k), kBf16Tolerance) << "k hd=" << hd;
+  }
+}
+
+TEST_F(CudaBackendTest, SiluMulEmbeddingGatherRows) {
+  Tensor gate = RandomHost({13, 517}, 4.0f), up = RandomHost({13, 517}, 2.0f);
+  Tensor ref = Tensor::Zeros(DType::kF32, {13, 517});
+  ASSERT_TRUE(cpu_.SiluMul(gate, up, ref).ok());
+  Tensor out = Poisoned(DType::kBf16, {13, 517});
+  ASSERT_TRUE(gpu_->SiluMul(ToGpu(gate), ToGpu(up), out).ok());
+  EXPECT_LT(RelError(ToHost(out), ref), kBf16Tolerance);
+
+  for (int64_t hidden : {4096, 333}) {
+    Tensor table = RandomHost({1000, hidden});
+    Tensor ids = Tensor::Zeros(DType::kI32, {5});
+    for (int i = 0; i < 5; ++i) ids.data<int32_t>()[i] = (i * 397 + 11) % 1000;
+    Tensor want = Tensor::Zeros(DType::kF32, {5, hidden});
+    ASSERT_TRUE(cpu_.Embedding(table, ids, want).ok());
+    Tensor got = Poisoned(DType::kBf16, {5, hidden});
+    Tensor gtable = ToGpu(table);
+    ASSERT_TRUE(gpu_->Embedding(gtable, ToGpu(ids, DType::kI32), got).ok());
+    EXPECT_EQ(RelError(ToHost(got), want), 0.0) << "hidden " << hidden;
+    Tensor rows_out = Poisoned(DType::kBf16, {5, hidden});
+    ASSERT_TRUE(gpu_->GatherRows(gtable, ToGpu(ids, DType::kI32), rows_out).ok());
+    EXPECT_EQ(RelError(ToHost(rows_out), want), 0.0);
+
+    ids.data<int32_t>()[2] = 1000;  // out of range: reported at the next synchronisation
+    ASSERT_TRUE(gpu_->Embedding(gtable, ToGpu(ids, DType::kI32), got).ok());
+    const absl::Status s = gpu_->Synchronize();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_TRUE(gpu_->Synchronize().ok()) << "the error is reported once";
+  }
+}
+
+TEST_F(CudaBackendTest, FillUniformMatchesCpuAndCopy) {
+  Tensor cpu = Tensor::Zeros(DType::kF32, {1000, 33});
+  ASSERT_TRUE(cpu_.FillUniform(cpu, 42, -0.5f, 0.5f).ok());
+  Tensor gpu = Poisoned(DType::kF32, {1000, 33});
+  ASSERT_TRUE(gpu_->FillUniform(gpu, 42, -0.5f, 0.5f).ok());
+  EXPECT_LT(RelError(ToHost(gpu), cpu), 1e-6);
+  Tensor copy = Poisoned(DType::kF32, {1000, 33});
+  ASSERT_TRUE(gpu_->Copy(gpu, copy).ok());
+  EXPECT_EQ(RelError(ToHost(copy), cpu), RelError(ToHost(gpu), cpu));
+  auto mem = gpu_->GetMemoryInfo();
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  EXPECT_GT(mem->free_bytes, 0);
+  EXPECT_GE(mem->total_bytes, mem->free_bytes);
+}
+
+struct AttnCase {
+  int head_dim, heads, kv_heads, block_tokens;
+  std::vector<std::pair<int, int>> seqs;  // (q_len, kv_len)
+};
+
+std::string Describe(const AttnCase& c) {
+  std::string s = "hd=" + std::to_string(c.head_dim) + " heads=" + std::to_string(c.heads) + "/" +
+                  std::to_string(c.kv_heads) + " bt=" + std::to_string(c.block_tokens) + " seqs:";
+  for (auto [q, kv] : c.seqs) s += " (" + std::to_string(q) + "," + std::to_string(kv) + ")";
+  return s;
+}
+
+// Writes random K/V for every position of every sequence through WriteKv (on both backends,
+// scattered over shuffled blocks), then compares Attention outputs.
+void RunAttentionCase(CudaTest& t, kernels::Backend& cpu, kernels::Backend& gpu, const AttnCase& c,
+                      std::mt19937& rng) {
+  SCOPED_TRACE(Describe(c));
+  const int bt = c.block_tokens;
+  int total_blocks = 0, total_kv = 0, total_q = 0;
+  for (auto [q, kv] : c.seqs) {
+    total_blocks += (kv + bt - 1) / bt;
+    total_kv += kv;
+    total_q += q;
+  }
+  const int num_blocks = total_blocks + 3;  // spare blocks nobody uses
+  std::vector<int32_t> ids(num_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+
+  kernels::AttentionBatch batch;
+  batch.block_tokens = bt;
+  std::vector<int32_t> slots;
+  int next_block = 0, q_begin = 0;
+  for (auto [q, kv] : c.seqs) {
+    kernels::SequenceAttention sa;
+    sa.q_begin = q_begin;
+    sa.q_len = q;
+    sa.kv_len = kv;
+    for (int b = 0; b < (kv + bt - 1) / bt; ++b) sa.block_table.push_back(ids[next_block++]);
+    for (int p = 0; p < kv; ++p) slots.push_back(sa.block_table[p / bt] * bt + p % bt);
+    batch.sequences.push_back(sa);
+    q_begin += q;
+  }
+  Tensor k = t.RandomHost({total_kv, c.kv_heads, c.head_dim});
+  Tensor v = t.RandomHost({total_kv, c.kv_heads, c.head_dim});
+  Tensor q = t.RandomHost({total_q, c.heads, c.head_dim}, 2.0f);
+  Tensor slot_t = Tensor::Zeros(DType::kI32, {total_kv});
+  std::copy(slots.begin(), slots.end(), slot_t.data<int32_t>());
+  const Shape kv_shape{int64_t{num_blocks} * 2, bt, c.kv_heads, c.head_dim};
+
+  Tensor cpu_kv = Tensor::Zeros(DType::kF32, kv_shape);
+  ASSERT_TRUE(cpu.WriteKv(k, v, slot_t, cpu_kv).ok());
+  Tensor gpu_kv = *gpu.Allocate(DType::kBf16, kv_shape);
+  const absl::Status w = gpu.WriteKv(t.ToGpu(k), t.ToGpu(v), t.ToGpu(slot_t, DType::kI32), gpu_kv);
+  ASSERT_TRUE(w.ok()) << w;
+  EXPECT_EQ(CudaTest::RelError(t.ToHost(gpu_kv), cpu_kv), 0.0) << "WriteKv";
+
+  Tensor ref = Tensor::Zeros(DType::kF32, {total_q, c.heads, c.head_dim});
+  ASSERT_TRUE(cpu.Attention(q, cpu_kv, batch, ref).ok());
+  Tensor out = t.Poisoned(DType::kBf16, {total_q, c.heads, c.head_dim});
+  const absl::Status s = gpu.Attention(t.ToGpu(q), gpu_kv, batch, out);
+  ASSERT_TRUE(s.ok()) << s;
+  const double err = CudaTest::RelError(t.ToHost(out), ref);
+  EXPECT_LT(err, kBf16Tolerance);
+  std::printf("attention %-60s rel err %.2e\n", Describe(c).c_str(), err);
+}
+
+TEST_F(CudaBackendTest, AttentionPrefillChunkDecodeAndMixedBatches) {
+  const std::vector<std::vector<std::pair<int, int>>> shapes = {
+      {{1, 1}},
+      {{17, 17}},
+      {{64, 64}},
+      {{65, 65}},
+      {{200, 200}},
+      {{37, 300}},
+      {{1, 63}},
+      {{1, 64}},
+      {{1, 65}},
+      {{1, 1000}},
+      {{5, 5}, {1, 130}, {64, 200}, {1, 1}, {128, 128}},
+  };
+  for (int hd : {8, 16, 64, 128}) {
+    for (auto [heads, kv_heads] : {std::pair{8, 8}, std::pair{32, 8}, std::pair{16, 2}}) {
+      for (int bt : {16, 64}) {
+        for (const auto& seqs : shapes) {
+          if (hd <= 16 && seqs.size() > 1 && bt == 64) continue;  // keep the slow kernel brief
+          RunAttentionCase(*this, cpu_, *gpu_, AttnCase{hd, heads, kv_heads, bt, seqs}, rng_);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, AttentionLongContexts) {
+  RunAttentionCase(*this, cpu_, *gpu_, AttnCase{128, 32, 8, 64, {{1, 40000}}}, rng_);
+  RunAttentionCase(*this, cpu_, *gpu_, AttnCase{128, 28, 4, 64, {{1, 4097}, {1, 9000}}}, rng_);
+  RunAttentionCase(*this, cpu_, *gpu_, AttnCase{64, 8, 8, 16, {{1000, 1000}}}, rng_);
+  RunAttentionCase(*this, cpu_, *gpu_, AttnCase{128, 32, 8, 64, {{300, 2000}}}, rng_);
+}
+
+TEST_F(CudaBackendTest, BadInputsAreRejected) {
+  Tensor host = Tensor::Zeros(DType::kF32, {4, 8});
+  Tensor dev = ToGpu(host);
+  Tensor w = ToGpu(Tensor::Zeros(DType::kF32, {8}));
+  EXPECT_EQ(gpu_->RmsNorm(host, w, 1e-5f, dev).code(), absl::StatusCode::kInvalidArgument);
+  Tensor wrong = ToGpu(Tensor::Zeros(DType::kF32, {4, 9}));
+  EXPECT_EQ(gpu_->RmsNorm(dev, w, 1e-5f, wrong).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu_->Linear(dev, wrong, Tensor(), dev).code(), absl::StatusCode::kInvalidArgument);
+  kernels::AttentionBatch batch;
+  batch.block_tokens = 16;
+  kernels::SequenceAttention sa;
+  sa.q_len = 1;
+  sa.kv_len = 20;
+  sa.block_table = {0};  // needs 2 blocks
+  batch.sequences.push_back(sa);
+  Tensor q = ToGpu(Tensor::Zeros(DType::kF32, {1, 4, 64}));
+  Tensor kv = *gpu_->Allocate(DType::kBf16, {8, 16, 2, 64});
+  EXPECT_EQ(gpu_->Attention(q, kv, batch, q).code(), absl::StatusCode::kInvalidArgument);
+  batch.sequences[0].block_table = {0, 1};
+  batch.sequences[0].pattern.kind = kernels::AttentionPatternKind::kTokenIndex;
+  EXPECT_EQ(gpu_->Attention(q, kv, batch, q).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(gpu_->Synchronize().ok());
+}
+
+}  // namespace
+}  // namespace sparseserve::testing

@@ -1,0 +1,136 @@
+// `sparseserve bench model`: prefill and decode throughput of a synthetic model (a real model's
+// shape, random weights made on the device) set against the roofline of the device.
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/core/status.h"
+#include "common/model/model_presets.h"
+#include "tools/bench_model.h"
+#include "tools/command.h"
+#include "tools/model_flags.h"
+
+ABSL_FLAG(std::string, synthetic, "",
+          "Model shape preset (required): llama3-8b, llama3-70b-layer, qwen2-7b or tiny. The "
+          "weights are uniform noise made on the device; no checkpoint is read.");
+ABSL_FLAG(std::string, prefill_lengths, "4096,32768,131072",
+          "Prompt lengths whose prefill is timed, comma-separated (empty: no prefill cases).");
+ABSL_FLAG(std::string, decode_batches, "1,8,64",
+          "Decode batch sizes, comma-separated; each runs at every --decode-contexts.");
+ABSL_FLAG(std::string, decode_contexts, "1024,32768",
+          "Tokens already in each decoding sequence's KV cache, comma-separated (empty: no "
+          "decode cases).");
+ABSL_FLAG(int, iters, 10, "Timed decode steps per decode case.");
+ABSL_FLAG(int, warmup, 2,
+          "Untimed decode steps before each decode case; when > 0, one untimed prefill chunk "
+          "also runs before the first prefill case.");
+ABSL_FLAG(double, peak_bandwidth_gbps, 0,
+          "Memory bandwidth (1e9 bytes/s) for the bytes floor; 0 = measure it by timing a "
+          "device-to-device copy (2 GiB on cuda, 256 MiB on cpu; read + write bytes counted).");
+ABSL_FLAG(bool, op_profile, false,
+          "After each case, run it again with every op synchronised and timed on its own, and "
+          "print where a step's time goes (per op, per GEMM shape).");
+ABSL_FLAG(double, peak_tflops, 0,
+          "Peak dense TFLOP/s in the compute dtype for the arithmetic floor; 0 = 989 on cuda "
+          "(H100/H200 SXM bf16 datasheet), none on cpu (the floor is then the bytes floor).");
+
+namespace sparseserve::tools {
+namespace {
+
+// Larger than the serving default (512): long prompts on a GPU are prefilled in big steps.
+constexpr int kDefaultPrefillChunk = 8192;
+
+// "4096,32768" -> {4096, 32768}; "" -> {}. kInvalidArgument naming `flag` for anything else.
+absl::StatusOr<std::vector<int64_t>> ParsePositiveList(const std::string& text, const char* flag) {
+  std::vector<int64_t> values;
+  if (text.empty()) return values;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(item, &v) || v <= 0 || v > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": '", item, "' is not a positive integer (in '", text, "')"));
+    }
+    values.push_back(v);
+  }
+  return values;
+}
+
+// Every flag checked before anything is allocated: kInvalidArgument / kNotFound (unknown preset).
+absl::StatusOr<ModelBenchOptions> ModelBenchOptionsFromFlags() {
+  ModelBenchOptions o;
+  o.preset = absl::GetFlag(FLAGS_synthetic);
+  if (o.preset.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--synthetic is required; presets: ", absl::StrJoin(model::SyntheticModelNames(), ", ")));
+  }
+  SS_ASSIGN_OR_RETURN(o.config, model::SyntheticModelConfig(o.preset));
+  SS_ASSIGN_OR_RETURN(o.device, DeviceFromFlags());
+  SS_ASSIGN_OR_RETURN(o.prefill_lengths,
+                      ParsePositiveList(absl::GetFlag(FLAGS_prefill_lengths), "--prefill-lengths"));
+  SS_ASSIGN_OR_RETURN(o.decode_batches,
+                      ParsePositiveList(absl::GetFlag(FLAGS_decode_batches), "--decode-batches"));
+  SS_ASSIGN_OR_RETURN(o.decode_contexts,
+                      ParsePositiveList(absl::GetFlag(FLAGS_decode_contexts), "--decode-contexts"));
+  if (o.decode_batches.empty()) o.decode_contexts.clear();
+  if (o.prefill_lengths.empty() && o.decode_contexts.empty()) {
+    return absl::InvalidArgumentError(
+        "nothing to run: --prefill-lengths and --decode-contexts "
+        "(or --decode-batches) are all empty");
+  }
+  o.iters = absl::GetFlag(FLAGS_iters);
+  o.warmup = absl::GetFlag(FLAGS_warmup);
+  o.block_tokens = BlockTokensFromFlags();
+  o.prefill_chunk = PrefillChunkFromFlags(kDefaultPrefillChunk);
+  o.peak_bandwidth_gbps = absl::GetFlag(FLAGS_peak_bandwidth_gbps);
+  o.peak_tflops = absl::GetFlag(FLAGS_peak_tflops);
+  o.op_profile = absl::GetFlag(FLAGS_op_profile);
+  if (o.iters < 1) return absl::InvalidArgumentError("--iters must be >= 1");
+  if (o.warmup < 0) return absl::InvalidArgumentError("--warmup must be >= 0");
+  if (o.block_tokens <= 0 || o.block_tokens % 16 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--block-tokens must be a positive multiple of 16, got ", o.block_tokens));
+  }
+  if (o.prefill_chunk < 1) return absl::InvalidArgumentError("--prefill-chunk must be >= 1");
+  if (!(std::isfinite(o.peak_bandwidth_gbps) && o.peak_bandwidth_gbps >= 0)) {
+    return absl::InvalidArgumentError("--peak-bandwidth-gbps must be >= 0");
+  }
+  if (!(std::isfinite(o.peak_tflops) && o.peak_tflops >= 0)) {
+    return absl::InvalidArgumentError("--peak-tflops must be >= 0");
+  }
+  return o;
+}
+
+}  // namespace
+
+int RunBenchCommand(const std::vector<char*>& positional) {
+  if (positional.size() < 2 || std::string(positional[1]) != "model") {
+    std::fprintf(stderr, "error: %s; valid: model (sparseserve bench model --synthetic PRESET)\n",
+                 positional.size() < 2
+                     ? "bench needs a target"
+                     : absl::StrCat("unknown bench target '", positional[1], "'").c_str());
+    return 2;
+  }
+  if (positional.size() > 2) {
+    std::fprintf(stderr, "error: unexpected argument '%s' (flags start with --)\n", positional[2]);
+    return 2;
+  }
+  absl::StatusOr<ModelBenchOptions> options = ModelBenchOptionsFromFlags();
+  if (!options.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(options.status().message()).c_str());
+    return 2;
+  }
+  if (absl::Status s = RunModelBench(*options); !s.ok()) {
+    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace sparseserve::tools

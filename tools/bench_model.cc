@@ -1,0 +1,459 @@
+#include "tools/bench_model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "common/core/status.h"
+#include "common/model/llama_model.h"
+#include "common/model/paged_kv_cache.h"
+#include "kernels/backend.h"
+#include "kernels/op_timing_backend.h"
+#include "tools/bench_roofline.h"
+
+namespace sparseserve::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kCudaDefaultPeakTflops = 989;  // H100/H200 SXM dense bf16 (datasheet)
+constexpr uint64_t kWeightsSeed = 1;            // any seed: the weights are noise
+constexpr uint64_t kKvSeed = 1000;
+
+void Progress(const std::string& line) {
+  std::fprintf(stderr, "bench: %s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+// Seconds since `start`, after the backend's queued work has finished.
+absl::StatusOr<double> SecondsSince(kernels::Backend& backend, Clock::time_point start) {
+  SS_RETURN_IF_ERROR(backend.Synchronize());
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Copy bandwidth of the backend's memory in 1e9 bytes/s: a copy reads and writes `bytes` each.
+absl::StatusOr<double> MeasureCopyBandwidthGbps(kernels::Backend& backend, int64_t bytes) {
+  const DType dtype = backend.compute_dtype();
+  const int64_t n = bytes / static_cast<int64_t>(DTypeSize(dtype));
+  SS_ASSIGN_OR_RETURN(Tensor src, backend.Allocate(dtype, {n}));
+  SS_ASSIGN_OR_RETURN(Tensor dst, backend.Allocate(dtype, {n}));
+  SS_RETURN_IF_ERROR(backend.Copy(src, dst));  // first touch and any lazy setup, untimed
+  SS_RETURN_IF_ERROR(backend.Synchronize());
+  constexpr int kReps = 5;
+  const Clock::time_point start = Clock::now();
+  for (int i = 0; i < kReps; ++i) SS_RETURN_IF_ERROR(backend.Copy(src, dst));
+  SS_ASSIGN_OR_RETURN(double seconds, SecondsSince(backend, start));
+  return 2.0 * static_cast<double>(src.nbytes()) * kReps / seconds / 1e9;
+}
+
+// MemAvailable of /proc/meminfo in bytes, or -1 when unreadable. Bounds the KV cache on the CPU
+// backend, whose GetMemoryInfo is unimplemented: a cache past it would be OOM-killed, not fail.
+int64_t HostAvailableBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line)) {  // "MemAvailable:   20480000 kB"
+    absl::string_view rest(line);
+    if (!absl::ConsumePrefix(&rest, "MemAvailable:") || !absl::ConsumeSuffix(&rest, " kB")) {
+      continue;
+    }
+    int64_t kib = 0;
+    return absl::SimpleAtoi(rest, &kib) ? kib * 1024 : -1;
+  }
+  return -1;
+}
+
+// One KV cache for all cases: as many blocks as the largest case needs, cut to the memory left
+// after the weights with 10% of the device's memory kept free for activations and workspaces
+// (on the CPU: 90% of MemAvailable).
+struct KvPlan {
+  int64_t num_blocks = 0;
+  double block_bytes = 0;
+  double budget_bytes = -1;  // -1: unbounded (host memory unreadable)
+};
+
+absl::StatusOr<KvPlan> PlanKvCache(kernels::Backend& backend, const ModelBenchOptions& o) {
+  KvPlan plan;
+  plan.block_bytes =
+      KvBytesPerToken(o.config, backend.compute_dtype()) * static_cast<double>(o.block_tokens);
+  auto blocks_for = [&](int64_t tokens) { return (tokens + o.block_tokens - 1) / o.block_tokens; };
+  int64_t needed = 0;
+  const int64_t max_pos = o.config.max_position_embeddings;
+  for (int64_t len : o.prefill_lengths) {
+    if (len <= max_pos) needed = std::max(needed, blocks_for(len));
+  }
+  for (int64_t batch : o.decode_batches) {
+    for (int64_t context : o.decode_contexts) {
+      if (context + 1 <= max_pos) needed = std::max(needed, batch * blocks_for(context + 1));
+    }
+  }
+  absl::StatusOr<kernels::Backend::MemoryInfo> mem = backend.GetMemoryInfo();
+  if (mem.ok()) {
+    plan.budget_bytes = std::max<double>(
+        0, static_cast<double>(mem->free_bytes) - 0.1 * static_cast<double>(mem->total_bytes));
+  } else if (mem.status().code() == absl::StatusCode::kUnimplemented) {
+    const int64_t host = HostAvailableBytes();
+    if (host >= 0) plan.budget_bytes = 0.9 * static_cast<double>(host);
+  } else {
+    return AnnotateStatus(mem.status(), "querying free device memory");
+  }
+  plan.num_blocks = needed;
+  if (plan.budget_bytes >= 0) {
+    plan.num_blocks =
+        std::min(needed, static_cast<int64_t>(std::floor(plan.budget_bytes / plan.block_bytes)));
+  }
+  // KV slots (block * block_tokens + offset) are int32.
+  plan.num_blocks =
+      std::min<int64_t>(plan.num_blocks, std::numeric_limits<int32_t>::max() / o.block_tokens - 1);
+  return plan;
+}
+
+struct CaseResult {
+  std::string label;    // "prefill L=4096", "decode B=8 C=32768"
+  std::string skipped;  // why the case did not run or failed; empty when it ran
+  std::string note;     // e.g. decode sequences sharing KV blocks
+  double tokens_per_s = 0;
+  double ms = 0;  // prefill: the whole prompt; decode: one step
+  RooflineFloor floor;
+};
+
+// "14.96 GiB" / "2.10 MiB".
+std::string FormatBytes(double bytes) {
+  return bytes >= kGiB ? absl::StrFormat("%.2f GiB", bytes / kGiB)
+                       : absl::StrFormat("%.2f MiB", bytes / (1024.0 * 1024.0));
+}
+
+std::string SkipReason(double needed_bytes, const KvPlan& plan) {
+  return absl::StrCat("skipped: needs ", FormatBytes(needed_bytes), " of KV, ",
+                      FormatBytes(static_cast<double>(plan.num_blocks) * plan.block_bytes),
+                      " free");
+}
+
+std::string PrefillLabel(int64_t len) {
+  return absl::StrCat("prefill L=", len);
+}
+
+std::string DecodeLabel(int64_t batch, int64_t context) {
+  return absl::StrCat("decode B=", batch, " C=", context);
+}
+
+// A case whose forward step failed: a row of the table (the other cases still run).
+CaseResult FailedCase(std::string label, const absl::Status& status) {
+  CaseResult r;
+  r.label = std::move(label);
+  r.skipped = absl::StrCat("failed: ", status.ToString());
+  Progress(absl::StrCat(r.label, ": ", r.skipped));
+  return r;
+}
+
+// Token ids spread over the vocabulary; their values do not change the work.
+int32_t SyntheticToken(int64_t i, int vocab) {
+  return static_cast<int32_t>((i * 7919 + 13) % vocab);
+}
+
+class ModelBench {
+ public:
+  ModelBench(const ModelBenchOptions& o, kernels::OpTimingBackend& backend,
+             model::LlamaModel& model, model::PagedKvCache* cache, const KvPlan& plan,
+             double bandwidth_gbps, double peak_tflops)
+      : o_(o),
+        backend_(backend),
+        model_(model),
+        cache_(cache),
+        plan_(plan),
+        bandwidth_gbps_(bandwidth_gbps),
+        peak_tflops_(peak_tflops) {}
+
+  // Prefills tokens [0, len) in --prefill-chunk steps into blocks 0, 1, ...; `len` must fit.
+  absl::Status Prefill(int64_t len) {
+    model::ForwardSequence seq;
+    for (int64_t b = 0; b < BlocksFor(len); ++b) seq.block_table.push_back(static_cast<int32_t>(b));
+    for (int64_t begin = 0; begin < len; begin += o_.prefill_chunk) {
+      const int64_t end = std::min(len, begin + o_.prefill_chunk);
+      seq.tokens.clear();
+      for (int64_t i = begin; i < end; ++i) {
+        seq.tokens.push_back(SyntheticToken(i, o_.config.vocab_size));
+      }
+      seq.start_pos = static_cast<int32_t>(begin);
+      SS_RETURN_IF_ERROR(model_.Forward({seq}, *cache_).status());
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<CaseResult> RunPrefill(int64_t len) {
+    CaseResult r;
+    r.label = PrefillLabel(len);
+    const DType dtype = backend_.compute_dtype();
+    r.floor = FloorOf(PrefillCost(o_.config, dtype, len, o_.prefill_chunk), bandwidth_gbps_,
+                      peak_tflops_);
+    if (len > o_.config.max_position_embeddings) {
+      r.skipped = BeyondContext();
+      Progress(absl::StrCat(r.label, ": ", r.skipped));
+      return r;
+    }
+    if (BlocksFor(len) > plan_.num_blocks) {
+      r.skipped = SkipReason(static_cast<double>(BlocksFor(len)) * plan_.block_bytes, plan_);
+      Progress(absl::StrCat(r.label, ": ", r.skipped));
+      return r;
+    }
+    const int64_t num_steps = (len + o_.prefill_chunk - 1) / o_.prefill_chunk;
+    Progress(absl::StrCat(r.label, ": ", num_steps, num_steps == 1 ? " step" : " steps",
+                          " of up to ", o_.prefill_chunk, " tokens"));
+    SS_RETURN_IF_ERROR(backend_.Synchronize());
+    const Clock::time_point start = Clock::now();
+    SS_RETURN_IF_ERROR(Prefill(len));
+    SS_ASSIGN_OR_RETURN(const double seconds, SecondsSince(backend_, start));
+    r.tokens_per_s = static_cast<double>(len) / seconds;
+    r.ms = seconds * 1e3;
+    if (o_.op_profile) SS_RETURN_IF_ERROR(ProfileOps(r.label, 1, [&] { return Prefill(len); }));
+    return r;
+  }
+
+  // B sequences of one token each at position C. Each gets its own blocks for its C + 1 tokens
+  // where the cache holds them all; otherwise sequences share copies round-robin (the bytes
+  // floor still counts every sequence's KV: the kernel reads it once per sequence).
+  absl::StatusOr<CaseResult> RunDecode(int64_t batch, int64_t context) {
+    CaseResult r;
+    r.label = DecodeLabel(batch, context);
+    r.floor = FloorOf(DecodeStepCost(o_.config, backend_.compute_dtype(), batch, context),
+                      bandwidth_gbps_, peak_tflops_);
+    if (context + 1 > o_.config.max_position_embeddings) {  // the new token sits at position C
+      r.skipped = BeyondContext();
+      Progress(absl::StrCat(r.label, ": ", r.skipped));
+      return r;
+    }
+    const int64_t per_seq = BlocksFor(context + 1);
+    if (per_seq > plan_.num_blocks) {
+      // Even one sequence does not fit (more sequences would share its blocks).
+      r.skipped = SkipReason(static_cast<double>(per_seq) * plan_.block_bytes, plan_);
+      Progress(absl::StrCat(r.label, ": ", r.skipped));
+      return r;
+    }
+    const int64_t copies = std::min(batch, plan_.num_blocks / per_seq);
+    if (copies < batch) {
+      r.note = absl::StrCat("KV shared: ", copies, copies == 1 ? " copy" : " copies", " for ",
+                            batch, " sequences");
+    }
+    std::vector<model::ForwardSequence> seqs(batch);
+    for (int64_t s = 0; s < batch; ++s) {
+      seqs[s].tokens = {SyntheticToken(s, o_.config.vocab_size)};
+      seqs[s].start_pos = static_cast<int32_t>(context);
+      const int64_t first = (s % copies) * per_seq;
+      for (int64_t b = 0; b < per_seq; ++b) {
+        seqs[s].block_table.push_back(static_cast<int32_t>(first + b));
+      }
+    }
+    Progress(absl::StrCat(r.label, ": ", o_.warmup, " warm-up + ", o_.iters, " timed steps",
+                          r.note.empty() ? "" : "; ", r.note));
+    // Every step rewrites the KV row at position C (shared copies: the same row from several
+    // sequences in one step; the values do not matter).
+    for (int i = 0; i < o_.warmup; ++i) {
+      SS_RETURN_IF_ERROR(model_.Forward(seqs, *cache_).status());
+    }
+    SS_RETURN_IF_ERROR(backend_.Synchronize());
+    const Clock::time_point start = Clock::now();
+    for (int i = 0; i < o_.iters; ++i) {
+      SS_RETURN_IF_ERROR(model_.Forward(seqs, *cache_).status());
+    }
+    SS_ASSIGN_OR_RETURN(const double seconds, SecondsSince(backend_, start));
+    r.tokens_per_s = static_cast<double>(batch * o_.iters) / seconds;
+    r.ms = seconds * 1e3 / o_.iters;
+    if (o_.op_profile) {
+      auto steps = [&]() -> absl::Status {
+        for (int i = 0; i < o_.iters; ++i) {
+          SS_RETURN_IF_ERROR(model_.Forward(seqs, *cache_).status());
+        }
+        return absl::OkStatus();
+      };
+      SS_RETURN_IF_ERROR(ProfileOps(r.label, o_.iters, steps));
+    }
+    return r;
+  }
+
+ private:
+  // Runs `run` again with every op timed on its own and prints the ops' share per step (`steps`
+  // forward steps in `run`), largest first.
+  absl::Status ProfileOps(const std::string& label, int steps,
+                          const std::function<absl::Status()>& run) {
+    backend_.Reset();
+    backend_.set_enabled(true);
+    const absl::Status status = run();
+    backend_.set_enabled(false);
+    SS_RETURN_IF_ERROR(status);
+    std::vector<std::pair<std::string, kernels::OpTimingBackend::OpTotal>> ops(
+        backend_.totals().begin(), backend_.totals().end());
+    std::sort(ops.begin(), ops.end(),
+              [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+    double total = 0;
+    for (const auto& [name, t] : ops) total += t.seconds;
+    std::printf("op profile, %s (each op synchronised; ms per step):\n", label.c_str());
+    for (const auto& [name, t] : ops) {
+      std::printf("  %-28s %9.3f ms %6.1f%%  %lld calls\n", name.c_str(), t.seconds * 1e3 / steps,
+                  100.0 * t.seconds / total, static_cast<long long>(t.calls / steps));
+    }
+    std::fflush(stdout);
+    return absl::OkStatus();
+  }
+
+  // A case longer than the preset's context is skipped, not an error: the default lists run
+  // up to 128K, beyond the `tiny` preset.
+  std::string BeyondContext() const {
+    return absl::StrCat("skipped: beyond ", o_.preset, "'s context of ",
+                        o_.config.max_position_embeddings, " tokens");
+  }
+
+  int64_t BlocksFor(int64_t tokens) const {
+    return (tokens + o_.block_tokens - 1) / o_.block_tokens;
+  }
+
+  const ModelBenchOptions& o_;
+  kernels::OpTimingBackend& backend_;
+  model::LlamaModel& model_;
+  model::PagedKvCache* cache_;  // null when no case fits
+  const KvPlan& plan_;
+  const double bandwidth_gbps_;
+  const double peak_tflops_;
+};
+
+// "8.03 B" / "0.55 M" parameters.
+std::string FormatCount(double n) {
+  return n >= 1e9 ? absl::StrFormat("%.2f B", n / 1e9) : absl::StrFormat("%.2f M", n / 1e6);
+}
+
+void PrintTable(const std::vector<CaseResult>& results) {
+  std::printf(
+      "\nms: the whole prompt for prefill, one step for decode; the floors likewise. "
+      "%% roofline = floor ms / ms.\n");
+  std::printf("\n%-22s %12s %11s %11s %11s %11s %8s  %s\n", "case", "tokens/s", "ms", "bytes ms",
+              "flops ms", "floor ms", "bound", "% roofline");
+  for (const CaseResult& r : results) {
+    if (!r.skipped.empty()) {
+      std::printf("%-22s %s\n", r.label.c_str(), r.skipped.c_str());
+      continue;
+    }
+    const std::string flops_ms =
+        r.floor.flops_s > 0 ? absl::StrFormat("%.3f", r.floor.flops_s * 1e3) : "-";
+    std::printf("%-22s %12.1f %11.3f %11.3f %11s %11.3f %8s  %9.1f%%%s%s\n", r.label.c_str(),
+                r.tokens_per_s, r.ms, r.floor.bytes_s * 1e3, flops_ms.c_str(),
+                r.floor.floor_s * 1e3, r.floor.bound, 100.0 * r.floor.floor_s * 1e3 / r.ms,
+                r.note.empty() ? "" : "  ", r.note.c_str());
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+absl::Status RunModelBench(const ModelBenchOptions& o) {
+  const char* device_name = o.device == Device::kCuda ? "cuda" : "cpu";
+  absl::StatusOr<std::unique_ptr<kernels::Backend>> created = kernels::CreateBackend(o.device);
+  if (!created.ok()) {
+    return AnnotateStatus(created.status(), absl::StrCat("creating the ", device_name, " backend"));
+  }
+  // The model runs on the timing decorator: a pass-through until --op-profile switches it on.
+  kernels::OpTimingBackend backend(created->get());
+  const DType dtype = backend.compute_dtype();
+
+  // Before the model, while the device is empty: the copy needs two large buffers.
+  double bandwidth_gbps = o.peak_bandwidth_gbps;
+  std::string bandwidth_source = "--peak-bandwidth-gbps";
+  if (bandwidth_gbps == 0) {
+    const int64_t bytes = o.device == Device::kCuda ? int64_t{2} << 30 : int64_t{256} << 20;
+    Progress(absl::StrCat("measuring copy bandwidth (", bytes >> 20, " MiB buffers)"));
+    absl::StatusOr<double> measured = MeasureCopyBandwidthGbps(backend, bytes);
+    if (!measured.ok()) {
+      return AnnotateStatus(measured.status(),
+                            "measuring copy bandwidth (--peak-bandwidth-gbps skips it)");
+    }
+    bandwidth_gbps = *measured;
+    bandwidth_source = absl::StrCat("measured: copies of ", bytes >> 20, " MiB");
+  }
+  double peak_tflops = o.peak_tflops;
+  std::string peak_source = "--peak-tflops";
+  if (peak_tflops == 0 && o.device == Device::kCuda) {
+    peak_tflops = kCudaDefaultPeakTflops;
+    peak_source = "H100/H200 bf16 datasheet default";
+  }
+
+  Progress(absl::StrCat("creating random ", o.preset, " weights on ", device_name));
+  Clock::time_point start = Clock::now();
+  SS_ASSIGN_OR_RETURN(std::unique_ptr<model::LlamaModel> model,
+                      model::LlamaModel::CreateRandom(o.config, &backend, kWeightsSeed));
+  SS_ASSIGN_OR_RETURN(const double create_s, SecondsSince(backend, start));
+
+  SS_ASSIGN_OR_RETURN(const KvPlan plan, PlanKvCache(backend, o));
+  std::unique_ptr<model::PagedKvCache> cache;
+  if (plan.num_blocks > 0) {
+    model::PagedKvCacheShape shape;
+    shape.num_layers = o.config.num_layers;
+    shape.num_blocks = static_cast<int>(plan.num_blocks);
+    shape.block_tokens = o.block_tokens;
+    shape.num_kv_heads = o.config.num_kv_heads;
+    shape.head_dim = o.config.head_dim;
+    SS_ASSIGN_OR_RETURN(cache, model::PagedKvCache::Create(shape, backend));
+  }
+
+  std::printf("sparseserve bench model: %s on %s\n", o.preset.c_str(), device_name);
+  std::printf("model: %s params, %s of %s weights read per step (made in %.1f s)\n",
+              FormatCount(static_cast<double>(NumModelParams(o.config))).c_str(),
+              FormatBytes(StepWeightBytes(o.config, dtype)).c_str(),
+              std::string(DTypeName(dtype)).c_str(), create_s);
+  std::printf("KV cache: %lld blocks x %d tokens = %s\n", static_cast<long long>(plan.num_blocks),
+              o.block_tokens,
+              FormatBytes(static_cast<double>(plan.num_blocks) * plan.block_bytes).c_str());
+  std::printf("bandwidth: %.1f GB/s (%s); peak: %s\n", bandwidth_gbps, bandwidth_source.c_str(),
+              peak_tflops > 0
+                  ? absl::StrFormat("%.1f TFLOP/s (%s)", peak_tflops, peak_source).c_str()
+                  : "unknown (no arithmetic floor; pass --peak-tflops)");
+  std::fflush(stdout);
+
+  ModelBench bench(o, backend, *model, cache.get(), plan, bandwidth_gbps, peak_tflops);
+  std::vector<CaseResult> results;
+  if (o.warmup > 0 && !o.prefill_lengths.empty() && cache != nullptr) {
+    const int64_t len = std::min<int64_t>(
+        {o.prefill_chunk, o.prefill_lengths.front(), o.config.max_position_embeddings});
+    if ((len + o.block_tokens - 1) / o.block_tokens <= plan.num_blocks) {
+      Progress(absl::StrCat("warm-up prefill of ", len, " tokens"));
+      SS_RETURN_IF_ERROR(AnnotateStatus(bench.Prefill(len), "warm-up prefill"));
+    }
+  }
+  // A failed case (say, out of memory for its activations) costs its row, not the whole run.
+  int num_failed = 0;
+  absl::Status first_failure;
+  for (int64_t len : o.prefill_lengths) {
+    absl::StatusOr<CaseResult> r = bench.RunPrefill(len);
+    if (!r.ok() && num_failed++ == 0) first_failure = r.status();
+    results.push_back(r.ok() ? *std::move(r) : FailedCase(PrefillLabel(len), r.status()));
+  }
+  if (cache != nullptr && !o.decode_contexts.empty()) {
+    Progress("filling the KV cache with uniform values in [-0.5, 0.5)");
+    for (int l = 0; l < o.config.num_layers; ++l) {
+      SS_RETURN_IF_ERROR(backend.FillUniform(cache->layer(l), kKvSeed + l, -0.5f, 0.5f));
+    }
+  }
+  for (int64_t batch : o.decode_batches) {
+    for (int64_t context : o.decode_contexts) {
+      absl::StatusOr<CaseResult> r = bench.RunDecode(batch, context);
+      if (!r.ok() && num_failed++ == 0) first_failure = r.status();
+      results.push_back(r.ok() ? *std::move(r)
+                               : FailedCase(DecodeLabel(batch, context), r.status()));
+    }
+  }
+  PrintTable(results);
+  if (num_failed > 0) {
+    return AnnotateStatus(first_failure, absl::StrCat(num_failed, " of ", results.size(),
+                                                      " cases failed (see the table); first"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sparseserve::tools

@@ -1,0 +1,44 @@
+// The run behind `sparseserve bench model`: a synthetic model (a preset's shape, random weights
+// made on the device) and one KV cache on a backend; prefill and decode cases timed and set
+// against their roofline (tools/bench_roofline.h); the table printed to stdout, progress lines to
+// stderr. tools/bench_command.cc turns the flags into ModelBenchOptions. Runs on the calling
+// thread, which owns the backend for the run.
+#ifndef SPARSESERVE_TOOLS_BENCH_MODEL_H_
+#define SPARSESERVE_TOOLS_BENCH_MODEL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/model/model_config.h"
+#include "common/tensor/tensor.h"
+
+namespace sparseserve::tools {
+
+struct ModelBenchOptions {
+  std::string preset;                    // the preset's name, for output
+  model::ModelConfig config;             // its shape
+  Device device = Device::kHost;         // the backend to create
+  std::vector<int64_t> prefill_lengths;  // prompt lengths, each prefilled once from empty
+  std::vector<int64_t> decode_batches;   // B of the decode cases
+  std::vector<int64_t> decode_contexts;  // C of the decode cases (every B x every C)
+  int iters = 10;                        // timed decode steps per decode case (>= 1)
+  int warmup = 2;                        // untimed decode steps before them (>= 0)
+  int block_tokens = 64;                 // KV block size (multiple of 16)
+  int prefill_chunk = 8192;              // tokens per prefill step
+  double peak_bandwidth_gbps = 0;        // 1e9 bytes/s of the bytes floor; 0 = measure a copy
+  double peak_tflops = 0;                // of the arithmetic floor; 0 = 989 on cuda, none on cpu
+  bool op_profile = false;  // after each timed case, time its ops one by one and print the split
+};
+
+// Runs every case and prints the table. A case beyond the preset's context or the KV memory is
+// a "skipped: ..." row, not an error. Returns the backend's error when it cannot be created
+// (kUnimplemented for cuda in a CPU-only build) and kResourceExhausted when the weights or the
+// bandwidth probe's buffers do not fit. A case whose forward step fails becomes a "failed: ..."
+// row and the others still run; the first such error is returned after the table.
+absl::Status RunModelBench(const ModelBenchOptions& options);
+
+}  // namespace sparseserve::tools
+
+#endif  // SPARSESERVE_TOOLS_BENCH_MODEL_H_
