@@ -49,16 +49,19 @@ class Backend {
   };
   virtual absl::StatusOr<MemoryInfo> GetMemoryInfo() = 0;
 
-  // out[i, :] = table[ids[i], :]. table [vocab, hidden], ids i32 [n], out [n, hidden].
+  // out[i, :] = table[ids[i], :]. table [vocab, hidden], ids i32 [n], out [n, hidden] (in the
+  // compute dtype or f32: the model keeps its residual stream in f32).
   // kInvalidArgument if an id is outside [0, vocab).
   virtual absl::Status Embedding(const Tensor& table, const Tensor& ids, const Tensor& out) = 0;
 
-  // out = x / rms(x) * weight, per row. x, out [n, d]; weight [d]. out may alias x.
+  // out = x / rms(x) * weight, per row. x, out [n, d]; weight [d]. out may alias x. x may be f32
+  // (the residual stream) while out is in the compute dtype.
   virtual absl::Status RmsNorm(const Tensor& x, const Tensor& weight, float eps,
                                const Tensor& out) = 0;
 
   // residual += x, then out = RmsNorm(residual) (the pre-norm transformer's fused step).
-  // residual, x, out [n, d]; out may alias x.
+  // residual, x, out [n, d]; out may alias x. residual may be f32: summing every sub-block's
+  // output into a bf16 residual would round away its low bits layer after layer.
   virtual absl::Status AddRmsNorm(const Tensor& residual, const Tensor& x, const Tensor& weight,
                                   float eps, const Tensor& out) = 0;
 

@@ -4,18 +4,21 @@
 #   ../shared/tools/devbundle .devbundle build/bin/sparseserve build/bin/cuda_backend_test \
 #       build/kernels/libsparseserve_cuda_ops.so
 # and run `bash scripts/gpu_check.sh` there with .devbundle and models/ beside the tree.
-# Stages (default: all): tests sanitizer golden services kernels attention peer bench profile.
-# Logs go to $OUT (or /tmp/gpu_check); a short table is printed last.
+# Stages (default: all): tests sanitizer golden services kernels attention peer bench profile
+# cublas (decode GEMMs through cuBLASLt instead of the skinny kernel) ncu (per-kernel device
+# times of one decode step, from Nsight Compute).
+# Logs go to /tmp/gpu_check and, packed as gpu_check.tgz, to $OUT when it is set (the device
+# tool returns at most 8 files); a short table is printed last.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-out=${OUT:-/tmp/gpu_check}
-mkdir -p "$out"
+out=/tmp/gpu_check
+rm -rf "$out" && mkdir -p "$out"
 # shellcheck disable=SC1091
 source .devbundle/env.sh
 export SPARSESERVE_TEST_DATA_DIR=$root/tests/data SPARSESERVE_MODEL_MIRROR=$root/models
 export PYTHONUNBUFFERED=1
-stages=${*:-tests sanitizer golden services kernels attention peer bench}
+stages=${*:-tests sanitizer golden services kernels attention peer bench profile cublas ncu}
 summary=()
 run() {  # run NAME CMD... — logs to $out/NAME.log, records ok/FAIL
   local name=$1; shift
@@ -50,7 +53,16 @@ has peer && [ -f bench/cuda/transformers_peer.py ] &&
 has bench && run bench sparseserve bench model --synthetic llama3-8b --device cuda
 has profile && run profile sparseserve bench model --synthetic llama3-8b --device cuda \
   --prefill-lengths 8192 --decode-batches 1,8 --decode-contexts 1024,32768 --iters 3 --op-profile
+has cublas && run cublas env SPARSESERVE_CUDA_SKINNY_GEMM=0 sparseserve bench model \
+  --synthetic llama3-8b --device cuda --prefill-lengths '' --decode-batches 1,8 \
+  --decode-contexts 1024
+# One decode step (B=1, C=1024) kernel by kernel: device time without launch gaps.
+has ncu && run ncu ncu --kernel-name regex:'Skinny|Attention|Merge|RmsNorm|Rope|WriteKv|SiluMul|Gather|gemm|Gemm' \
+  --launch-skip 40 --launch-count 460 --section SpeedOfLight --csv --metrics gpu__time_duration.sum \
+  sparseserve bench model --synthetic llama3-8b --device cuda --prefill-lengths '' \
+  --decode-batches 1 --decode-contexts 1024 --warmup 1 --iters 1
 
 echo "--- $(cat "$out/gpu.txt")"
-for f in services attention peer bench profile; do [ -f "$out/$f.log" ] && { echo "--- $f"; tail -n 25 "$out/$f.log"; }; done
-printf '%s\n' "${summary[@]}"
+for f in services attention peer bench profile cublas; do [ -f "$out/$f.log" ] && { echo "--- $f"; tail -n 25 "$out/$f.log"; }; done
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+[ -n "${OUT:-}" ] && tar -C "$out" -czf "$OUT/gpu_check.tgz" .

@@ -63,9 +63,8 @@ absl::StatusOr<Tensor> LlamaModel::Forward(
                                                        cache.shape().num_blocks));
       }
       if (seq.tokens[i] < 0 || seq.tokens[i] >= c.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat("Forward: token id ", seq.tokens[i],
-                                                       " outside the vocabulary of ",
-                                                       c.vocab_size));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Forward: token id ", seq.tokens[i], " outside the vocabulary of ", c.vocab_size));
       }
       if (seq.all_logits || i == n - 1) logit_rows.push_back(static_cast<int32_t>(ids.size()));
       ids.push_back(seq.tokens[i]);
@@ -74,30 +73,25 @@ absl::StatusOr<Tensor> LlamaModel::Forward(
     }
   }
   const int64_t n = static_cast<int64_t>(ids.size());
-  const int64_t hidden = c.hidden_size;
   const int64_t hd = c.head_dim;
-  const DType dt = be.compute_dtype();
-
-  auto upload_i32 = [&](const std::vector<int32_t>& v) -> absl::StatusOr<Tensor> {
-    SS_ASSIGN_OR_RETURN(Tensor t, be.Allocate(DType::kI32, {static_cast<int64_t>(v.size())}));
-    SS_RETURN_IF_ERROR(be.CopyFromHost(HostI32(v), t));
-    return t;
-  };
-  SS_ASSIGN_OR_RETURN(Tensor ids_t, upload_i32(ids));
-  SS_ASSIGN_OR_RETURN(Tensor pos_t, upload_i32(positions));
-  SS_ASSIGN_OR_RETURN(Tensor slots_t, upload_i32(slots));
-  SS_ASSIGN_OR_RETURN(Tensor rows_t, upload_i32(logit_rows));
+  const int64_t m = static_cast<int64_t>(logit_rows.size());
+  SS_RETURN_IF_ERROR(PrepareStepBuffers(n, m));
+  // One upload for all index arrays of the step.
+  std::vector<int32_t> indices;
+  indices.reserve(3 * n + m);
+  for (const std::vector<int32_t>* part : {&ids, &positions, &slots, &logit_rows}) {
+    indices.insert(indices.end(), part->begin(), part->end());
+  }
+  SS_RETURN_IF_ERROR(be.CopyFromHost(HostI32(indices), step_.indices));
+  const Tensor ids_t = step_.indices.Slice(0, 0, n);
+  const Tensor pos_t = step_.indices.Slice(0, n, 2 * n);
+  const Tensor slots_t = step_.indices.Slice(0, 2 * n, 3 * n);
+  const Tensor rows_t = step_.indices.Slice(0, 3 * n, 3 * n + m);
 
   // Activations. `h` is the residual stream; `x` its normalised copy fed to each sub-block.
-  SS_ASSIGN_OR_RETURN(Tensor h, be.Allocate(dt, {n, hidden}));
-  SS_ASSIGN_OR_RETURN(Tensor x, be.Allocate(dt, {n, hidden}));
-  SS_ASSIGN_OR_RETURN(Tensor q, be.Allocate(dt, {n, c.num_heads, hd}));
-  SS_ASSIGN_OR_RETURN(Tensor k, be.Allocate(dt, {n, c.num_kv_heads, hd}));
-  SS_ASSIGN_OR_RETURN(Tensor v, be.Allocate(dt, {n, c.num_kv_heads, hd}));
-  SS_ASSIGN_OR_RETURN(Tensor attn_out, be.Allocate(dt, {n, c.num_heads, hd}));
-  SS_ASSIGN_OR_RETURN(Tensor gate, be.Allocate(dt, {n, c.intermediate_size}));
-  SS_ASSIGN_OR_RETURN(Tensor up, be.Allocate(dt, {n, c.intermediate_size}));
-  SS_ASSIGN_OR_RETURN(Tensor branch, be.Allocate(dt, {n, hidden}));  // sub-block output
+  const Tensor &h = step_.h, &x = step_.x, &q = step_.q, &k = step_.k, &v = step_.v;
+  const Tensor &attn_out = step_.attn_out, &gate = step_.gate, &up = step_.up;
+  const Tensor& branch = step_.branch;  // sub-block output
   SS_ASSIGN_OR_RETURN(Tensor q2, q.Reshape({n, c.num_heads * hd}));
   SS_ASSIGN_OR_RETURN(Tensor k2, k.Reshape({n, c.num_kv_heads * hd}));
   SS_ASSIGN_OR_RETURN(Tensor v2, v.Reshape({n, c.num_kv_heads * hd}));
@@ -127,15 +121,41 @@ absl::StatusOr<Tensor> LlamaModel::Forward(
   }
   SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, final_norm_, c.rms_norm_eps, x));
 
-  const int64_t m = static_cast<int64_t>(logit_rows.size());
-  SS_ASSIGN_OR_RETURN(Tensor last, be.Allocate(dt, {m, hidden}));
-  SS_RETURN_IF_ERROR(be.GatherRows(x, rows_t, last));
-  // f32 logits: sampling and greedy argmax must not see bf16 rounding ties.
-  SS_ASSIGN_OR_RETURN(Tensor logits, be.Allocate(DType::kF32, {m, c.vocab_size}));
-  SS_RETURN_IF_ERROR(be.Linear(last, lm_head_, Tensor(), logits));
+  SS_RETURN_IF_ERROR(be.GatherRows(x, rows_t, step_.last));
+  SS_RETURN_IF_ERROR(be.Linear(step_.last, lm_head_, Tensor(), step_.logits));
+  const Tensor& logits = step_.logits;
   Tensor host = Tensor::Zeros(DType::kF32, {m, c.vocab_size});
   SS_RETURN_IF_ERROR(be.CopyToHost(logits, host));
   return host;
+}
+
+absl::Status LlamaModel::PrepareStepBuffers(int64_t rows, int64_t logit_rows) {
+  if (step_.rows == rows && step_.logit_rows == logit_rows) return absl::OkStatus();
+  step_ = StepBuffers();  // frees the previous shape's buffers first
+  const ModelConfig& c = config_;
+  kernels::Backend& be = *backend_;
+  const DType dt = be.compute_dtype();
+  const int64_t n = rows, hidden = c.hidden_size, hd = c.head_dim;
+  StepBuffers b;
+  SS_ASSIGN_OR_RETURN(b.indices, be.Allocate(DType::kI32, {3 * n + logit_rows}));
+  // The residual stream stays in f32 (see Backend::AddRmsNorm); sub-block inputs and outputs
+  // are in the compute dtype.
+  SS_ASSIGN_OR_RETURN(b.h, be.Allocate(DType::kF32, {n, hidden}));
+  SS_ASSIGN_OR_RETURN(b.x, be.Allocate(dt, {n, hidden}));
+  SS_ASSIGN_OR_RETURN(b.q, be.Allocate(dt, {n, c.num_heads, hd}));
+  SS_ASSIGN_OR_RETURN(b.k, be.Allocate(dt, {n, c.num_kv_heads, hd}));
+  SS_ASSIGN_OR_RETURN(b.v, be.Allocate(dt, {n, c.num_kv_heads, hd}));
+  SS_ASSIGN_OR_RETURN(b.attn_out, be.Allocate(dt, {n, c.num_heads, hd}));
+  SS_ASSIGN_OR_RETURN(b.gate, be.Allocate(dt, {n, c.intermediate_size}));
+  SS_ASSIGN_OR_RETURN(b.up, be.Allocate(dt, {n, c.intermediate_size}));
+  SS_ASSIGN_OR_RETURN(b.branch, be.Allocate(dt, {n, hidden}));
+  SS_ASSIGN_OR_RETURN(b.last, be.Allocate(dt, {logit_rows, hidden}));
+  // f32 logits: sampling and greedy argmax must not see bf16 rounding ties.
+  SS_ASSIGN_OR_RETURN(b.logits, be.Allocate(DType::kF32, {logit_rows, c.vocab_size}));
+  b.rows = rows;
+  b.logit_rows = logit_rows;
+  step_ = std::move(b);
+  return absl::OkStatus();
 }
 
 }  // namespace sparseserve::model

@@ -87,12 +87,22 @@ class LlamaModel {
   // shared by Load and CreateRandom so both rotate identically.
   absl::Status UploadInverseFrequencies();
 
+  // The buffers of one forward step, kept for the next step with the same shape (decode steps
+  // repeat it): allocations and their zero-fills cost launches that a decode step notices.
+  struct StepBuffers {
+    int64_t rows = -1, logit_rows = -1;
+    Tensor indices;  // i32 [3 * rows + logit_rows]: token ids, positions, KV slots, logit rows
+    Tensor h, x, q, k, v, attn_out, gate, up, branch, last, logits;
+  };
+  absl::Status PrepareStepBuffers(int64_t rows, int64_t logit_rows);
+
   ModelConfig config_;
   kernels::Backend* backend_;  // borrowed
-  Tensor embedding_;           // [vocab, hidden]
-  Tensor final_norm_;          // [hidden]
-  Tensor lm_head_;             // [vocab, hidden] (the embedding when tied)
-  Tensor inv_freq_;            // f32 [head_dim / 2]
+  StepBuffers step_;
+  Tensor embedding_;   // [vocab, hidden]
+  Tensor final_norm_;  // [hidden]
+  Tensor lm_head_;     // [vocab, hidden] (the embedding when tied)
+  Tensor inv_freq_;    // f32 [head_dim / 2]
   std::vector<LayerWeights> layers_;
 };
 

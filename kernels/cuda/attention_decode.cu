@@ -15,7 +15,7 @@ namespace sparseserve::kernels::cuda {
 namespace {
 
 constexpr int kTile = kDecodeTileTokens;
-constexpr int kThreads = 128;
+constexpr int kThreads = 256;  // 8 warps: enough loads in flight at 2 CTAs per SM
 constexpr int kMaxGroup = 16;  // query heads per KV head
 
 template <int D>
@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   // PV ownership: thread -> dimension d = threadIdx.x % D of heads h0 + j * kHeadStride.
   // With G * D < kThreads (G = 1, D = 64) the upper threads own nothing.
-  constexpr int kHeadStride = kThreads / D;  // 1 or 2
+  constexpr int kHeadStride = kThreads / D;  // 2 or 4
   constexpr int kOwned = (G * D + kThreads - 1) / kThreads;
   const int d = threadIdx.x % D;
   const int h0 = threadIdx.x / D;
@@ -108,8 +108,9 @@ __global__ void __launch_bounds__(kThreads)
   float acc[kOwned];
 #pragma unroll
   for (int j = 0; j < kOwned; ++j) acc[j] = 0.0f;
-  // Score ownership: thread -> token threadIdx.x % kTile of heads hs0 + i * 2.
-  constexpr int kScoreHeads = G >= 2 ? G / 2 : 1;
+  // Score ownership: thread -> token threadIdx.x % kTile of heads hs0 + i * kScoreStride.
+  constexpr int kScoreStride = kThreads / kTile;
+  constexpr int kScoreHeads = (G + kScoreStride - 1) / kScoreStride;
   const int hs0 = threadIdx.x / kTile;
   const bool scores = hs0 < G;
 
@@ -129,7 +130,7 @@ __global__ void __launch_bounds__(kThreads)
     const __nv_bfloat16* v_s = k_s + kTile * kStride;
     const int tile_first = key_begin + t * kTile;
 
-    // Scores: thread -> (token, heads hs0, hs0 + 2, ...).
+    // Scores: thread -> (token, heads hs0, hs0 + kScoreStride, ...).
     if (scores) {
       const int token = threadIdx.x % kTile;
       float dots[kScoreHeads];
@@ -148,7 +149,7 @@ __global__ void __launch_bounds__(kThreads)
         }
 #pragma unroll
         for (int h = 0; h < kScoreHeads; ++h) {
-          const float* qh = q_s + (hs0 + 2 * h) * D + c * 8;
+          const float* qh = q_s + (hs0 + kScoreStride * h) * D + c * 8;
 #pragma unroll
           for (int i = 0; i < 8; ++i) dots[h] += qh[i] * kf[i];
         }
@@ -156,7 +157,9 @@ __global__ void __launch_bounds__(kThreads)
       const bool valid = tile_first + token < key_end;
 #pragma unroll
       for (int h = 0; h < kScoreHeads; ++h) {
-        p_s[(hs0 + 2 * h) * kTile + token] = valid ? dots[h] : -INFINITY;
+        if (hs0 + kScoreStride * h < G) {
+          p_s[(hs0 + kScoreStride * h) * kTile + token] = valid ? dots[h] : -INFINITY;
+        }
       }
     }
     __syncthreads();
@@ -217,34 +220,59 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+__device__ float BlockReduce(float v, float* scratch, bool is_max) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float other = __shfl_xor_sync(0xffffffffu, v, o);
+    v = is_max ? fmaxf(v, other) : v + other;
+  }
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = scratch[0];
+  for (int i = 1; i < static_cast<int>(blockDim.x / 32); ++i) {
+    v = is_max ? fmaxf(v, scratch[i]) : v + scratch[i];
+  }
+  __syncthreads();
+  return v;
+}
+
 // out[seq][head] = Σ_i w_i o_i / Σ_i w_i with w_i = exp(lse_i - max lse) over the seq's chunks.
+// One block of head_dim threads per (sequence, head); the chunk weights are computed once into
+// shared memory (`weights`: one float per chunk) and every dimension's sum reads them.
 __global__ void MergeKernel(const float* partial_out, const float* partial_lse, const int2* merges,
                             const int32_t* merge_seqs, const AttentionSeqInfo* seqs,
                             AttentionDims dims, __nv_bfloat16* out) {
+  extern __shared__ float weights[];
+  __shared__ float scratch[32];
   const int2 m = merges[blockIdx.x];
   const int head = blockIdx.y;
   const AttentionSeqInfo seq = seqs[merge_seqs[blockIdx.x]];
-  float max_lse = -INFINITY;
-  for (int i = 0; i < m.y; ++i) {
-    max_lse = fmaxf(max_lse, partial_lse[int64_t{m.x + i} * dims.heads + head]);
+  float local_max = -INFINITY;
+  for (int i = threadIdx.x; i < m.y; i += blockDim.x) {
+    weights[i] = partial_lse[int64_t{m.x + i} * dims.heads + head];
+    local_max = fmaxf(local_max, weights[i]);
   }
+  const float max_lse = BlockReduce(local_max, scratch, true);
+  float local_sum = 0.0f;
+  for (int i = threadIdx.x; i < m.y; i += blockDim.x) {
+    weights[i] = __expf(weights[i] - max_lse);
+    local_sum += weights[i];
+  }
+  const float inv_sum = 1.0f / BlockReduce(local_sum, scratch, false);  // also orders `weights`
   for (int d = threadIdx.x; d < dims.head_dim; d += blockDim.x) {
-    float num = 0.0f, den = 0.0f;
+    float acc = 0.0f;
+#pragma unroll 4
     for (int i = 0; i < m.y; ++i) {
-      const int64_t at = int64_t{m.x + i} * dims.heads + head;
-      const float w = __expf(partial_lse[at] - max_lse);
-      num += w * partial_out[at * dims.head_dim + d];
-      den += w;
+      acc += weights[i] * partial_out[(int64_t{m.x + i} * dims.heads + head) * dims.head_dim + d];
     }
     out[(int64_t{seq.q_begin} * dims.heads + head) * dims.head_dim + d] =
-        __float2bfloat16_rn(num / den);
+        __float2bfloat16_rn(acc * inv_sum);
   }
 }
 
 template <int D, int G>
 cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqInfo* seqs,
                    const int32_t* block_tables, const int2* items, int num_items, int chunk_tokens,
-                   const int2* merges, const int32_t* merge_seqs, int num_merges,
+                   const int2* merges, const int32_t* merge_seqs, int num_merges, int max_chunks,
                    const AttentionDims& dims, float* partial_out, float* partial_lse, bf16_t* out,
                    cudaStream_t stream) {
   constexpr size_t kSmem = DecodeSmemBytes<D, G>();
@@ -255,7 +283,7 @@ cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqIn
       reinterpret_cast<const __nv_bfloat16*>(q), reinterpret_cast<const __nv_bfloat16*>(kv_layer),
       seqs, block_tables, items, chunk_tokens, dims, partial_out, partial_lse);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  MergeKernel<<<dim3(num_merges, dims.heads), D, 0, stream>>>(
+  MergeKernel<<<dim3(num_merges, dims.heads), D, max_chunks * sizeof(float), stream>>>(
       partial_out, partial_lse, merges, merge_seqs, seqs, dims,
       reinterpret_cast<__nv_bfloat16*>(out));
   return cudaGetLastError();
@@ -265,12 +293,13 @@ template <int D>
 cudaError_t LaunchForGroup(int group, const bf16_t* q, const bf16_t* kv_layer,
                            const AttentionSeqInfo* seqs, const int32_t* block_tables,
                            const int2* items, int num_items, int chunk_tokens, const int2* merges,
-                           const int32_t* merge_seqs, int num_merges, const AttentionDims& dims,
-                           float* partial_out, float* partial_lse, bf16_t* out,
-                           cudaStream_t stream) {
+                           const int32_t* merge_seqs, int num_merges, int max_chunks,
+                           const AttentionDims& dims, float* partial_out, float* partial_lse,
+                           bf16_t* out, cudaStream_t stream) {
 #define SS_DECODE_LAUNCH(G)                                                                    \
   return Launch<D, G>(q, kv_layer, seqs, block_tables, items, num_items, chunk_tokens, merges, \
-                      merge_seqs, num_merges, dims, partial_out, partial_lse, out, stream)
+                      merge_seqs, num_merges, max_chunks, dims, partial_out, partial_lse, out, \
+                      stream)
   if (group <= 1) SS_DECODE_LAUNCH(1);
   if (group <= 2) SS_DECODE_LAUNCH(2);
   if (group <= 4) SS_DECODE_LAUNCH(4);
@@ -285,19 +314,19 @@ cudaError_t LaunchDecodeAttention(const bf16_t* q, const bf16_t* kv_layer,
                                   const AttentionSeqInfo* seqs, const int32_t* block_tables,
                                   const int2* items, int num_items, int chunk_tokens,
                                   const int2* merges, const int32_t* merge_seqs, int num_merges,
-                                  const AttentionDims& dims, float* partial_out, float* partial_lse,
-                                  bf16_t* out, cudaStream_t stream) {
+                                  int max_chunks, const AttentionDims& dims, float* partial_out,
+                                  float* partial_lse, bf16_t* out, cudaStream_t stream) {
   if (num_items == 0) return cudaSuccess;
   if (dims.heads / dims.kv_heads > kMaxGroup) return cudaErrorInvalidValue;
   switch (dims.head_dim) {
     case 64:
       return LaunchForGroup<64>(dims.heads / dims.kv_heads, q, kv_layer, seqs, block_tables, items,
-                                num_items, chunk_tokens, merges, merge_seqs, num_merges, dims,
-                                partial_out, partial_lse, out, stream);
+                                num_items, chunk_tokens, merges, merge_seqs, num_merges, max_chunks,
+                                dims, partial_out, partial_lse, out, stream);
     case 128:
       return LaunchForGroup<128>(dims.heads / dims.kv_heads, q, kv_layer, seqs, block_tables, items,
-                                 num_items, chunk_tokens, merges, merge_seqs, num_merges, dims,
-                                 partial_out, partial_lse, out, stream);
+                                 num_items, chunk_tokens, merges, merge_seqs, num_merges,
+                                 max_chunks, dims, partial_out, partial_lse, out, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -56,7 +56,7 @@ absl::Status CudaBackend::UploadAttentionMetadata(const AttentionBatch& batch, i
   for (const auto& [keys, tile] : tile_work) tiles.insert(tiles.end(), {tile.x, tile.y});
 
   // Split-KV: chunks of whole 64-key tiles, as many as give ~4 CTAs per SM over all KV heads.
-  int chunk_tokens = 0;
+  int chunk_tokens = 0, max_chunks = 0;
   if (decode_tiles > 0) {
     const int64_t target = int64_t{4} * std::max(sm_count_, 1);
     const int64_t per_chunk = std::max<int64_t>(1, (decode_tiles * kv_heads + target - 1) / target);
@@ -70,6 +70,7 @@ absl::Status CudaBackend::UploadAttentionMetadata(const AttentionBatch& batch, i
         items.insert(items.end(), {s, k0});
       }
       merges.insert(merges.end(), {first, count});
+      max_chunks = std::max(max_chunks, count);
       merge_seqs.push_back(s);
     }
   }
@@ -102,6 +103,7 @@ absl::Status CudaBackend::UploadAttentionMetadata(const AttentionBatch& batch, i
   next.num_merges = static_cast<int>(merge_seqs.size());
   next.total_q = total_q;
   next.decode_chunk_tokens = chunk_tokens;
+  next.decode_max_chunks = max_chunks;
   next.generic = generic;
   if (host == m.host) return absl::OkStatus();  // the same plan as the previous layer
 
@@ -187,7 +189,8 @@ absl::Status CudaBackend::Attention(const Tensor& q, const Tensor& kv_layer,
       cuda::LaunchDecodeAttention(
           q_ptr, kv_ptr, seqs, tables, reinterpret_cast<const int2*>(base + m.decode_items),
           m.num_decode_items, m.decode_chunk_tokens, reinterpret_cast<const int2*>(base + m.merges),
-          base + m.merge_seqs, m.num_merges, dims, partial_out, partial_lse, out_ptr, stream()),
+          base + m.merge_seqs, m.num_merges, m.decode_max_chunks, dims, partial_out, partial_lse,
+          out_ptr, stream()),
       "Attention (decode)");
 }
 

@@ -41,6 +41,10 @@ bf16_t* MutableBf16(const Tensor& t) {
   return t.data<bf16_t>();
 }
 
+bool IsF32(const Tensor& t) {
+  return t.dtype() == DType::kF32;
+}
+
 }  // namespace
 
 CudaBackend::StreamHolder::~StreamHolder() {
@@ -207,12 +211,13 @@ absl::StatusOr<Backend::MemoryInfo> CudaBackend::GetMemoryInfo() {
 absl::Status CudaBackend::Embedding(const Tensor& table, const Tensor& ids, const Tensor& out) {
   SS_RETURN_IF_ERROR(CheckCuda(table, DType::kBf16, 2, "Embedding", "table"));
   SS_RETURN_IF_ERROR(CheckCuda(ids, DType::kI32, 1, "Embedding", "ids"));
-  SS_RETURN_IF_ERROR(CheckCuda(out, DType::kBf16, 2, "Embedding", "out"));
+  SS_RETURN_IF_ERROR(
+      CheckCuda(out, IsF32(out) ? DType::kF32 : DType::kBf16, 2, "Embedding", "out"));
   SS_RETURN_IF_ERROR(CheckShape(out, {ids.dim(0), table.dim(1)}, "Embedding", "out"));
-  return CudaStatus(
-      cuda::LaunchGatherRows(Bf16(table), table.dim(0), table.dim(1), ids.data<int32_t>(),
-                             ids.dim(0), MutableBf16(out), error_flag_.data<int>(), stream()),
-      "Embedding");
+  return CudaStatus(cuda::LaunchGatherRows(Bf16(table), table.dim(0), table.dim(1),
+                                           ids.data<int32_t>(), ids.dim(0), out.raw_data(),
+                                           IsF32(out), error_flag_.data<int>(), stream()),
+                    "Embedding");
 }
 
 absl::Status CudaBackend::GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) {
@@ -222,34 +227,36 @@ absl::Status CudaBackend::GatherRows(const Tensor& x, const Tensor& rows, const 
   SS_RETURN_IF_ERROR(CheckShape(out, {rows.dim(0), x.dim(1)}, "GatherRows", "out"));
   return CudaStatus(
       cuda::LaunchGatherRows(Bf16(x), x.dim(0), x.dim(1), rows.data<int32_t>(), rows.dim(0),
-                             MutableBf16(out), error_flag_.data<int>(), stream()),
+                             out.raw_data(), false, error_flag_.data<int>(), stream()),
       "GatherRows");
 }
 
 absl::Status CudaBackend::RmsNorm(const Tensor& x, const Tensor& weight, float eps,
                                   const Tensor& out) {
-  SS_RETURN_IF_ERROR(CheckCuda(x, DType::kBf16, 2, "RmsNorm", "x"));
+  SS_RETURN_IF_ERROR(CheckCuda(x, IsF32(x) ? DType::kF32 : DType::kBf16, 2, "RmsNorm", "x"));
   SS_RETURN_IF_ERROR(CheckCuda(weight, DType::kBf16, 1, "RmsNorm", "weight"));
   SS_RETURN_IF_ERROR(CheckCuda(out, DType::kBf16, 2, "RmsNorm", "out"));
   SS_RETURN_IF_ERROR(CheckShape(weight, {x.dim(1)}, "RmsNorm", "weight"));
   SS_RETURN_IF_ERROR(CheckShape(out, x.shape(), "RmsNorm", "out"));
-  return CudaStatus(cuda::LaunchRmsNorm(nullptr, Bf16(x), Bf16(weight), x.dim(0), x.dim(1), eps,
-                                        MutableBf16(out), stream()),
+  return CudaStatus(cuda::LaunchRmsNorm(nullptr, false, x.raw_data(), IsF32(x), Bf16(weight),
+                                        x.dim(0), x.dim(1), eps, MutableBf16(out), stream()),
                     "RmsNorm");
 }
 
 absl::Status CudaBackend::AddRmsNorm(const Tensor& residual, const Tensor& x, const Tensor& weight,
                                      float eps, const Tensor& out) {
-  SS_RETURN_IF_ERROR(CheckCuda(residual, DType::kBf16, 2, "AddRmsNorm", "residual"));
+  SS_RETURN_IF_ERROR(CheckCuda(residual, IsF32(residual) ? DType::kF32 : DType::kBf16, 2,
+                               "AddRmsNorm", "residual"));
   SS_RETURN_IF_ERROR(CheckCuda(x, DType::kBf16, 2, "AddRmsNorm", "x"));
   SS_RETURN_IF_ERROR(CheckCuda(weight, DType::kBf16, 1, "AddRmsNorm", "weight"));
   SS_RETURN_IF_ERROR(CheckCuda(out, DType::kBf16, 2, "AddRmsNorm", "out"));
   SS_RETURN_IF_ERROR(CheckShape(x, residual.shape(), "AddRmsNorm", "x"));
   SS_RETURN_IF_ERROR(CheckShape(out, residual.shape(), "AddRmsNorm", "out"));
   SS_RETURN_IF_ERROR(CheckShape(weight, {x.dim(1)}, "AddRmsNorm", "weight"));
-  return CudaStatus(cuda::LaunchRmsNorm(MutableBf16(residual), Bf16(x), Bf16(weight), x.dim(0),
-                                        x.dim(1), eps, MutableBf16(out), stream()),
-                    "AddRmsNorm");
+  return CudaStatus(
+      cuda::LaunchRmsNorm(residual.raw_data(), IsF32(residual), x.raw_data(), false, Bf16(weight),
+                          x.dim(0), x.dim(1), eps, MutableBf16(out), stream()),
+      "AddRmsNorm");
 }
 
 absl::Status CudaBackend::Rope(const Tensor& q, const Tensor& k, const Tensor& positions,

@@ -15,15 +15,15 @@
 
 namespace sparseserve::kernels {
 
-// One cuBLASLt plan per GEMM shape (rows, in, out, output dtype): the heuristic query costs tens
-// of microseconds, a decode step has a handful of distinct shapes.
+// One cuBLASLt plan per GEMM shape (rows, in, out, output dtype, bias epilogue): the heuristic
+// query costs tens of microseconds, a decode step has a handful of distinct shapes.
 struct CudaBackend::GemmCache {
   struct Plan {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  using Key = std::tuple<int64_t, int64_t, int64_t, bool>;
+  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool>;  // n, in, out, f32 out, bias
   cublasLtHandle_t handle = nullptr;
   Tensor workspace;
   absl::flat_hash_map<Key, Plan> plans;
@@ -41,7 +41,8 @@ struct CudaBackend::AttentionMetadata {
           row_seq = 0;
   int num_seqs = 0, num_prefill_tiles = 0, num_decode_items = 0, num_merges = 0, total_q = 0;
   int decode_chunk_tokens = 0;
-  bool generic = false;  // head_dim without a tensor-core kernel: every row on the generic one
+  int decode_max_chunks = 0;  // most split-KV chunks of one sequence
+  bool generic = false;       // head_dim without a tensor-core kernel: every row on the generic one
 };
 
 }  // namespace sparseserve::kernels

@@ -18,14 +18,18 @@ using bf16_t = uint16_t;
 cudaError_t LaunchFillUniform(void* data, bool is_bf16, int64_t n, uint64_t seed, float lo,
                               float hi, cudaStream_t stream);
 
-// out[i, :] = table[ids[i], :]; ids outside [0, vocab) write zeros and set *error_flag = 1.
+// out[i, :] = table[ids[i], :] (out bf16, or f32 with out_f32); ids outside [0, vocab) write
+// zeros and set *error_flag = 1.
 cudaError_t LaunchGatherRows(const bf16_t* table, int64_t vocab, int64_t d, const int32_t* ids,
-                             int64_t n, bf16_t* out, int* error_flag, cudaStream_t stream);
+                             int64_t n, void* out, bool out_f32, int* error_flag,
+                             cudaStream_t stream);
 
 // out = x * rsqrt(mean(x^2) + eps) * w per row; with `residual` non-null, first residual += x
-// (rounded to bf16) and the norm is taken of the updated residual.
-cudaError_t LaunchRmsNorm(bf16_t* residual, const bf16_t* x, const bf16_t* w, int64_t n, int64_t d,
-                          float eps, bf16_t* out, cudaStream_t stream);
+// (kept in f32, or rounded to bf16) and the norm is taken of the updated residual. x is f32 only
+// without a residual (the first layer's norm of the f32 residual stream); out is bf16.
+cudaError_t LaunchRmsNorm(void* residual, bool residual_f32, const void* x, bool x_f32,
+                          const bf16_t* w, int64_t n, int64_t d, float eps, bf16_t* out,
+                          cudaStream_t stream);
 
 // Rotates q [n, heads, hd] and k [n, kv_heads, hd] in place (pairs i, i + hd/2).
 cudaError_t LaunchRope(bf16_t* q, bf16_t* k, int64_t n, int heads, int kv_heads, int head_dim,
@@ -39,11 +43,12 @@ cudaError_t LaunchSiluMul(const bf16_t* gate, const bf16_t* up, int64_t n, bf16_
 cudaError_t LaunchAddBias(void* out, bool out_f32, const bf16_t* bias, int64_t rows, int64_t cols,
                           cudaStream_t stream);
 
-// out[n, o] = x[n, k] · w[o, k]ᵀ for 1 <= n <= kMaxSkinnyRows and k % 8 == 0 (16-byte aligned
-// rows): the decode-step GEMM as a weight-streaming kernel. f32 accumulation.
+// out[n, o] = x[n, k] · w[o, k]ᵀ (+ bias[o], or null) for 1 <= n <= kMaxSkinnyRows and k % 8 == 0
+// (16-byte aligned rows): the decode-step GEMM as a weight-streaming kernel. f32 accumulation,
+// the bias added before the output's rounding.
 inline constexpr int kMaxSkinnyRows = 8;
-cudaError_t LaunchSkinnyGemm(const bf16_t* x, const bf16_t* w, int64_t n, int64_t k, int64_t o,
-                             void* out, bool out_f32, cudaStream_t stream);
+cudaError_t LaunchSkinnyGemm(const bf16_t* x, const bf16_t* w, const bf16_t* bias, int64_t n,
+                             int64_t k, int64_t o, void* out, bool out_f32, cudaStream_t stream);
 
 // Scatters k, v [n, kv_heads, hd] into the paged layer at slots [n].
 cudaError_t LaunchWriteKv(const bf16_t* k, const bf16_t* v, const int32_t* slots, int64_t n,
@@ -79,13 +84,14 @@ inline constexpr int kPrefillTileRows = 64;
 // Split-KV decode attention for single-query sequences (head_dim 64 or 128). `items` lists
 // (sequence index, first key of its chunk) pairs; every chunk has `chunk_tokens` keys (the last of
 // a sequence fewer). Partial results go to `partial_out` [items, heads, hd] and `partial_lse`
-// [items, heads]; `merges` [num_seqs] (first item, item count) then combine them into `out`.
+// [items, heads]; `merges` [num_seqs] (first item, item count; at most max_chunks items) then
+// combine them into `out`.
 cudaError_t LaunchDecodeAttention(const bf16_t* q, const bf16_t* kv_layer,
                                   const AttentionSeqInfo* seqs, const int32_t* block_tables,
                                   const int2* items, int num_items, int chunk_tokens,
                                   const int2* merges, const int32_t* merge_seqs, int num_merges,
-                                  const AttentionDims& dims, float* partial_out, float* partial_lse,
-                                  bf16_t* out, cudaStream_t stream);
+                                  int max_chunks, const AttentionDims& dims, float* partial_out,
+                                  float* partial_lse, bf16_t* out, cudaStream_t stream);
 inline constexpr int kDecodeTileTokens = 64;
 
 // Any head_dim up to 256, any q_len: one warp per (query row, head), keys in order. The fallback

@@ -4,8 +4,8 @@
 // cuBLAS "TN" product with m = o, n = n, k = i and every leading dimension the row length.
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <cstdlib>
-#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/core/status.h"
@@ -17,6 +17,9 @@ namespace sparseserve::kernels {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLASLt's suggestion for Hopper
+// Rows up to which the skinny kernel beats cuBLASLt (H200, Llama-3-8B shapes, bench/RESULTS.md:
+// ahead at 1 row, behind at 8).
+constexpr int kDefaultSkinnyMaxRows = 2;
 
 absl::Status BlasStatus(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
@@ -66,20 +69,18 @@ absl::Status CudaBackend::Linear(const Tensor& x, const Tensor& w, const Tensor&
   }
   if (n == 0) return absl::OkStatus();
   const bool out_f32 = out.dtype() == DType::kF32;
-  // Decode steps: a weight-streaming kernel (cuBLASLt's tiles are mostly padding at n <= 8).
-  // SPARSESERVE_CUDA_SKINNY_GEMM=0 turns it off, to compare with cuBLASLt.
-  static const bool skinny_enabled = [] {
+  // Decode steps: a weight-streaming kernel (cuBLASLt's tiles are mostly padding at small n).
+  // SPARSESERVE_CUDA_SKINNY_GEMM=N sets the largest n it takes (0: always cuBLASLt), for A/B runs.
+  static const int skinny_max_rows = [] {
     const char* env = std::getenv("SPARSESERVE_CUDA_SKINNY_GEMM");
-    return env == nullptr || std::string(env) != "0";
+    return env == nullptr ? kDefaultSkinnyMaxRows
+                          : std::clamp(std::atoi(env), 0, cuda::kMaxSkinnyRows);
   }();
-  if (skinny_enabled && n <= cuda::kMaxSkinnyRows && in % 8 == 0) {
-    SS_RETURN_IF_ERROR(CudaStatus(cuda::LaunchSkinnyGemm(x.data<uint16_t>(), w.data<uint16_t>(), n,
-                                                         in, of, out.raw_data(), out_f32, stream()),
-                                  "Linear (skinny)"));
-    if (bias.empty()) return absl::OkStatus();
-    return CudaStatus(
-        cuda::LaunchAddBias(out.raw_data(), out_f32, bias.data<uint16_t>(), n, of, stream()),
-        "Linear bias");
+  const uint16_t* bias_ptr = bias.empty() ? nullptr : bias.data<uint16_t>();
+  if (n <= skinny_max_rows && in % 8 == 0) {
+    return CudaStatus(cuda::LaunchSkinnyGemm(x.data<uint16_t>(), w.data<uint16_t>(), bias_ptr, n,
+                                             in, of, out.raw_data(), out_f32, stream()),
+                      "Linear (skinny)");
   }
   GemmCache& g = *gemm_;
   if (g.handle == nullptr) {
@@ -87,13 +88,28 @@ absl::Status CudaBackend::Linear(const Tensor& x, const Tensor& w, const Tensor&
     SS_ASSIGN_OR_RETURN(g.workspace,
                         Allocate(DType::kI32, {static_cast<int64_t>(kWorkspaceBytes / 4)}));
   }
-  const GemmCache::Key key{n, in, of, out_f32};
+  // bf16 outputs take the bias in cuBLASLt's epilogue (f32, before rounding); f32 outputs (no
+  // rounding to avoid) add it in a second pass.
+  const bool has_bias = !bias.empty() && !out_f32;
+  const GemmCache::Key key{n, in, of, out_f32, has_bias};
   auto it = g.plans.find(key);
   if (it == g.plans.end()) {
     GemmCache::Plan plan;
     SS_RETURN_IF_ERROR(BlasStatus(
         cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc"));
     const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+    if (has_bias) {  // added in f32 before the output's rounding
+      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      const cudaDataType_t bias_type = CUDA_R_16BF;
+      SS_RETURN_IF_ERROR(
+          BlasStatus(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                    &epilogue, sizeof(epilogue)),
+                     "epilogue"));
+      SS_RETURN_IF_ERROR(
+          BlasStatus(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                    &bias_type, sizeof(bias_type)),
+                     "bias type"));
+    }
     SS_RETURN_IF_ERROR(
         BlasStatus(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a,
                                                   sizeof(trans_a)),
@@ -128,13 +144,20 @@ absl::Status CudaBackend::Linear(const Tensor& x, const Tensor& w, const Tensor&
     it = g.plans.emplace(key, plan).first;
   }
   const GemmCache::Plan& plan = it->second;
+  if (has_bias) {  // the pointer changes per layer; the descriptor is ours alone (one thread)
+    const void* epilogue_bias = bias.raw_data();
+    SS_RETURN_IF_ERROR(
+        BlasStatus(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                  &epilogue_bias, sizeof(epilogue_bias)),
+                   "bias pointer"));
+  }
   const float alpha = 1.0f, beta = 0.0f;
   SS_RETURN_IF_ERROR(
       BlasStatus(cublasLtMatmul(g.handle, plan.op, &alpha, w.raw_data(), plan.a, x.raw_data(),
                                 plan.b, &beta, out.raw_data(), plan.c, out.raw_data(), plan.c,
                                 &plan.algo, g.workspace.raw_data(), kWorkspaceBytes, stream()),
                  "cublasLtMatmul"));
-  if (bias.empty()) return absl::OkStatus();
+  if (bias.empty() || has_bias) return absl::OkStatus();
   return CudaStatus(
       cuda::LaunchAddBias(out.raw_data(), out_f32, bias.data<uint16_t>(), n, of, stream()),
       "Linear bias");

@@ -3,6 +3,8 @@
 // allow it. Each kernel is one pass over its data (the bytes floor of the op).
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/uniform_random.h"
 
@@ -18,6 +20,8 @@ __device__ __forceinline__ void Store(bf16_t* p, int64_t i, float v) {
 __device__ __forceinline__ float RoundBf16(float v) {
   return __bfloat162float(__float2bfloat16_rn(v));
 }
+
+constexpr int kNormMaxChunks = 4;  // 16-byte chunks of a row per thread in RmsNormVecKernel
 
 int GridFor(int64_t n, int threads) {
   const int64_t blocks = (n + threads - 1) / threads;
@@ -37,22 +41,30 @@ __global__ void FillUniformKernel(void* data, bool is_bf16, int64_t n, uint64_t 
   }
 }
 
-// One block per output row; 16-byte copies when the row allows it.
+// One block per output row; 16-byte copies when the row allows it. With out_f32 the row is
+// widened to f32 (the model's residual stream).
 __global__ void GatherRowsKernel(const bf16_t* table, int64_t vocab, int64_t d, const int32_t* ids,
-                                 bf16_t* out, int* error_flag) {
+                                 void* out, bool out_f32, int* error_flag) {
   const int64_t row = blockIdx.x;
   const int32_t id = ids[row];
   const bool valid = id >= 0 && id < vocab;
   if (!valid && threadIdx.x == 0) atomicExch(error_flag, 1);
+  if (out_f32) {
+    float* dst = static_cast<float*>(out) + row * d;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+      dst[i] = valid ? Load(table, id * d + i) : 0.0f;
+    return;
+  }
+  bf16_t* out16 = static_cast<bf16_t*>(out);
   if (d % 8 == 0) {
     const uint4* src = reinterpret_cast<const uint4*>(table + (valid ? id : 0) * d);
-    uint4* dst = reinterpret_cast<uint4*>(out + row * d);
+    uint4* dst = reinterpret_cast<uint4*>(out16 + row * d);
     for (int64_t i = threadIdx.x; i < d / 8; i += blockDim.x) {
       dst[i] = valid ? src[i] : make_uint4(0, 0, 0, 0);
     }
   } else {
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-      out[row * d + i] = valid ? table[id * d + i] : bf16_t{0};
+      out16[row * d + i] = valid ? table[id * d + i] : bf16_t{0};
     }
   }
 }
@@ -70,25 +82,105 @@ __device__ float BlockSum(float v, float* scratch) {
   return v;
 }
 
-// One block per row. The row is read once into registers/L1 and written once.
-__global__ void RmsNormKernel(bf16_t* residual, const bf16_t* x, const bf16_t* w, int64_t d,
-                              float eps, bf16_t* out) {
+__device__ __forceinline__ float LoadAny(const void* p, bool f32, int64_t i) {
+  return f32 ? static_cast<const float*>(p)[i] : Load(static_cast<const bf16_t*>(p), i);
+}
+
+// One block per row. With `residual` non-null: residual += x first (residual in f32 or bf16),
+// and the norm is taken of the updated residual; else of x (f32 or bf16). out is bf16.
+__global__ void RmsNormKernel(void* residual, bool res_f32, const void* x, bool x_f32,
+                              const bf16_t* w, int64_t d, float eps, bf16_t* out) {
   __shared__ float scratch[32];
   const int64_t base = blockIdx.x * d;
   float sum = 0.0f;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    float v = Load(x, base + i);
+    float v = LoadAny(x, x_f32, base + i);
     if (residual != nullptr) {
-      v = RoundBf16(Load(residual, base + i) + v);
-      Store(residual, base + i, v);
+      v += LoadAny(residual, res_f32, base + i);
+      if (res_f32) {
+        static_cast<float*>(residual)[base + i] = v;
+      } else {
+        v = RoundBf16(v);
+        Store(static_cast<bf16_t*>(residual), base + i, v);
+      }
     }
     sum += v * v;
   }
   const float inv_rms = rsqrtf(BlockSum(sum, scratch) / static_cast<float>(d) + eps);
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
     // Each thread re-reads only the elements it wrote itself, so no barrier is needed.
-    const float v = residual != nullptr ? Load(residual, base + i) : Load(x, base + i);
+    const float v =
+        residual != nullptr ? LoadAny(residual, res_f32, base + i) : LoadAny(x, x_f32, base + i);
     Store(out, base + i, v * inv_rms * Load(w, i));
+  }
+}
+
+// 8 consecutive values as f32, from bf16 (one 16-byte load) or f32 (two).
+__device__ __forceinline__ void Load8(const void* p, bool f32, int64_t chunk, float (&v)[8]) {
+  if (f32) {
+    const float4* q = static_cast<const float4*>(p) + 2 * chunk;
+    const float4 a = q[0], b = q[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else {
+    const uint4 raw = static_cast<const uint4*>(p)[chunk];
+    const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __bfloat1622float2(pairs[i]);
+      v[2 * i] = f.x;
+      v[2 * i + 1] = f.y;
+    }
+  }
+}
+
+__device__ __forceinline__ void Store8(void* p, bool f32, int64_t chunk, const float (&v)[8]) {
+  if (f32) {
+    float4* q = static_cast<float4*>(p) + 2 * chunk;
+    q[0] = make_float4(v[0], v[1], v[2], v[3]);
+    q[1] = make_float4(v[4], v[5], v[6], v[7]);
+  } else {
+    uint4 raw;
+    auto* pairs = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) pairs[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+    static_cast<uint4*>(p)[chunk] = raw;
+  }
+}
+
+// RmsNormKernel for rows of whole 16-byte chunks: one read and one write of each element, the
+// row held in registers between them (at most kNormMaxChunks chunks per thread).
+__global__ void RmsNormVecKernel(void* residual, bool res_f32, const void* x, bool x_f32,
+                                 const bf16_t* w, int64_t d, float eps, bf16_t* out) {
+  __shared__ float scratch[32];
+  const int64_t chunks = d / 8;
+  const int64_t base = blockIdx.x * chunks;  // in chunks
+  float v[kNormMaxChunks][8];
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kNormMaxChunks; ++j) {
+    const int64_t c = threadIdx.x + int64_t{j} * blockDim.x;
+    if (c >= chunks) break;
+    Load8(x, x_f32, base + c, v[j]);
+    if (residual != nullptr) {
+      float r[8];
+      Load8(residual, res_f32, base + c, r);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[j][i] = res_f32 ? v[j][i] + r[i] : RoundBf16(v[j][i] + r[i]);
+      Store8(residual, res_f32, base + c, v[j]);
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sum += v[j][i] * v[j][i];
+  }
+  const float inv_rms = rsqrtf(BlockSum(sum, scratch) / static_cast<float>(d) + eps);
+#pragma unroll
+  for (int j = 0; j < kNormMaxChunks; ++j) {
+    const int64_t c = threadIdx.x + int64_t{j} * blockDim.x;
+    if (c >= chunks) break;
+    float wv[8];
+    Load8(w, false, c, wv);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[j][i] *= inv_rms * wv[i];
+    Store8(out, false, base + c, v[j]);
   }
 }
 
@@ -183,18 +275,30 @@ cudaError_t LaunchFillUniform(void* data, bool is_bf16, int64_t n, uint64_t seed
 }
 
 cudaError_t LaunchGatherRows(const bf16_t* table, int64_t vocab, int64_t d, const int32_t* ids,
-                             int64_t n, bf16_t* out, int* error_flag, cudaStream_t stream) {
+                             int64_t n, void* out, bool out_f32, int* error_flag,
+                             cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  GatherRowsKernel<<<static_cast<unsigned>(n), 128, 0, stream>>>(table, vocab, d, ids, out,
+  GatherRowsKernel<<<static_cast<unsigned>(n), 128, 0, stream>>>(table, vocab, d, ids, out, out_f32,
                                                                  error_flag);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchRmsNorm(bf16_t* residual, const bf16_t* x, const bf16_t* w, int64_t n, int64_t d,
-                          float eps, bf16_t* out, cudaStream_t stream) {
+cudaError_t LaunchRmsNorm(void* residual, bool residual_f32, const void* x, bool x_f32,
+                          const bf16_t* w, int64_t n, int64_t d, float eps, bf16_t* out,
+                          cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
+  const int64_t chunks = d / 8;
+  if (d % 8 == 0 && chunks <= int64_t{kNormMaxChunks} * 1024) {
+    // Enough threads that each holds at most kNormMaxChunks chunks of its row in registers.
+    int64_t threads = (chunks + kNormMaxChunks - 1) / kNormMaxChunks;
+    threads = std::max<int64_t>(32, (threads + 31) / 32 * 32);
+    RmsNormVecKernel<<<static_cast<unsigned>(n), static_cast<unsigned>(threads), 0, stream>>>(
+        residual, residual_f32, x, x_f32, w, d, eps, out);
+    return cudaGetLastError();
+  }
   const int threads = d >= 4096 ? 512 : (d >= 1024 ? 256 : 128);
-  RmsNormKernel<<<static_cast<unsigned>(n), threads, 0, stream>>>(residual, x, w, d, eps, out);
+  RmsNormKernel<<<static_cast<unsigned>(n), threads, 0, stream>>>(residual, residual_f32, x, x_f32,
+                                                                  w, d, eps, out);
   return cudaGetLastError();
 }
 

@@ -24,12 +24,19 @@ TEST_F(CudaBackendTest, RmsNormAndAddRmsNorm) {
       ASSERT_TRUE(gpu_->RmsNorm(ToGpu(x), ToGpu(w), 1e-5f, out).ok());
       EXPECT_LT(RelError(ToHost(out), ref), kBf16Tolerance) << "RmsNorm n=" << n << " d=" << d;
 
-      Tensor cpu_res = *res.ToF32();
-      Tensor gpu_res = ToGpu(res);
-      ASSERT_TRUE(cpu_.AddRmsNorm(cpu_res, x, w, 1e-5f, ref).ok());
-      ASSERT_TRUE(gpu_->AddRmsNorm(gpu_res, ToGpu(x), ToGpu(w), 1e-5f, out).ok());
-      EXPECT_LT(RelError(ToHost(out), ref), kBf16Tolerance) << "AddRmsNorm n=" << n << " d=" << d;
-      EXPECT_LT(RelError(ToHost(gpu_res), cpu_res), kBf16Tolerance) << "residual";
+      // The f32 residual stream: RmsNorm of f32 input, AddRmsNorm into an f32 residual.
+      ASSERT_TRUE(gpu_->RmsNorm(ToGpu(x, DType::kF32), ToGpu(w), 1e-5f, out).ok());
+      EXPECT_LT(RelError(ToHost(out), ref), kBf16Tolerance) << "RmsNorm f32 n=" << n;
+      for (DType res_dtype : {DType::kBf16, DType::kF32}) {
+        Tensor cpu_res = *res.ToF32();
+        Tensor gpu_res = ToGpu(res, res_dtype);
+        ASSERT_TRUE(cpu_.AddRmsNorm(cpu_res, x, w, 1e-5f, ref).ok());
+        ASSERT_TRUE(gpu_->AddRmsNorm(gpu_res, ToGpu(x), ToGpu(w), 1e-5f, out).ok());
+        EXPECT_LT(RelError(ToHost(out), ref), kBf16Tolerance)
+            << "AddRmsNorm n=" << n << " d=" << d << " residual " << DTypeName(res_dtype);
+        EXPECT_LT(RelError(ToHost(gpu_res), cpu_res), res_dtype == DType::kF32 ? 1e-6 : 1e-2)
+            << "residual " << DTypeName(res_dtype);
+      }
     }
   }
 }
@@ -96,6 +103,9 @@ TEST_F(CudaBackendTest, SiluMulEmbeddingGatherRows) {
     Tensor gtable = ToGpu(table);
     ASSERT_TRUE(gpu_->Embedding(gtable, ToGpu(ids, DType::kI32), got).ok());
     EXPECT_EQ(RelError(ToHost(got), want), 0.0) << "hidden " << hidden;
+    Tensor wide = Poisoned(DType::kF32, {5, hidden});  // the f32 residual stream
+    ASSERT_TRUE(gpu_->Embedding(gtable, ToGpu(ids, DType::kI32), wide).ok());
+    EXPECT_EQ(RelError(ToHost(wide), want), 0.0);
     Tensor rows_out = Poisoned(DType::kBf16, {5, hidden});
     ASSERT_TRUE(gpu_->GatherRows(gtable, ToGpu(ids, DType::kI32), rows_out).ok());
     EXPECT_EQ(RelError(ToHost(rows_out), want), 0.0);
