@@ -82,7 +82,7 @@ class CudaModelTest : public CudaTest {
   }
 
   void CompareOnModel(const std::string& path, int steps, bool require_same_tokens,
-                      double median_bound) {
+                      double median_bound, double worst_bound) {
     auto source = engine::OpenModelSource(path);
     ASSERT_TRUE(source.ok()) << source.status();
     auto rounded = engine::OpenModelSource(path);
@@ -99,7 +99,7 @@ class CudaModelTest : public CudaTest {
     // The reference is the CPU running the same bf16-rounded weights in f32: what remains is the
     // bf16 activations and KV of the CUDA path. The criterion is the typical step (median); the
     // worst step may reach a few times that where a step's logits are nearly flat, so it only has
-    // to stay under 6e-2.
+    // a looser guard against real faults.
     const auto [median, worst] = StepErrors(gpu_logits, gpu_tokens, bf16_logits, bf16_tokens);
     const auto [median_f32, worst_f32] = StepErrors(gpu_logits, gpu_tokens, cpu_logits, cpu_tokens);
     const auto [median_w, worst_w] = StepErrors(bf16_logits, bf16_tokens, cpu_logits, cpu_tokens);
@@ -109,7 +109,7 @@ class CudaModelTest : public CudaTest {
         "%.2e / %.2e)\n",
         path.c_str(), cpu_logits.size(), median, worst, median_f32, worst_f32, median_w, worst_w);
     EXPECT_LT(median, median_bound) << path;
-    EXPECT_LT(worst, 6e-2) << path;
+    EXPECT_LT(worst, worst_bound) << path;
     if (require_same_tokens) {
       EXPECT_EQ(gpu_tokens, cpu_tokens) << path;
     }
@@ -121,16 +121,18 @@ TEST_F(CudaModelTest, Stories260KMatchesCpuAndGolden) {
   if (path.empty()) GTEST_SKIP() << "stories260K not found (set SPARSESERVE_MODEL_MIRROR)";
   // The CPU run equals llama2.c's golden continuation (tests/unit, cli_generate_test.sh), so the
   // same tokens here make the CUDA run golden too.
-  CompareOnModel(path, 60, /*require_same_tokens=*/true, /*median_bound=*/2e-2);
+  CompareOnModel(path, 60, /*require_same_tokens=*/true, /*median_bound=*/2e-2,
+                 /*worst_bound=*/6e-2);
 }
 
 TEST_F(CudaModelTest, TinyHfCheckpointsMatchCpu) {
   for (const char* name : {"tiny_llama", "tiny_qwen2"}) {
     // Random-weight checkpoints are touchier than a trained model: rounding their weights to bf16
-    // alone moves the logits by ~1.5e-2 (median), so their bf16 runs get 3e-2. Their prompt
-    // logits meet 2e-2 against transformers (TinyHfPromptLogitsMatchTransformers).
+    // alone moves the logits by ~1.5e-2 (median) and 3.6e-2 (worst step), so their bf16 runs get
+    // 3e-2 / 1e-1. Their prompt logits meet 2e-2 against transformers
+    // (TinyHfPromptLogitsMatchTransformers).
     CompareOnModel(TestDataDir() + "/" + name, 16, /*require_same_tokens=*/false,
-                   /*median_bound=*/3e-2);
+                   /*median_bound=*/3e-2, /*worst_bound=*/1e-1);
   }
 }
 
