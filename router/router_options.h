@@ -17,9 +17,9 @@ struct RouterOptions {
   // Model path (GGUF file or HF directory) whose tokenizer and config the router uses to
   // tokenize prompts, detokenize output and validate requests (vocab, context). Required.
   std::string model_path;
-  // Decode worker addresses, "host:port". At least one.
+  // Decode worker targets, "host:port" or "dns:///name:port" (WorkerRegistry). At least one.
   std::vector<std::string> decode_workers;
-  // Prefill worker addresses, "host:port". May be empty (every prefill is then local).
+  // Prefill worker targets, as above. May be empty (every prefill is then local).
   std::vector<std::string> prefill_workers;
 
   // Health loop period (WorkerRegistry); default 500 ms.

@@ -1,8 +1,15 @@
 #include "router/worker_registry.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <algorithm>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "common/core/check.h"
 #include "common/core/logging.h"
@@ -13,6 +20,14 @@ namespace {
 
 const char* RoleName(WorkerRole role) {
   return role == WorkerRole::kDecode ? "decode" : "prefill";
+}
+
+constexpr absl::string_view kDnsScheme = "dns:///";
+
+// "ip:port", bracketing IPv6 addresses.
+std::string JoinHostPort(const std::string& ip, absl::string_view port) {
+  return ip.find(':') != std::string::npos ? absl::StrCat("[", ip, "]:", port)
+                                           : absl::StrCat(ip, ":", port);
 }
 
 // One Status call of a health round. Lives on the loop thread's stack frame until every call of
@@ -26,6 +41,26 @@ struct StatusPoll {
 
 }  // namespace
 
+absl::StatusOr<std::vector<std::string>> ResolveHost(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* result = nullptr;
+  if (int err = getaddrinfo(host.c_str(), nullptr, &hints, &result); err != 0) {
+    return absl::UnavailableError(absl::StrCat("resolving ", host, ": ", gai_strerror(err)));
+  }
+  std::vector<std::string> ips;
+  for (addrinfo* a = result; a != nullptr; a = a->ai_next) {
+    char buf[NI_MAXHOST];
+    if (getnameinfo(a->ai_addr, a->ai_addrlen, buf, sizeof(buf), nullptr, 0, NI_NUMERICHOST) == 0 &&
+        std::find(ips.begin(), ips.end(), buf) == ips.end()) {
+      ips.emplace_back(buf);
+    }
+  }
+  freeaddrinfo(result);
+  return ips;
+}
+
 std::unique_ptr<WorkerRegistry> WorkerRegistry::Start(WorkerRegistryOptions options,
                                                       rpc::ChannelCache* channels) {
   std::unique_ptr<WorkerRegistry> registry(new WorkerRegistry(std::move(options), channels));
@@ -35,16 +70,76 @@ std::unique_ptr<WorkerRegistry> WorkerRegistry::Start(WorkerRegistryOptions opti
 }
 
 WorkerRegistry::WorkerRegistry(WorkerRegistryOptions options, rpc::ChannelCache* channels)
-    : options_(std::move(options)) {
-  for (const std::string& address : options_.decode_addresses) {
-    decode_stubs_.push_back(v1::DecodeWorker::NewStub(channels->Get(address)));
-  }
-  for (const std::string& address : options_.prefill_addresses) {
-    prefill_stubs_.push_back(v1::PrefillWorker::NewStub(channels->Get(address)));
-  }
+    : options_(std::move(options)), channels_(channels) {
+  // Plain "host:port" targets are workers from the start (in configuration order, so their
+  // indices are their positions); "dns:///" targets fill in as they resolve.
   absl::MutexLock lock(&mu_);
-  decode_.resize(decode_stubs_.size());
-  prefill_.resize(prefill_stubs_.size());
+  for (WorkerRole role : {WorkerRole::kDecode, WorkerRole::kPrefill}) {
+    for (const std::string& target :
+         role == WorkerRole::kDecode ? options_.decode_addresses : options_.prefill_addresses) {
+      if (!absl::StartsWith(target, kDnsScheme)) MergeAddresses(role, target, {target});
+    }
+  }
+}
+
+void WorkerRegistry::MergeAddresses(WorkerRole role, const std::string& target,
+                                    const std::vector<std::string>& addresses) {
+  std::deque<Worker>& workers = WorkersLocked(role);
+  for (Worker& w : workers) {
+    if (w.target != target) continue;
+    const bool listed = std::find(addresses.begin(), addresses.end(), w.address) != addresses.end();
+    if (w.listed && !listed) {
+      SS_LOG_INFO("{} worker {} left {}", RoleName(role), w.address, target);
+      w.state.healthy = false;
+    } else if (!w.listed && listed) {
+      SS_LOG_INFO("{} worker {} is back in {}", RoleName(role), w.address, target);
+    }
+    w.listed = listed;
+  }
+  for (const std::string& address : addresses) {
+    const bool known = std::any_of(workers.begin(), workers.end(), [&](const Worker& w) {
+      return w.target == target && w.address == address;
+    });
+    if (known) continue;
+    Worker& w = workers.emplace_back();
+    w.address = address;
+    w.target = target;
+    if (role == WorkerRole::kDecode) {
+      w.decode_stub = v1::DecodeWorker::NewStub(channels_->Get(address));
+    } else {
+      w.prefill_stub = v1::PrefillWorker::NewStub(channels_->Get(address));
+    }
+    if (address != target)
+      SS_LOG_INFO("{} worker {} joined from {}", RoleName(role), address, target);
+  }
+}
+
+void WorkerRegistry::RefreshTargets() {
+  for (WorkerRole role : {WorkerRole::kDecode, WorkerRole::kPrefill}) {
+    for (const std::string& target :
+         role == WorkerRole::kDecode ? options_.decode_addresses : options_.prefill_addresses) {
+      if (!absl::StartsWith(target, kDnsScheme)) continue;
+      const absl::string_view host_port = absl::string_view(target).substr(kDnsScheme.size());
+      const size_t colon = host_port.rfind(':');
+      const std::string host(host_port.substr(0, colon));
+      const absl::string_view port =
+          colon == absl::string_view::npos ? "" : host_port.substr(colon + 1);
+      int port_number = 0;
+      if (host.empty() || !absl::SimpleAtoi(port, &port_number)) {
+        SS_LOG_WARNING("worker target {} is not dns:///NAME:PORT; ignored", target);
+        continue;
+      }
+      absl::StatusOr<std::vector<std::string>> ips = options_.resolver(host);
+      if (!ips.ok()) {  // keep the workers we had: a lookup hiccup must not empty the pool
+        SS_LOG_WARNING("{} (keeping {}'s known workers)", ips.status().ToString(), target);
+        continue;
+      }
+      std::vector<std::string> addresses;
+      for (const std::string& ip : *ips) addresses.push_back(JoinHostPort(ip, port));
+      absl::MutexLock lock(&mu_);
+      MergeAddresses(role, target, addresses);
+    }
+  }
 }
 
 WorkerRegistry::~WorkerRegistry() {
@@ -72,9 +167,27 @@ void WorkerRegistry::HealthLoop() {
 }
 
 void WorkerRegistry::PollOnce() {
-  const int num_decode = static_cast<int>(decode_stubs_.size());
-  const int num_prefill = static_cast<int>(prefill_stubs_.size());
-  const int total = num_decode + num_prefill;
+  RefreshTargets();
+  // The listed workers of this round; their stubs stay valid (workers are never removed).
+  struct Target {
+    WorkerRole role;
+    int idx;
+    v1::DecodeWorker::Stub* decode;
+    v1::PrefillWorker::Stub* prefill;
+  };
+  std::vector<Target> targets;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    for (WorkerRole role : {WorkerRole::kDecode, WorkerRole::kPrefill}) {
+      const std::deque<Worker>& workers = WorkersLocked(role);
+      for (size_t i = 0; i < workers.size(); ++i) {
+        if (!workers[i].listed) continue;
+        targets.push_back({role, static_cast<int>(i), workers[i].decode_stub.get(),
+                           workers[i].prefill_stub.get()});
+      }
+    }
+  }
+  const int total = static_cast<int>(targets.size());
   if (total == 0) return;
   std::vector<StatusPoll> polls(total);
   absl::BlockingCounter pending(total);
@@ -85,33 +198,32 @@ void WorkerRegistry::PollOnce() {
       poll.status = std::move(status);
       pending.DecrementCount();
     };
-    if (i < num_decode) {
-      decode_stubs_[i]->async()->Status(&poll.context, &poll.request, &poll.response, done);
+    if (targets[i].decode != nullptr) {
+      targets[i].decode->async()->Status(&poll.context, &poll.request, &poll.response, done);
     } else {
-      prefill_stubs_[i - num_decode]->async()->Status(&poll.context, &poll.request, &poll.response,
-                                                      done);
+      targets[i].prefill->async()->Status(&poll.context, &poll.request, &poll.response, done);
     }
   }
   pending.Wait();  // bounded by status_timeout: every call has that deadline
 
   absl::MutexLock lock(&mu_);
   for (int i = 0; i < total; ++i) {
-    const WorkerRole role = i < num_decode ? WorkerRole::kDecode : WorkerRole::kPrefill;
-    const int idx = i < num_decode ? i : i - num_decode;
-    WorkerState& state = StateLocked(role, idx);
+    const WorkerRole role = targets[i].role;
+    Worker& worker = WorkerLocked(role, targets[i].idx);
+    WorkerState& state = worker.state;
     StatusPoll& poll = polls[i];
+    if (!worker.listed) continue;  // left during this round
     if (!poll.status.ok()) {
       if (state.healthy) {
-        SS_LOG_WARNING("{} worker {} unhealthy: Status failed: {}", RoleName(role),
-                       address(role, idx), poll.status.error_message());
+        SS_LOG_WARNING("{} worker {} unhealthy: Status failed: {}", RoleName(role), worker.address,
+                       poll.status.error_message());
       }
       state.healthy = false;
       continue;
     }
     if (!state.healthy) {
-      SS_LOG_INFO("{} worker {} healthy ({} free of {} KV blocks)", RoleName(role),
-                  address(role, idx), poll.response.num_free_blocks(),
-                  poll.response.num_total_blocks());
+      SS_LOG_INFO("{} worker {} healthy ({} free of {} KV blocks)", RoleName(role), worker.address,
+                  poll.response.num_free_blocks(), poll.response.num_total_blocks());
     }
     state.healthy = true;
     state.cached_blocks.clear();
@@ -123,45 +235,62 @@ void WorkerRegistry::PollOnce() {
 }
 
 int WorkerRegistry::num_workers(WorkerRole role) const {
-  return static_cast<int>(role == WorkerRole::kDecode ? decode_stubs_.size()
-                                                      : prefill_stubs_.size());
+  absl::ReaderMutexLock lock(&mu_);
+  return static_cast<int>(WorkersLocked(role).size());
 }
 
 const std::string& WorkerRegistry::address(WorkerRole role, int idx) const {
-  return role == WorkerRole::kDecode ? options_.decode_addresses[idx]
-                                     : options_.prefill_addresses[idx];
+  absl::ReaderMutexLock lock(&mu_);
+  return WorkerLocked(role, idx).address;
 }
 
-WorkerRegistry::WorkerState& WorkerRegistry::StateLocked(WorkerRole role, int idx) {
-  SS_CHECK(idx >= 0 && idx < num_workers(role));
-  return role == WorkerRole::kDecode ? decode_[idx] : prefill_[idx];
+v1::DecodeWorker::Stub& WorkerRegistry::decode_stub(int idx) const {
+  absl::ReaderMutexLock lock(&mu_);
+  return *WorkerLocked(WorkerRole::kDecode, idx).decode_stub;
 }
 
-const WorkerRegistry::WorkerState& WorkerRegistry::StateLocked(WorkerRole role, int idx) const {
-  SS_CHECK(idx >= 0 && idx < num_workers(role));
-  return role == WorkerRole::kDecode ? decode_[idx] : prefill_[idx];
+v1::PrefillWorker::Stub& WorkerRegistry::prefill_stub(int idx) const {
+  absl::ReaderMutexLock lock(&mu_);
+  return *WorkerLocked(WorkerRole::kPrefill, idx).prefill_stub;
+}
+
+bool WorkerRegistry::listed(WorkerRole role, int idx) const {
+  absl::ReaderMutexLock lock(&mu_);
+  return WorkerLocked(role, idx).listed;
+}
+
+WorkerRegistry::Worker& WorkerRegistry::WorkerLocked(WorkerRole role, int idx) {
+  std::deque<Worker>& workers = WorkersLocked(role);
+  SS_CHECK(idx >= 0 && idx < static_cast<int>(workers.size()));
+  return workers[idx];
+}
+
+const WorkerRegistry::Worker& WorkerRegistry::WorkerLocked(WorkerRole role, int idx) const {
+  const std::deque<Worker>& workers = WorkersLocked(role);
+  SS_CHECK(idx >= 0 && idx < static_cast<int>(workers.size()));
+  return workers[idx];
 }
 
 bool WorkerRegistry::healthy(WorkerRole role, int idx) const {
   absl::ReaderMutexLock lock(&mu_);
-  return StateLocked(role, idx).healthy;
+  return WorkerLocked(role, idx).state.healthy;
 }
 
 int WorkerRegistry::NumHealthy(WorkerRole role) const {
   absl::ReaderMutexLock lock(&mu_);
   int n = 0;
-  for (const WorkerState& s : role == WorkerRole::kDecode ? decode_ : prefill_) n += s.healthy;
+  for (const Worker& w : WorkersLocked(role)) n += w.state.healthy;
   return n;
 }
 
 void WorkerRegistry::MarkUnhealthy(WorkerRole role, int idx, absl::string_view reason) {
   absl::MutexLock lock(&mu_);
-  WorkerState& state = StateLocked(role, idx);
-  if (state.healthy) {
-    SS_LOG_WARNING("{} worker {} marked unhealthy: {}", RoleName(role), address(role, idx),
+  Worker& worker = WorkerLocked(role, idx);
+  if (worker.state.healthy) {
+    SS_LOG_WARNING("{} worker {} marked unhealthy: {}", RoleName(role), worker.address,
                    std::string(reason));
   }
-  state.healthy = false;
+  worker.state.healthy = false;
 }
 
 std::vector<DecodeCandidate> WorkerRegistry::DecodeCandidates(
@@ -171,7 +300,7 @@ std::vector<DecodeCandidate> WorkerRegistry::DecodeCandidates(
   absl::flat_hash_map<int, std::vector<kv::BlockHash>> hashes_by_block_tokens;
   std::vector<DecodeCandidate> out(decode_.size());
   for (size_t i = 0; i < decode_.size(); ++i) {
-    const WorkerState& state = decode_[i];
+    const WorkerState& state = decode_[i].state;
     DecodeCandidate& c = out[i];
     c.block_tokens = state.status.layout().block_tokens();
     c.healthy = state.healthy && c.block_tokens > 0;
@@ -190,17 +319,19 @@ std::vector<PrefillCandidate> WorkerRegistry::PrefillCandidates() const {
   absl::ReaderMutexLock lock(&mu_);
   std::vector<PrefillCandidate> out(prefill_.size());
   for (size_t i = 0; i < prefill_.size(); ++i) {
-    out[i].healthy = prefill_[i].healthy;
-    out[i].num_running = prefill_[i].status.num_running();
-    out[i].num_waiting = prefill_[i].status.num_waiting();
+    const WorkerState& state = prefill_[i].state;
+    out[i].healthy = state.healthy;
+    out[i].num_running = state.status.num_running();
+    out[i].num_waiting = state.status.num_waiting();
   }
   return out;
 }
 
 std::optional<WorkerModelInfo> WorkerRegistry::ModelInfo() const {
   absl::ReaderMutexLock lock(&mu_);
-  for (const std::vector<WorkerState>* workers : {&decode_, &prefill_}) {
-    for (const WorkerState& state : *workers) {
+  for (const std::deque<Worker>* workers : {&decode_, &prefill_}) {
+    for (const Worker& worker : *workers) {
+      const WorkerState& state = worker.state;
       if (!state.healthy) continue;
       WorkerModelInfo info;
       info.model = state.status.model();

@@ -2,16 +2,25 @@
 // per address, from the ChannelCache), health, load, cached prefix blocks and model/KV layout —
 // refreshed by polling every worker's Status RPC.
 //
-// Threading: the registry owns ONE background thread, the health loop, which polls all workers
-// every `status_interval` (the polls of one round run concurrently through the callback API and
-// the loop thread waits for them; it is not a gRPC thread). Every other method is thread-safe and
-// may be called from gRPC reactions: they only take the registry's mutex briefly, never across
-// an RPC. Stubs are created at construction and immutable, so their references stay valid for
-// the registry's lifetime; the ChannelCache is borrowed and must outlive the registry.
+// Workers come from targets: "host:port" is one worker; "dns:///name:port" is every address the
+// name resolves to, re-resolved each health round — a Kubernetes headless Service lists its ready
+// pods this way, so replicas that start join and pods that go away leave (their entries stay,
+// marked unlisted and unhealthy, and are reused if the address returns). A failed lookup keeps
+// the previous addresses.
+//
+// Threading: the registry owns ONE background thread, the health loop, which resolves the
+// targets and polls all listed workers every `status_interval` (the polls of one round run
+// concurrently through the callback API and the loop thread waits for them; it is not a gRPC
+// thread). Every other method is thread-safe and may be called from gRPC reactions: they only
+// take the registry's mutex briefly, never across an RPC. Workers are only ever appended, and
+// their stubs and addresses never change, so references to them stay valid for the registry's
+// lifetime; the ChannelCache is borrowed and must outlive the registry.
 #ifndef SPARSESERVE_ROUTER_WORKER_REGISTRY_H_
 #define SPARSESERVE_ROUTER_WORKER_REGISTRY_H_
 
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +29,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -33,9 +43,16 @@ namespace sparseserve::router {
 
 enum class WorkerRole { kDecode, kPrefill };
 
+// Resolves a DNS name to IP addresses ("10.0.0.7", "fd00::7"); the default uses getaddrinfo.
+using HostResolver = std::function<absl::StatusOr<std::vector<std::string>>(const std::string&)>;
+absl::StatusOr<std::vector<std::string>> ResolveHost(const std::string& host);
+
 struct WorkerRegistryOptions {
-  std::vector<std::string> decode_addresses;   // "host:port" of each decode worker
-  std::vector<std::string> prefill_addresses;  // "host:port" of each prefill worker
+  // Decode / prefill worker targets: "host:port" or "dns:///name:port" (see the header comment).
+  std::vector<std::string> decode_addresses;
+  std::vector<std::string> prefill_addresses;
+  // How "dns:///" names are looked up; tests inject their own.
+  HostResolver resolver = ResolveHost;
   // Time between two health rounds; default 500 ms.
   absl::Duration status_interval = absl::Milliseconds(500);
   // Deadline of one Status call; a worker that misses it is unhealthy; default 1 s.
@@ -65,14 +82,18 @@ class WorkerRegistry {
   // Stops and joins the health loop (waits for at most one round's status_timeout). Idempotent.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // One health round: polls every worker and records the results. Called by the loop; tests may
-  // call it to refresh the state deterministically.
+  // One health round: resolves the targets, polls every listed worker and records the results.
+  // Called by the loop; tests may call it to refresh the state deterministically.
   void PollOnce() ABSL_LOCKS_EXCLUDED(mu_);
 
-  int num_workers(WorkerRole role) const;
-  const std::string& address(WorkerRole role, int idx) const;
-  v1::DecodeWorker::Stub& decode_stub(int idx) const { return *decode_stubs_[idx]; }
-  v1::PrefillWorker::Stub& prefill_stub(int idx) const { return *prefill_stubs_[idx]; }
+  // Workers known so far (listed or not); indices are stable.
+  int num_workers(WorkerRole role) const ABSL_LOCKS_EXCLUDED(mu_);
+  const std::string& address(WorkerRole role, int idx) const ABSL_LOCKS_EXCLUDED(mu_);
+  v1::DecodeWorker::Stub& decode_stub(int idx) const ABSL_LOCKS_EXCLUDED(mu_);
+  v1::PrefillWorker::Stub& prefill_stub(int idx) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether the worker's address was in the last resolution of its target (always for a plain
+  // "host:port").
+  bool listed(WorkerRole role, int idx) const ABSL_LOCKS_EXCLUDED(mu_);
 
   bool healthy(WorkerRole role, int idx) const ABSL_LOCKS_EXCLUDED(mu_);
   int NumHealthy(WorkerRole role) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -97,19 +118,37 @@ class WorkerRegistry {
     v1::WorkerStatusResponse status;  // last successful answer, cached_block_hashes moved out
     absl::flat_hash_set<kv::BlockHash> cached_blocks;
   };
+  struct Worker {
+    std::string address;  // "ip:port" (or the configured "host:port")
+    std::string target;   // the configured target it came from
+    bool listed = true;
+    std::unique_ptr<v1::DecodeWorker::Stub> decode_stub;    // for decode workers
+    std::unique_ptr<v1::PrefillWorker::Stub> prefill_stub;  // for prefill workers
+    WorkerState state;
+  };
 
   WorkerRegistry(WorkerRegistryOptions options, rpc::ChannelCache* channels);
   void HealthLoop() ABSL_LOCKS_EXCLUDED(mu_);
-  WorkerState& StateLocked(WorkerRole role, int idx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  const WorkerState& StateLocked(WorkerRole role, int idx) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Resolves every target and adds, unlists or relists workers to match.
+  void RefreshTargets() ABSL_LOCKS_EXCLUDED(mu_);
+  void MergeAddresses(WorkerRole role, const std::string& target,
+                      const std::vector<std::string>& addresses) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::deque<Worker>& WorkersLocked(WorkerRole role) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return role == WorkerRole::kDecode ? decode_ : prefill_;
+  }
+  const std::deque<Worker>& WorkersLocked(WorkerRole role) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return role == WorkerRole::kDecode ? decode_ : prefill_;
+  }
+  Worker& WorkerLocked(WorkerRole role, int idx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const Worker& WorkerLocked(WorkerRole role, int idx) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const WorkerRegistryOptions options_;
-  std::vector<std::unique_ptr<v1::DecodeWorker::Stub>> decode_stubs_;
-  std::vector<std::unique_ptr<v1::PrefillWorker::Stub>> prefill_stubs_;
+  rpc::ChannelCache* channels_;  // borrowed
 
   mutable absl::Mutex mu_;
-  std::vector<WorkerState> decode_ ABSL_GUARDED_BY(mu_);
-  std::vector<WorkerState> prefill_ ABSL_GUARDED_BY(mu_);
+  // std::deque: appending keeps references to existing workers (stubs, addresses) valid.
+  std::deque<Worker> decode_ ABSL_GUARDED_BY(mu_);
+  std::deque<Worker> prefill_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
   // The health loop: the one thread this class owns (see the header comment).

