@@ -8,10 +8,11 @@
 namespace sparseserve::prefill {
 
 PrefillEngine::PrefillEngine(engine::ModelRunner* runner, transfer::KvTransferSource* source,
-                             int max_queued)
+                             int max_queued, absl::Duration put_delay)
     : runner_(runner),
       source_(source),
       max_queued_(max_queued),
+      put_delay_(put_delay),
       engine_([this] { EngineLoop(); }) {}
 
 PrefillEngine::~PrefillEngine() {
@@ -113,7 +114,17 @@ absl::StatusOr<PrefillResult> PrefillEngine::Run(const PrefillTask& task) {
     const std::vector<int32_t> local(seq.block_ids.begin() + first, seq.block_ids.end());
     const std::vector<int32_t> remote(target->remote_blocks.begin() + first,
                                       target->remote_blocks.end());
-    return session->PutBlocks(layer, runner_->cache().layer(layer).raw_data(), local, remote);
+    // The call's deadline ends before the reservation's lease (the router sets it so): past it
+    // the decode worker may reuse the blocks, so no new PUT may start.
+    if (absl::Now() >= task.deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("KV transfer stopped before layer ", layer,
+                       ": the request's deadline (bounded by the KV lease) has passed"));
+    }
+    SS_RETURN_IF_ERROR(
+        session->PutBlocks(layer, runner_->cache().layer(layer).raw_data(), local, remote));
+    if (put_delay_ > absl::ZeroDuration()) absl::SleepFor(put_delay_);  // fault injection
+    return absl::OkStatus();
   };
   // The hook sees the blocks of `seq` once Prefill has allocated them (before any forward).
   absl::StatusOr<Tensor> logits = runner_->Prefill(task.prompt, seq, put_layer);

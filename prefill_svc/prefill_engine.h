@@ -57,7 +57,10 @@ using PrefillDone = std::function<void(absl::StatusOr<PrefillResult>)>;
 class PrefillEngine {
  public:
   // Both borrowed; must outlive the engine. `source` is null when UCX is disabled.
-  PrefillEngine(engine::ModelRunner* runner, transfer::KvTransferSource* source, int max_queued);
+  // `put_delay` > 0 is fault injection for tests: the engine sleeps that long after each layer's
+  // PUT, so a transfer lasts long enough to kill the worker, or outlive its lease, mid-way.
+  PrefillEngine(engine::ModelRunner* runner, transfer::KvTransferSource* source, int max_queued,
+                absl::Duration put_delay = absl::ZeroDuration());
   ~PrefillEngine();  // queued tasks finish with CANCELLED
   PrefillEngine(const PrefillEngine&) = delete;
   PrefillEngine& operator=(const PrefillEngine&) = delete;
@@ -80,6 +83,7 @@ class PrefillEngine {
   engine::ModelRunner* runner_;
   transfer::KvTransferSource* source_;
   const int max_queued_;
+  const absl::Duration put_delay_;
   mutable absl::Mutex mu_;
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

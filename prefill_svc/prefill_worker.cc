@@ -33,8 +33,8 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(
   SS_ASSIGN_OR_RETURN(w->exporter_, metrics::MetricsExporter::Start(options.metrics_address));
   SS_ASSIGN_OR_RETURN(w->metrics_, metrics::ServingMetrics::Create(w->exporter_->registry(),
                                                                    metrics::ServiceRole::kPrefill));
-  w->engine_ =
-      std::make_unique<PrefillEngine>(w->runner_.get(), w->kv_source_.get(), options.max_queued);
+  w->engine_ = std::make_unique<PrefillEngine>(w->runner_.get(), w->kv_source_.get(),
+                                               options.max_queued, options.fault_put_delay);
   w->service_ = std::make_unique<PrefillWorkerService>(w->engine_.get(), w->runner_.get(),
                                                        w->metrics_.get(), options.model_path);
   SS_ASSIGN_OR_RETURN(w->server_, rpc::RpcServer::Start(options.address, {w->service_.get()}));

@@ -30,6 +30,8 @@ struct PrefillWorkerOptions {
   engine::ModelRunnerOptions runner;
   int max_queued = 256;  // queued prefills beyond this: RESOURCE_EXHAUSTED
   bool enable_kv_transfer = true;
+  // Fault injection for tests: sleep this long after each layer's KV PUT (PrefillEngine).
+  absl::Duration fault_put_delay = absl::ZeroDuration();
 };
 
 class PrefillWorkerService;

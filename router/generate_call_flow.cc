@@ -183,8 +183,16 @@ void GenerateCall::OnReserveDone(int decode_idx, int prefill_idx, const grpc::St
       prefill_idx_ = prefill_idx;
       ++num_prefill_attempts_;
       WorkerRegistry& registry = *resources_->registry;
+      // The prefill worker stops PUTting at its call's deadline; end that well inside the
+      // reservation's lease, after which the decode worker reuses the blocks (90%: the rest
+      // covers the ReserveKv answer's trip here and PUTs still in flight).
+      absl::Duration prefill_timeout = resources_->options->unary_timeout;
+      if (response.reservation().lease_seconds() > 0) {
+        prefill_timeout =
+            std::min(prefill_timeout, absl::Seconds(0.9 * response.reservation().lease_seconds()));
+      }
       StartUnaryLocked<v1::PrefillRequest, v1::PrefillResponse>(
-          std::move(request), CallTimeout(resources_->options->unary_timeout),
+          std::move(request), CallTimeout(prefill_timeout),
           [&registry, prefill_idx](auto* c, auto* q, auto* r, auto cb) {
             registry.prefill_stub(prefill_idx).async()->Prefill(c, q, r, std::move(cb));
           },

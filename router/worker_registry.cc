@@ -177,7 +177,7 @@ void WorkerRegistry::PollOnce() {
   };
   std::vector<Target> targets;
   {
-    absl::ReaderMutexLock lock(&mu_);
+    absl::MutexLock lock(&mu_);  // once per round; shared locking would gain nothing here
     for (WorkerRole role : {WorkerRole::kDecode, WorkerRole::kPrefill}) {
       const std::deque<Worker>& workers = WorkersLocked(role);
       for (size_t i = 0; i < workers.size(); ++i) {

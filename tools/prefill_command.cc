@@ -11,6 +11,9 @@
 
 ABSL_FLAG(int, max_queued, 256, "Queued prefills beyond which new ones get RESOURCE_EXHAUSTED.");
 ABSL_FLAG(bool, prefill_kv_transfer, true, "Set up UCX to PUT KV into decode workers.");
+ABSL_FLAG(int, fault_kv_put_delay_ms, 0,
+          "Fault injection for tests: sleep this long after each layer's KV PUT, so a transfer "
+          "can be interrupted mid-way (0 = off; never set in production).");
 
 namespace sparseserve::tools {
 
@@ -27,6 +30,7 @@ int RunPrefillCommand(const std::vector<char*>& positional) {
   options.runner = RunnerOptionsFromFlags();
   options.max_queued = absl::GetFlag(FLAGS_max_queued);
   options.enable_kv_transfer = absl::GetFlag(FLAGS_prefill_kv_transfer);
+  options.fault_put_delay = absl::Milliseconds(absl::GetFlag(FLAGS_fault_kv_put_delay_ms));
   absl::StatusOr<Device> device = DeviceFromFlags();
   if (!device.ok()) {
     std::fprintf(stderr, "error: %s\n", device.status().ToString().c_str());

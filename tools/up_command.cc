@@ -18,10 +18,19 @@ namespace sparseserve::tools {
 namespace {
 
 // Flags every worker inherits from `up` (when changed from their defaults).
-constexpr const char* kForwardedFlags[] = {
-    "model",         "device",      "kv_cache_tokens", "block_tokens",
-    "prefill_chunk", "threads",     "log_level",       "kv_lease_seconds",
-    "max_running",   "max_waiting", "drain_seconds",   "gpu_memory_fraction"};
+constexpr const char* kForwardedFlags[] = {"model",
+                                           "device",
+                                           "kv_cache_tokens",
+                                           "block_tokens",
+                                           "prefill_chunk",
+                                           "threads",
+                                           "log_level",
+                                           "kv_lease_seconds",
+                                           "max_running",
+                                           "max_waiting",
+                                           "drain_seconds",
+                                           "gpu_memory_fraction",
+                                           "fault_kv_put_delay_ms"};
 
 std::vector<std::string> WorkerArgs(const char* role) {
   std::vector<std::string> args = {role, "--address=127.0.0.1:0", "--metrics_address=127.0.0.1:0"};

@@ -165,6 +165,55 @@ def test_prefill_worker_dying_mid_request_falls_back():
         c.close()
 
 
+def test_prefill_worker_killed_mid_transfer_falls_back():
+    # Fault injection holds the transfer 1 s after each layer's PUT (stories260K: 5 layers), so
+    # 1.5 s after the request the prefill worker has PUT some layers and not others.
+    c = Cluster(num_prefill=1, num_decode=1,
+                extra=["--disagg-threshold=3", "--fault-kv-put-delay-ms=1000"])
+    try:
+        prefill, decode = c.role("prefill")[0], c.role("decode")[0]
+        result = {}
+        t = threading.Thread(target=lambda: result.update(
+            out=run(c.stub, greedy_request("Once upon a time", max_tokens=60))))
+        t.start()
+        time.sleep(1.5)
+        assert t.is_alive(), "the transfer should still be running"
+        os.kill(prefill["pid"], signal.SIGKILL)
+        t.join(timeout=60)
+        _, text, last = result["out"]
+        assert text == GOLDEN  # blocks half-written by the dead worker were not used
+        assert not last.timings.disaggregated
+        total = worker_status(decode["address"]).num_total_blocks
+        assert wait_until(lambda: worker_status(decode["address"]).num_free_blocks == total)
+    finally:
+        c.close()
+
+
+def test_prefill_stops_putting_before_the_kv_lease_ends():
+    # A 1 s lease and a transfer held 500 ms per layer (2.5 s in all): the router gives the
+    # prefill call 0.9 s, the prefill worker refuses to start a PUT past that deadline, the router
+    # prefills locally, and the reservation's blocks come back without a late PUT into them.
+    c = Cluster(num_prefill=1, num_decode=1,
+                extra=["--disagg-threshold=3", "--fault-kv-put-delay-ms=500",
+                       "--kv-lease-seconds=1"])
+    try:
+        prefill, decode = c.role("prefill")[0], c.role("decode")[0]
+        _, text, last = run(c.stub, greedy_request("Once upon a time", max_tokens=60))
+        assert text == GOLDEN
+        assert not last.timings.disaggregated
+        assert wait_until(lambda: metric(prefill["metrics"],
+                                         "sparseserve_kv_transfer_failures_total") >= 1)
+        total = worker_status(decode["address"]).num_total_blocks
+        assert wait_until(lambda: worker_status(decode["address"]).num_free_blocks == total)
+        # The blocks the lease gave back serve the next requests correctly: had a PUT of the
+        # abandoned transfer landed after the lease, these outputs would differ.
+        for _ in range(3):
+            _, again, _ = run(c.stub, greedy_request("Once upon a time", max_tokens=60))
+            assert again == GOLDEN
+    finally:
+        c.close()
+
+
 def test_bad_input_gets_clear_codes_and_servers_keep_serving():
     c = Cluster(num_prefill=1, num_decode=1)
     try:
