@@ -228,19 +228,35 @@ void DecodeScheduler::DecodeStep() {
     seqs.push_back(&r->seq);
     tokens.push_back(r->next_token);
   }
-  absl::StatusOr<Tensor> logits = runner_->Decode(seqs, tokens);
-  if (logits.status().code() == absl::StatusCode::kResourceExhausted) {
+  // All greedy (the common serving case): the argmax runs on the backend and only token ids come
+  // back; otherwise every sequence samples from its logits row on the host.
+  const bool all_greedy = std::all_of(running_.begin(), running_.end(), [](const auto& r) {
+    return sampling::IsPlainGreedy(r->sampler->params());
+  });
+  absl::StatusOr<Tensor> logits;
+  absl::StatusOr<std::vector<int32_t>> greedy;
+  absl::Status status;
+  if (all_greedy) {
+    greedy = runner_->DecodeGreedy(seqs, tokens);
+    status = greedy.status();
+  } else {
+    logits = runner_->Decode(seqs, tokens);
+    status = logits.status();
+  }
+  if (status.code() == absl::StatusCode::kResourceExhausted) {
     Preempt(*running_.back());  // newest first, as vLLM does; retried next iteration
     running_.pop_back();
-  } else if (!logits.ok()) {
-    SS_LOG_ERROR("decode step failed: {}", logits.status().ToString());
-    for (auto& r : running_) Finish(*r, logits.status(), engine::FinishReason::kAborted);
+  } else if (!status.ok()) {
+    SS_LOG_ERROR("decode step failed: {}", status.ToString());
+    for (auto& r : running_) Finish(*r, status, engine::FinishReason::kAborted);
     running_.clear();
   } else {
     const int vocab = runner_->config().vocab_size;
     for (size_t i = 0; i < running_.size(); ++i) {
       Running& r = *running_[i];
-      const int32_t token = r.sampler->Sample(logits->data<float>() + i * vocab, vocab, r.history);
+      const int32_t token =
+          all_greedy ? (*greedy)[i]
+                     : r.sampler->Sample(logits->data<float>() + i * vocab, vocab, r.history);
       if (!Emit(r, token)) running_[i].reset();
     }
     std::erase(running_, nullptr);

@@ -92,6 +92,11 @@ class Backend {
 
   // out[i, :] = x[rows[i], :]. x [n, d], rows i32 [m], out [m, d].
   virtual absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) = 0;
+
+  // out[i] = the column of row i's largest value (the lowest such column on ties): greedy
+  // decoding on the device, so a step returns token ids instead of [rows, vocab] logits.
+  // logits f32 [m, vocab], out i32 [m].
+  virtual absl::Status ArgMax(const Tensor& logits, const Tensor& out) = 0;
 };
 
 // Creates the backend for `device`. Returns kUnimplemented for kCuda when the binary was built

@@ -87,4 +87,8 @@ absl::Status OpTimingBackend::GatherRows(const Tensor& x, const Tensor& rows, co
   return Timed("GatherRows", [&] { return inner_->GatherRows(x, rows, out); });
 }
 
+absl::Status OpTimingBackend::ArgMax(const Tensor& logits, const Tensor& out) {
+  return Timed("ArgMax", [&] { return inner_->ArgMax(logits, out); });
+}
+
 }  // namespace sparseserve::kernels

@@ -51,6 +51,7 @@ class OpTimingBackend final : public Backend {
   absl::Status Attention(const Tensor& q, const Tensor& kv_layer, const AttentionBatch& batch,
                          const Tensor& out) override;
   absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
+  absl::Status ArgMax(const Tensor& logits, const Tensor& out) override;
 
  private:
   // Runs `op`, timing it under `name` when enabled.

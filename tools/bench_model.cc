@@ -255,15 +255,16 @@ class ModelBench {
     }
     Progress(absl::StrCat(r.label, ": ", o_.warmup, " warm-up + ", o_.iters, " timed steps",
                           r.note.empty() ? "" : "; ", r.note));
+    // Steps end in a greedy pick on the device (ForwardArgMax), as a greedy serving step does.
     // Every step rewrites the KV row at position C (shared copies: the same row from several
     // sequences in one step; the values do not matter).
     for (int i = 0; i < o_.warmup; ++i) {
-      SS_RETURN_IF_ERROR(model_.Forward(seqs, *cache_).status());
+      SS_RETURN_IF_ERROR(model_.ForwardArgMax(seqs, *cache_).status());
     }
     SS_RETURN_IF_ERROR(backend_.Synchronize());
     const Clock::time_point start = Clock::now();
     for (int i = 0; i < o_.iters; ++i) {
-      SS_RETURN_IF_ERROR(model_.Forward(seqs, *cache_).status());
+      SS_RETURN_IF_ERROR(model_.ForwardArgMax(seqs, *cache_).status());
     }
     SS_ASSIGN_OR_RETURN(const double seconds, SecondsSince(backend_, start));
     r.tokens_per_s = static_cast<double>(batch * o_.iters) / seconds;
@@ -271,7 +272,7 @@ class ModelBench {
     if (o_.op_profile) {
       auto steps = [&]() -> absl::Status {
         for (int i = 0; i < o_.iters; ++i) {
-          SS_RETURN_IF_ERROR(model_.Forward(seqs, *cache_).status());
+          SS_RETURN_IF_ERROR(model_.ForwardArgMax(seqs, *cache_).status());
         }
         return absl::OkStatus();
       };

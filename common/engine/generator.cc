@@ -54,8 +54,11 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
   std::vector<int32_t> history = result.prompt_tokens;  // for the repetition penalty
   const int vocab = runner_->config().vocab_size;
   absl::Status status;
+  const bool greedy = sampling::IsPlainGreedy(request.sampling);
+  int32_t greedy_next = -1;  // after the first token of a greedy run: picked on the backend
   while (true) {
-    const int32_t token = sampler.Sample(logits.data<float>(), vocab, history);
+    const int32_t token =
+        greedy_next >= 0 ? greedy_next : sampler.Sample(logits.data<float>(), vocab, history);
     if (result.output_tokens.empty()) result.time_to_first_token_s = seconds_since_start();
     if (!request.ignore_eos && tokenizer_->IsEndOfGeneration(token)) {
       result.finish_reason = FinishReason::kStop;
@@ -73,6 +76,15 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
     if (static_cast<int>(seq.tokens.size()) + 1 > runner_->max_context()) {
       result.finish_reason = FinishReason::kContextFull;
       break;
+    }
+    if (greedy) {
+      absl::StatusOr<std::vector<int32_t>> next = runner_->DecodeGreedy({&seq}, {token});
+      if (!next.ok()) {
+        status = next.status();
+        break;
+      }
+      greedy_next = next->front();
+      continue;
     }
     absl::StatusOr<Tensor> next = runner_->Decode({&seq}, {token});
     if (!next.ok()) {

@@ -153,8 +153,8 @@ absl::StatusOr<Tensor> ModelRunner::Prefill(
   return logits;
 }
 
-absl::StatusOr<Tensor> ModelRunner::Decode(const std::vector<SequenceKv*>& seqs,
-                                           absl::Span<const int32_t> tokens) {
+absl::StatusOr<std::vector<model::ForwardSequence>> ModelRunner::PrepareDecode(
+    const std::vector<SequenceKv*>& seqs, absl::Span<const int32_t> tokens) {
   if (seqs.empty() || seqs.size() != tokens.size()) {
     return absl::InvalidArgumentError("Decode: one token per sequence required");
   }
@@ -181,12 +181,31 @@ absl::StatusOr<Tensor> ModelRunner::Decode(const std::vector<SequenceKv*>& seqs,
     batch[i].start_pos = static_cast<int32_t>(s.tokens.size());
     batch[i].block_table = s.block_ids;
   }
-  SS_ASSIGN_OR_RETURN(Tensor logits, model_->Forward(batch, *cache_));
+  return batch;
+}
+
+void ModelRunner::CommitDecode(const std::vector<SequenceKv*>& seqs,
+                               absl::Span<const int32_t> tokens) {
   for (size_t i = 0; i < seqs.size(); ++i) {
     seqs[i]->tokens.push_back(tokens[i]);
     RegisterFullBlocks(*seqs[i]);
   }
+}
+
+absl::StatusOr<Tensor> ModelRunner::Decode(const std::vector<SequenceKv*>& seqs,
+                                           absl::Span<const int32_t> tokens) {
+  SS_ASSIGN_OR_RETURN(std::vector<model::ForwardSequence> batch, PrepareDecode(seqs, tokens));
+  SS_ASSIGN_OR_RETURN(Tensor logits, model_->Forward(batch, *cache_));
+  CommitDecode(seqs, tokens);
   return logits;
+}
+
+absl::StatusOr<std::vector<int32_t>> ModelRunner::DecodeGreedy(const std::vector<SequenceKv*>& seqs,
+                                                               absl::Span<const int32_t> tokens) {
+  SS_ASSIGN_OR_RETURN(std::vector<model::ForwardSequence> batch, PrepareDecode(seqs, tokens));
+  SS_ASSIGN_OR_RETURN(std::vector<int32_t> next, model_->ForwardArgMax(batch, *cache_));
+  CommitDecode(seqs, tokens);
+  return next;
 }
 
 absl::Status ModelRunner::AdoptPrefilledKv(absl::Span<const int32_t> prompt,

@@ -71,6 +71,11 @@ class ModelRunner {
   absl::StatusOr<Tensor> Decode(const std::vector<SequenceKv*>& seqs,
                                 absl::Span<const int32_t> tokens);
 
+  // Decode for sequences that all pick greedily (temperature 0, no repetition penalty): the
+  // argmax runs on the backend and only the chosen token ids come back. Same errors as Decode.
+  absl::StatusOr<std::vector<int32_t>> DecodeGreedy(const std::vector<SequenceKv*>& seqs,
+                                                    absl::Span<const int32_t> tokens);
+
   // Takes over a prompt whose K/V a prefill worker already wrote into `block_ids` (allocated
   // from pool() by the caller, references handed over to `seq`). Registers its full blocks in
   // the prefix cache. kInvalidArgument when the blocks cannot hold the prompt.
@@ -94,6 +99,11 @@ class ModelRunner {
               const ModelRunnerOptions& options);
   // Ensures `seq` has blocks for `total_tokens`; allocation is all-or-nothing.
   absl::Status EnsureBlocks(SequenceKv& seq, int total_tokens);
+  // Decode's halves: block allocation + the forward batch (nothing changes on failure), and
+  // recording the appended tokens once the step succeeded.
+  absl::StatusOr<std::vector<model::ForwardSequence>> PrepareDecode(
+      const std::vector<SequenceKv*>& seqs, absl::Span<const int32_t> tokens);
+  void CommitDecode(const std::vector<SequenceKv*>& seqs, absl::Span<const int32_t> tokens);
   // Hashes and registers the blocks of `seq` that became full.
   void RegisterFullBlocks(SequenceKv& seq);
 

@@ -19,6 +19,24 @@ Tensor HostI32(const std::vector<int32_t>& values) {
 absl::StatusOr<Tensor> LlamaModel::Forward(
     const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
     const std::function<absl::Status(int layer)>& on_layer_kv_written) {
+  SS_RETURN_IF_ERROR(ComputeLogits(batch, cache, on_layer_kv_written));
+  Tensor host = Tensor::Zeros(DType::kF32, step_.logits.shape());
+  SS_RETURN_IF_ERROR(backend_->CopyToHost(step_.logits, host));
+  return host;
+}
+
+absl::StatusOr<std::vector<int32_t>> LlamaModel::ForwardArgMax(
+    const std::vector<ForwardSequence>& batch, PagedKvCache& cache) {
+  SS_RETURN_IF_ERROR(ComputeLogits(batch, cache, nullptr));
+  SS_RETURN_IF_ERROR(backend_->ArgMax(step_.logits, step_.argmax));
+  Tensor host = Tensor::Zeros(DType::kI32, step_.argmax.shape());
+  SS_RETURN_IF_ERROR(backend_->CopyToHost(step_.argmax, host));
+  return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + host.numel());
+}
+
+absl::Status LlamaModel::ComputeLogits(
+    const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
+    const std::function<absl::Status(int layer)>& on_layer_kv_written) {
   const ModelConfig& c = config_;
   kernels::Backend& be = *backend_;
   const int block_tokens = cache.shape().block_tokens;
@@ -122,11 +140,7 @@ absl::StatusOr<Tensor> LlamaModel::Forward(
   SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, final_norm_, c.rms_norm_eps, x));
 
   SS_RETURN_IF_ERROR(be.GatherRows(x, rows_t, step_.last));
-  SS_RETURN_IF_ERROR(be.Linear(step_.last, lm_head_, Tensor(), step_.logits));
-  const Tensor& logits = step_.logits;
-  Tensor host = Tensor::Zeros(DType::kF32, {m, c.vocab_size});
-  SS_RETURN_IF_ERROR(be.CopyToHost(logits, host));
-  return host;
+  return be.Linear(step_.last, lm_head_, Tensor(), step_.logits);
 }
 
 absl::Status LlamaModel::PrepareStepBuffers(int64_t rows, int64_t logit_rows) {
@@ -152,6 +166,7 @@ absl::Status LlamaModel::PrepareStepBuffers(int64_t rows, int64_t logit_rows) {
   SS_ASSIGN_OR_RETURN(b.last, be.Allocate(dt, {logit_rows, hidden}));
   // f32 logits: sampling and greedy argmax must not see bf16 rounding ties.
   SS_ASSIGN_OR_RETURN(b.logits, be.Allocate(DType::kF32, {logit_rows, c.vocab_size}));
+  SS_ASSIGN_OR_RETURN(b.argmax, be.Allocate(DType::kI32, {logit_rows}));
   b.rows = rows;
   b.logit_rows = logit_rows;
   step_ = std::move(b);

@@ -80,6 +80,11 @@ class LlamaModel {
       const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
       const std::function<absl::Status(int layer)>& on_layer_kv_written = nullptr);
 
+  // Forward, then the argmax of each logits row on the backend: greedy decoding without
+  // copying [rows, vocab] logits to the host. Returns one token id per logits row.
+  absl::StatusOr<std::vector<int32_t>> ForwardArgMax(const std::vector<ForwardSequence>& batch,
+                                                     PagedKvCache& cache);
+
  private:
   LlamaModel(ModelConfig config, kernels::Backend* backend)
       : config_(std::move(config)), backend_(backend) {}
@@ -93,8 +98,12 @@ class LlamaModel {
     int64_t rows = -1, logit_rows = -1;
     Tensor indices;  // i32 [3 * rows + logit_rows]: token ids, positions, KV slots, logit rows
     Tensor h, x, q, k, v, attn_out, gate, up, branch, last, logits;
+    Tensor argmax;  // i32 [logit_rows]
   };
   absl::Status PrepareStepBuffers(int64_t rows, int64_t logit_rows);
+  // One step up to the logits, left in step_.logits on the backend.
+  absl::Status ComputeLogits(const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
+                             const std::function<absl::Status(int layer)>& on_layer_kv_written);
 
   ModelConfig config_;
   kernels::Backend* backend_;  // borrowed

@@ -41,6 +41,7 @@ class CpuBackend final : public Backend {
   absl::Status Attention(const Tensor& q, const Tensor& kv_layer, const AttentionBatch& batch,
                          const Tensor& out) override;
   absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
+  absl::Status ArgMax(const Tensor& logits, const Tensor& out) override;
 
  private:
   core::ThreadPool* pool_;

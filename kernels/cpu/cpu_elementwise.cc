@@ -1,4 +1,5 @@
 // CpuBackend: memory, embedding, normalisation, RoPE, SwiGLU, KV writes and row gathers.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -230,6 +231,18 @@ absl::Status CpuBackend::WriteKv(const Tensor& k, const Tensor& v, const Tensor&
 
 absl::Status CpuBackend::GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) {
   return GatherRowsF32(x, rows, out, "GatherRows", "row");
+}
+
+absl::Status CpuBackend::ArgMax(const Tensor& logits, const Tensor& out) {
+  SS_RETURN_IF_ERROR(CheckTensor(logits, DType::kF32, 2, "ArgMax", "logits"));
+  SS_RETURN_IF_ERROR(CheckTensor(out, DType::kI32, 1, "ArgMax", "out"));
+  SS_RETURN_IF_ERROR(CheckDim(out, 0, logits.dim(0), "ArgMax", "out"));
+  const int64_t vocab = logits.dim(1);
+  for (int64_t r = 0; r < logits.dim(0); ++r) {
+    const float* row = logits.data<float>() + r * vocab;
+    out.data<int32_t>()[r] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace sparseserve::kernels

@@ -50,6 +50,10 @@ inline constexpr int kMaxSkinnyRows = 8;
 cudaError_t LaunchSkinnyGemm(const bf16_t* x, const bf16_t* w, const bf16_t* bias, int64_t n,
                              int64_t k, int64_t o, void* out, bool out_f32, cudaStream_t stream);
 
+// out[r] = argmax of logits row r (f32 [rows, vocab]); the lowest index on ties.
+cudaError_t LaunchArgMax(const float* logits, int64_t rows, int64_t vocab, int32_t* out,
+                         cudaStream_t stream);
+
 // Scatters k, v [n, kv_heads, hd] into the paged layer at slots [n].
 cudaError_t LaunchWriteKv(const bf16_t* k, const bf16_t* v, const int32_t* slots, int64_t n,
                           bf16_t* kv_layer, int block_tokens, int kv_heads, int head_dim,

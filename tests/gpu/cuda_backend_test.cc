@@ -118,6 +118,26 @@ TEST_F(CudaBackendTest, SiluMulEmbeddingGatherRows) {
   }
 }
 
+TEST_F(CudaBackendTest, ArgMaxMatchesCpuIncludingTies) {
+  for (int64_t vocab : {128256, 511, 7}) {
+    Tensor logits = RandomHost({9, vocab}, 4.0f);
+    // Row 1: a tie between an early and a late column (the lower index wins on both backends).
+    logits.data<float>()[vocab + 3] = 100.0f;
+    logits.data<float>()[vocab + vocab - 1] = 100.0f;
+    Tensor want = Tensor::Zeros(DType::kI32, {9});
+    ASSERT_TRUE(cpu_.ArgMax(logits, want).ok());
+    Tensor got_dev = *gpu_->Allocate(DType::kI32, {9});
+    ASSERT_TRUE(gpu_->ArgMax(ToGpu(logits, DType::kF32), got_dev).ok());
+    Tensor got = Tensor::Zeros(DType::kI32, {9});
+    ASSERT_TRUE(gpu_->CopyToHost(got_dev, got).ok());
+    for (int i = 0; i < 9; ++i) {
+      EXPECT_EQ(got.data<int32_t>()[i], want.data<int32_t>()[i])
+          << "vocab " << vocab << " row " << i;
+    }
+    EXPECT_EQ(got.data<int32_t>()[1], 3);
+  }
+}
+
 TEST_F(CudaBackendTest, FillUniformMatchesCpuAndCopy) {
   Tensor cpu = Tensor::Zeros(DType::kF32, {1000, 33});
   ASSERT_TRUE(cpu_.FillUniform(cpu, 42, -0.5f, 0.5f).ok());

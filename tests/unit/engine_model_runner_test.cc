@@ -1,6 +1,7 @@
 // ModelRunner on the real stories260K model: chunked prefill == one-shot prefill (paged KV
 // across block boundaries), prefix-cache reuse gives the same logits, decode == prefill of the
 // longer prompt, and pool exhaustion is an error, not a crash.
+#include <algorithm>
 #include "common/engine/model_runner.h"
 
 #include "common/core/thread_pool.h"
@@ -78,6 +79,34 @@ TEST_F(ModelRunnerTest, SecondIdenticalPromptReusesEveryFullBlock) {
   EXPECT_EQ(stats.num_hits, 2);
   ExpectClose(logits1, *l2, 1e-5f);
   runner->Release(second);
+  EXPECT_EQ(runner->pool().num_used_blocks(), 0);
+}
+
+TEST_F(ModelRunnerTest, DecodeGreedyPicksTheArgmaxOfDecodeLogits) {
+  ModelRunnerOptions options;
+  options.enable_prefix_cache = false;
+  auto runner = MakeRunner(options);
+  SequenceKv a, b, c;
+  ASSERT_TRUE(runner->Prefill(absl::MakeConstSpan(prompt_).first(60), a).ok());
+  ASSERT_TRUE(runner->Prefill(absl::MakeConstSpan(prompt_).first(60), b).ok());
+  ASSERT_TRUE(runner->Prefill(absl::MakeConstSpan(prompt_).first(33), c).ok());
+  const int vocab = source_.config.vocab_size;
+  std::vector<int32_t> ta = {prompt_[60], prompt_[33]}, tb = ta;
+  for (int step = 0; step < 8; ++step) {  // crosses the 64-token block boundary
+    auto logits = runner->Decode({&a, &c}, ta);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    auto greedy = runner->DecodeGreedy({&b}, {tb[0]});
+    ASSERT_TRUE(greedy.ok()) << greedy.status();
+    ASSERT_EQ(greedy->size(), 1u);
+    const float* row = logits->data<float>();
+    const int32_t want = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+    EXPECT_EQ((*greedy)[0], want) << "step " << step;
+    const float* row_c = row + vocab;
+    ta = {want, static_cast<int32_t>(std::max_element(row_c, row_c + vocab) - row_c)};
+    tb = {(*greedy)[0]};
+  }
+  EXPECT_EQ(a.tokens, b.tokens);
+  for (SequenceKv* s : {&a, &b, &c}) runner->Release(*s);
   EXPECT_EQ(runner->pool().num_used_blocks(), 0);
 }
 
