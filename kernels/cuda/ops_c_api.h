@@ -3,10 +3,16 @@
  * against a PyTorch reference and time it beside torch's SDPA on the same tensors
  * (bench/cuda/kernel_check.py); the serving code uses kernels::Backend directly.
  *
- * Conventions: every pointer named *_dev is device memory; bf16 tensors unless said otherwise,
- * contiguous row-major; i32 index tensors; all work is queued on the CUDA legacy default stream
- * (stream 0), so PyTorch's default stream and events order and time it. Each function returns 0
- * on success, else nonzero, and ss_last_error() describes the failure (thread-local). */
+ * Conventions: every pointer named *_dev is device memory of device 0 (the runtime's primary
+ * context, the one PyTorch uses), int32 pointers named *_dev included; bf16 tensors unless said
+ * otherwise, contiguous row-major. All work is queued on the CUDA legacy default stream
+ * (stream 0), so PyTorch's default stream and events order and time it. Host arrays are read
+ * before the call returns and may be reused at once. Outputs may alias inputs where
+ * kernels/backend.h allows it (rms_norm / add_rms_norm out = x, silu_mul out = gate). Embedding
+ * ids outside the table are reported by the next ss_synchronize, not by the call; write_kv slots
+ * are not checked (they must lie inside the layer, as block tables checked by the caller do).
+ * Each function returns 0 on success, else nonzero, and ss_last_error() describes the failure
+ * (thread-local). */
 #ifndef SPARSESERVE_KERNELS_CUDA_OPS_C_API_H_
 #define SPARSESERVE_KERNELS_CUDA_OPS_C_API_H_
 
