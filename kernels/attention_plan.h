@@ -60,7 +60,14 @@ struct AttentionBatch {
   int block_tokens = 64;  // tokens per KV block
   float scale = 0.0f;     // softmax scale; 0 means 1/sqrt(head_dim)
   std::vector<SequenceAttention> sequences;
+  // Identity of this batch's contents: nonzero ids are unique per distinct batch (NewPlanId), so a
+  // backend may keep its per-batch work (validation, device metadata) across the layers of one
+  // forward step. 0 = no identity: the backend treats every call as a new batch.
+  uint64_t plan_id = 0;
 };
+
+// A process-wide unique nonzero AttentionBatch::plan_id. Thread-safe.
+uint64_t NewPlanId();
 
 }  // namespace sparseserve::kernels
 

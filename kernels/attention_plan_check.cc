@@ -1,8 +1,15 @@
 #include "kernels/attention_plan_check.h"
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
 
 namespace sparseserve::kernels {
+
+uint64_t NewPlanId() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
 
 absl::Status ValidateSequenceAttention(const SequenceAttention& seq, int64_t num_rows,
                                        int block_tokens, int64_t num_blocks, size_t idx,

@@ -46,6 +46,7 @@ absl::Status LlamaModel::ComputeLogits(
   std::vector<int32_t> ids, positions, slots, logit_rows;
   kernels::AttentionBatch attn;
   attn.block_tokens = block_tokens;
+  attn.plan_id = kernels::NewPlanId();  // every layer of this step passes the same batch
   for (size_t s = 0; s < batch.size(); ++s) {
     const ForwardSequence& seq = batch[s];
     const int32_t n = static_cast<int32_t>(seq.tokens.size());

@@ -8,6 +8,7 @@
 // partial softmax states (log-sum-exp weighting).
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_async_copy.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -220,21 +221,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-__device__ float BlockReduce(float v, float* scratch, bool is_max) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const float other = __shfl_xor_sync(0xffffffffu, v, o);
-    v = is_max ? fmaxf(v, other) : v + other;
-  }
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
-  __syncthreads();
-  v = scratch[0];
-  for (int i = 1; i < static_cast<int>(blockDim.x / 32); ++i) {
-    v = is_max ? fmaxf(v, scratch[i]) : v + scratch[i];
-  }
-  __syncthreads();
-  return v;
-}
-
 // out[seq][head] = Σ_i w_i o_i / Σ_i w_i with w_i = exp(lse_i - max lse) over the seq's chunks.
 // One block of head_dim threads per (sequence, head); the chunk weights are computed once into
 // shared memory (`weights`: one float per chunk) and every dimension's sum reads them.
@@ -251,13 +237,14 @@ __global__ void MergeKernel(const float* partial_out, const float* partial_lse, 
     weights[i] = partial_lse[int64_t{m.x + i} * dims.heads + head];
     local_max = fmaxf(local_max, weights[i]);
   }
-  const float max_lse = BlockReduce(local_max, scratch, true);
+  const float max_lse = BlockReduce<ReduceOp::kMax>(local_max, scratch);
   float local_sum = 0.0f;
   for (int i = threadIdx.x; i < m.y; i += blockDim.x) {
     weights[i] = __expf(weights[i] - max_lse);
     local_sum += weights[i];
   }
-  const float inv_sum = 1.0f / BlockReduce(local_sum, scratch, false);  // also orders `weights`
+  const float inv_sum =
+      1.0f / BlockReduce<ReduceOp::kSum>(local_sum, scratch);  // also orders `weights`
   for (int d = threadIdx.x; d < dims.head_dim; d += blockDim.x) {
     float acc = 0.0f;
 #pragma unroll 4

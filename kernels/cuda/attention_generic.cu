@@ -72,9 +72,9 @@ __global__ void GenericAttentionKernel(const bf16_t* q, const bf16_t* kv_layer,
 }  // namespace
 
 cudaError_t LaunchGenericAttention(const bf16_t* q, const bf16_t* kv_layer,
-                                   const AttentionSeqInfo* seqs, int /*num_seqs*/,
-                                   const int32_t* block_tables, int total_q, const int32_t* row_seq,
-                                   const AttentionDims& dims, bf16_t* out, cudaStream_t stream) {
+                                   const AttentionSeqInfo* seqs, const int32_t* block_tables,
+                                   int total_q, const int32_t* row_seq, const AttentionDims& dims,
+                                   bf16_t* out, cudaStream_t stream) {
   if (dims.head_dim > 32 * kMaxDimsPerLane) return cudaErrorInvalidValue;
   const int64_t warps = int64_t{total_q} * dims.heads;
   if (warps == 0) return cudaSuccess;

@@ -97,7 +97,6 @@ absl::Status CudaBackend::UploadAttentionMetadata(const AttentionBatch& batch, i
   next.merges = append(merges);
   next.merge_seqs = append(merge_seqs);
   next.row_seq = append(row_seq);
-  next.num_seqs = num_seqs;
   next.num_prefill_tiles = static_cast<int>(tiles.size() / 2);
   next.num_decode_items = static_cast<int>(items.size() / 2);
   next.num_merges = static_cast<int>(merge_seqs.size());
@@ -105,7 +104,7 @@ absl::Status CudaBackend::UploadAttentionMetadata(const AttentionBatch& batch, i
   next.decode_chunk_tokens = chunk_tokens;
   next.decode_max_chunks = max_chunks;
   next.generic = generic;
-  if (host == m.host) return absl::OkStatus();  // the same plan as the previous layer
+  if (host == m.host) return absl::OkStatus();  // an identical plan is already on the device
 
   next.device = std::move(m.device);
   next.partial = std::move(m.partial);
@@ -145,18 +144,26 @@ absl::Status CudaBackend::Attention(const Tensor& q, const Tensor& kv_layer,
         "Attention: shape mismatch q ", q.DebugString(), " kv_layer ", kv_layer.DebugString(),
         " block_tokens ", batch.block_tokens, " (head_dim a multiple of 8, at most 256)"));
   }
-  const int64_t num_blocks = kv_layer.dim(0) / 2;
-  for (size_t i = 0; i < batch.sequences.size(); ++i) {
-    const SequenceAttention& sa = batch.sequences[i];
-    SS_RETURN_IF_ERROR(
-        ValidateSequenceAttention(sa, q.dim(0), batch.block_tokens, num_blocks, i, "CUDA"));
-    if (!sa.q_positions.empty()) {
-      return absl::UnimplementedError(
-          "Attention: explicit query positions (tree verification) are not in the CUDA backend "
-          "yet");
+  // Layers after the first of a forward step pass the same batch: its checks and device plan
+  // are done (O(blocks) host work per layer otherwise).
+  if (batch.plan_id == 0 || batch.plan_id != attn_->plan_id) {
+    const int64_t num_blocks = kv_layer.dim(0) / 2;
+    for (size_t i = 0; i < batch.sequences.size(); ++i) {
+      const SequenceAttention& sa = batch.sequences[i];
+      SS_RETURN_IF_ERROR(
+          ValidateSequenceAttention(sa, q.dim(0), batch.block_tokens, num_blocks, i, "CUDA"));
+      if (!sa.q_positions.empty()) {
+        return absl::UnimplementedError(
+            "Attention: explicit query positions (tree verification) are not in the CUDA "
+            "backend yet");
+      }
     }
+    SS_RETURN_IF_ERROR(UploadAttentionMetadata(batch, hd, heads, kv_heads));
+    attn_->plan_id = batch.plan_id;
   }
-  SS_RETURN_IF_ERROR(UploadAttentionMetadata(batch, hd, heads, kv_heads));
+  if (attn_->total_q > q.dim(0)) {  // the same plan with fewer query rows than it was made for
+    return absl::InvalidArgumentError("Attention: q has fewer rows than the batch's plan");
+  }
   const AttentionMetadata& m = *attn_;
   cuda::AttentionDims dims;
   dims.heads = heads;
@@ -173,10 +180,9 @@ absl::Status CudaBackend::Attention(const Tensor& q, const Tensor& kv_layer,
   const auto* kv_ptr = kv_layer.data<cuda::bf16_t>();
   auto* out_ptr = out.data<cuda::bf16_t>();
   if (m.generic) {
-    return CudaStatus(
-        cuda::LaunchGenericAttention(q_ptr, kv_ptr, seqs, m.num_seqs, tables, m.total_q,
-                                     base + m.row_seq, dims, out_ptr, stream()),
-        "Attention (generic)");
+    return CudaStatus(cuda::LaunchGenericAttention(q_ptr, kv_ptr, seqs, tables, m.total_q,
+                                                   base + m.row_seq, dims, out_ptr, stream()),
+                      "Attention (generic)");
   }
   SS_RETURN_IF_ERROR(
       CudaStatus(cuda::LaunchPrefillAttention(q_ptr, kv_ptr, seqs, tables,

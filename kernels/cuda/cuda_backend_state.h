@@ -34,12 +34,13 @@ struct CudaBackend::GemmCache {
 // when the next layer passes the same batch), plus the decode split-KV workspace.
 struct CudaBackend::AttentionMetadata {
   std::vector<int32_t> host;  // what `device` holds
+  uint64_t plan_id = 0;       // the AttentionBatch it was built from (0: unknown)
   Tensor device;              // i32, grown as needed
   Tensor partial;             // f32 split-KV partial outputs, grown as needed
   // Offsets (in int32 elements) into `host`/`device` and counts.
   int64_t seqs = 0, tables = 0, prefill_tiles = 0, decode_items = 0, merges = 0, merge_seqs = 0,
           row_seq = 0;
-  int num_seqs = 0, num_prefill_tiles = 0, num_decode_items = 0, num_merges = 0, total_q = 0;
+  int num_prefill_tiles = 0, num_decode_items = 0, num_merges = 0, total_q = 0;
   int decode_chunk_tokens = 0;
   int decode_max_chunks = 0;  // most split-KV chunks of one sequence
   bool generic = false;       // head_dim without a tensor-core kernel: every row on the generic one

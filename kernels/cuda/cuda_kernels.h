@@ -101,9 +101,9 @@ inline constexpr int kDecodeTileTokens = 64;
 // Any head_dim up to 256, any q_len: one warp per (query row, head), keys in order. The fallback
 // for small models (stories260K has head_dim 8) and the GPU-side reference in tests.
 cudaError_t LaunchGenericAttention(const bf16_t* q, const bf16_t* kv_layer,
-                                   const AttentionSeqInfo* seqs, int num_seqs,
-                                   const int32_t* block_tables, int total_q, const int32_t* row_seq,
-                                   const AttentionDims& dims, bf16_t* out, cudaStream_t stream);
+                                   const AttentionSeqInfo* seqs, const int32_t* block_tables,
+                                   int total_q, const int32_t* row_seq, const AttentionDims& dims,
+                                   bf16_t* out, cudaStream_t stream);
 
 }  // namespace sparseserve::kernels::cuda
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/uniform_random.h"
 
@@ -69,19 +70,6 @@ __global__ void GatherRowsKernel(const bf16_t* table, int64_t vocab, int64_t d, 
   }
 }
 
-__device__ float BlockSum(float v, float* scratch) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  const int warps = (blockDim.x + 31) / 32;
-  v = lane < warps ? scratch[lane] : 0.0f;
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();  // scratch may be reused by the caller
-  return v;
-}
-
 __device__ __forceinline__ float LoadAny(const void* p, bool f32, int64_t i) {
   return f32 ? static_cast<const float*>(p)[i] : Load(static_cast<const bf16_t*>(p), i);
 }
@@ -106,7 +94,8 @@ __global__ void RmsNormKernel(void* residual, bool res_f32, const void* x, bool 
     }
     sum += v * v;
   }
-  const float inv_rms = rsqrtf(BlockSum(sum, scratch) / static_cast<float>(d) + eps);
+  const float inv_rms =
+      rsqrtf(BlockReduce<ReduceOp::kSum>(sum, scratch) / static_cast<float>(d) + eps);
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
     // Each thread re-reads only the elements it wrote itself, so no barrier is needed.
     const float v =
@@ -171,7 +160,8 @@ __global__ void RmsNormVecKernel(void* residual, bool res_f32, const void* x, bo
 #pragma unroll
     for (int i = 0; i < 8; ++i) sum += v[j][i] * v[j][i];
   }
-  const float inv_rms = rsqrtf(BlockSum(sum, scratch) / static_cast<float>(d) + eps);
+  const float inv_rms =
+      rsqrtf(BlockReduce<ReduceOp::kSum>(sum, scratch) / static_cast<float>(d) + eps);
 #pragma unroll
   for (int j = 0; j < kNormMaxChunks; ++j) {
     const int64_t c = threadIdx.x + int64_t{j} * blockDim.x;

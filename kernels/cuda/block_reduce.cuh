@@ -1,0 +1,31 @@
+// Block-wide reductions shared by the CUDA kernels: a warp shuffle tree, one partial per warp
+// in shared memory, then a second shuffle tree. The one way kernels here reduce across a block.
+#ifndef SPARSESERVE_KERNELS_CUDA_BLOCK_REDUCE_CUH_
+#define SPARSESERVE_KERNELS_CUDA_BLOCK_REDUCE_CUH_
+
+namespace sparseserve::kernels::cuda {
+
+enum class ReduceOp { kSum, kMax };
+
+// The sum or maximum of `v` over the block, returned to every thread. `scratch` holds 32 floats
+// of shared memory; every thread of the block must call it (it synchronises twice, so the
+// caller may reuse `scratch` right after).
+template <ReduceOp kOp>
+__device__ __forceinline__ float BlockReduce(float v, float* scratch) {
+  auto combine = [](float a, float b) { return kOp == ReduceOp::kSum ? a + b : fmaxf(a, b); };
+  const float identity = kOp == ReduceOp::kSum ? 0.0f : -INFINITY;
+  for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) / 32;
+  v = lane < warps ? scratch[lane] : identity;
+  for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();
+  return v;
+}
+
+}  // namespace sparseserve::kernels::cuda
+
+#endif  // SPARSESERVE_KERNELS_CUDA_BLOCK_REDUCE_CUH_
