@@ -9,6 +9,7 @@
 #define SPARSESERVE_KERNELS_BACKEND_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -16,6 +17,13 @@
 #include "kernels/attention_plan.h"
 
 namespace sparseserve::kernels {
+
+// A recorded run of a backend's ops (a CUDA graph), replayed by Backend::LaunchGraph. Owned by
+// whoever captured it; must not outlive its backend.
+class StepGraph {
+ public:
+  virtual ~StepGraph() = default;
+};
 
 class Backend {
  public:
@@ -90,6 +98,13 @@ class Backend {
   virtual absl::Status Attention(const Tensor& q, const Tensor& kv_layer,
                                  const AttentionBatch& batch, const Tensor& out) = 0;
 
+  // Attention's per-batch work done ahead (FlashInfer's plan/run split): the checks, and on a
+  // GPU the work lists uploaded to the device. Later Attention calls with the same nonzero
+  // batch.plan_id reuse it. A step graph's replay runs no host code, so its plan must be made
+  // before each LaunchGraph. q and kv_layer give the shapes only. Same errors as Attention.
+  virtual absl::Status PlanAttention(const Tensor& q, const Tensor& kv_layer,
+                                     const AttentionBatch& batch) = 0;
+
   // out[i, :] = x[rows[i], :]. x [n, d], rows i32 [m], out [m, d].
   virtual absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) = 0;
 
@@ -97,6 +112,21 @@ class Backend {
   // decoding on the device, so a step returns token ids instead of [rows, vocab] logits.
   // logits f32 [m, vocab], out i32 [m].
   virtual absl::Status ArgMax(const Tensor& logits, const Tensor& out) = 0;
+
+  // Step graphs: `record` queues a forward step's ops once and they are captured into a graph
+  // instead of running; LaunchGraph then replays them in one launch (a decode step has ~15 small
+  // ops per layer, and launching them one by one leaves the GPU idle between them). A replay
+  // reads the same tensors the capture saw, so the caller rewrites their contents (token ids,
+  // positions, slots, via CopyFromHost) and plans the attention before each launch. Inside
+  // `record` no op may allocate, copy to or from the host or synchronise (they fail with
+  // kFailedPrecondition, and so does the capture). kUnimplemented on backends without graphs
+  // (the CPU) and on the CUDA backend's legacy-stream mode.
+  virtual absl::StatusOr<std::unique_ptr<StepGraph>> CaptureGraph(
+      const std::function<absl::Status()>& record) = 0;
+  // Replays `graph` (from this backend's CaptureGraph) after the work queued so far.
+  // kFailedPrecondition when the graph is stale: backend-owned memory it reads (the attention
+  // plan's buffers) was reallocated since the capture; capture again.
+  virtual absl::Status LaunchGraph(const StepGraph& graph) = 0;
 };
 
 // Creates the backend for `device`. Returns kUnimplemented for kCuda when the binary was built

@@ -91,4 +91,22 @@ absl::Status OpTimingBackend::ArgMax(const Tensor& logits, const Tensor& out) {
   return Timed("ArgMax", [&] { return inner_->ArgMax(logits, out); });
 }
 
+absl::Status OpTimingBackend::PlanAttention(const Tensor& q, const Tensor& kv_layer,
+                                            const AttentionBatch& batch) {
+  return Timed("PlanAttention", [&] { return inner_->PlanAttention(q, kv_layer, batch); });
+}
+
+absl::StatusOr<std::unique_ptr<StepGraph>> OpTimingBackend::CaptureGraph(
+    const std::function<absl::Status()>& record) {
+  // Timing synchronises around every op, which a capture forbids: profiled steps run eagerly.
+  if (enabled_) return absl::UnimplementedError("CaptureGraph: op timing is on");
+  return inner_->CaptureGraph(record);
+}
+
+absl::Status OpTimingBackend::LaunchGraph(const StepGraph& graph) {
+  // One graph hides its ops' times: the caller runs the step op by op instead.
+  if (enabled_) return absl::UnimplementedError("LaunchGraph: op timing is on");
+  return inner_->LaunchGraph(graph);
+}
+
 }  // namespace sparseserve::kernels

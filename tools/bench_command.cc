@@ -87,6 +87,8 @@ absl::StatusOr<ModelBenchOptions> ModelBenchOptionsFromFlags() {
   o.iters = absl::GetFlag(FLAGS_iters);
   o.warmup = absl::GetFlag(FLAGS_warmup);
   o.block_tokens = BlockTokensFromFlags();
+  o.step_graph_rows = CudaGraphBatchFromFlags();
+  if (o.step_graph_rows < 0) return absl::InvalidArgumentError("--cuda-graph-batch must be >= 0");
   o.prefill_chunk = PrefillChunkFromFlags(kDefaultPrefillChunk);
   o.peak_bandwidth_gbps = absl::GetFlag(FLAGS_peak_bandwidth_gbps);
   o.peak_tflops = absl::GetFlag(FLAGS_peak_tflops);

@@ -389,6 +389,7 @@ absl::Status RunModelBench(const ModelBenchOptions& o) {
   Clock::time_point start = Clock::now();
   SS_ASSIGN_OR_RETURN(std::unique_ptr<model::LlamaModel> model,
                       model::LlamaModel::CreateRandom(o.config, &backend, kWeightsSeed));
+  model->set_step_graph_rows(o.step_graph_rows);
   SS_ASSIGN_OR_RETURN(const double create_s, SecondsSince(backend, start));
 
   SS_ASSIGN_OR_RETURN(const KvPlan plan, PlanKvCache(backend, o));
@@ -404,6 +405,14 @@ absl::Status RunModelBench(const ModelBenchOptions& o) {
   }
 
   std::printf("sparseserve bench model: %s on %s\n", o.preset.c_str(), device_name);
+  if (o.step_graph_rows > 0) {
+    std::printf(
+        "decode batches of up to %d sequences replay step graphs where the backend has "
+        "them (--cuda-graph-batch)\n",
+        o.step_graph_rows);
+  } else {
+    std::printf("step graphs off: every decode step launches its ops one by one\n");
+  }
   std::printf("model: %s params, %s of %s weights read per step (made in %.1f s)\n",
               FormatCount(static_cast<double>(NumModelParams(o.config))).c_str(),
               FormatBytes(StepWeightBytes(o.config, dtype)).c_str(),

@@ -30,6 +30,8 @@ struct ModelBenchOptions {
   double peak_bandwidth_gbps = 0;        // 1e9 bytes/s of the bytes floor; 0 = measure a copy
   double peak_tflops = 0;                // of the arithmetic floor; 0 = 989 on cuda, none on cpu
   bool op_profile = false;  // after each timed case, time its ops one by one and print the split
+  // Decode batches up to this size run as step graphs (LlamaModel::set_step_graph_rows); 0 = off.
+  int step_graph_rows = 64;
 };
 
 // Runs every case and prints the table. A case beyond the preset's context or the KV memory is

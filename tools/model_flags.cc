@@ -18,6 +18,11 @@ ABSL_FLAG(int, prefill_chunk, 0,
           "Prompt tokens per prefill step; 0 = the command's default (512; 8192 for `bench "
           "model`).");
 
+ABSL_FLAG(int, cuda_graph_batch, 64,
+          "Decode steps of up to this many sequences run as CUDA graphs (--device cuda): a batch "
+          "size's first step runs kernel by kernel, its second is captured, later ones replay "
+          "it in one launch. 0 = off.");
+
 namespace sparseserve::tools {
 
 std::string ModelPathFromFlags() {
@@ -35,6 +40,10 @@ int BlockTokensFromFlags() {
   return absl::GetFlag(FLAGS_block_tokens);
 }
 
+int CudaGraphBatchFromFlags() {
+  return absl::GetFlag(FLAGS_cuda_graph_batch);
+}
+
 int PrefillChunkFromFlags(int command_default) {
   const int chunk = absl::GetFlag(FLAGS_prefill_chunk);
   return chunk == 0 ? command_default : chunk;
@@ -46,6 +55,7 @@ engine::ModelRunnerOptions RunnerOptionsFromFlags() {
   options.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   options.block_tokens = absl::GetFlag(FLAGS_block_tokens);
   options.prefill_chunk_tokens = PrefillChunkFromFlags(options.prefill_chunk_tokens);
+  options.step_graph_rows = CudaGraphBatchFromFlags();
   return options;
 }
 

@@ -1,5 +1,5 @@
 // Flags shared by every command that loads a model (generate, decode, prefill, up), and by
-// `bench model` (--device, --block-tokens, --prefill-chunk only).
+// `bench model` (--device, --block-tokens, --prefill-chunk, --cuda-graph-batch only).
 #ifndef SPARSESERVE_TOOLS_MODEL_FLAGS_H_
 #define SPARSESERVE_TOOLS_MODEL_FLAGS_H_
 
@@ -15,6 +15,8 @@ std::string ModelPathFromFlags();
 // --device: kInvalidArgument for anything but cpu / cuda.
 absl::StatusOr<Device> DeviceFromFlags();
 engine::ModelRunnerOptions RunnerOptionsFromFlags();
+// --cuda-graph-batch as given (checked by ModelRunner / LlamaModel).
+int CudaGraphBatchFromFlags();
 // --block-tokens as given (checked by whoever sizes the KV cache).
 int BlockTokensFromFlags();
 // --prefill-chunk, or `command_default` when it is 0 (its default): `bench model` prefills in

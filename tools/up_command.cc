@@ -30,6 +30,7 @@ constexpr const char* kForwardedFlags[] = {"model",
                                            "max_waiting",
                                            "drain_seconds",
                                            "gpu_memory_fraction",
+                                           "cuda_graph_batch",
                                            "fault_kv_put_delay_ms"};
 
 std::vector<std::string> WorkerArgs(const char* role) {

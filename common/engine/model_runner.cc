@@ -49,15 +49,17 @@ absl::StatusOr<int64_t> KvCacheTokens(const model::ModelConfig& c, kernels::Back
 absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     const ModelSource& source, kernels::Backend* backend, const ModelRunnerOptions& options) {
   if (options.block_tokens <= 0 || options.block_tokens % 16 != 0 ||
-      options.prefill_chunk_tokens <= 0 || options.kv_cache_tokens < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bad runner options: block_tokens=", options.block_tokens,
-                     " (a multiple of 16), ", "prefill_chunk_tokens=", options.prefill_chunk_tokens,
-                     ", kv_cache_tokens=", options.kv_cache_tokens));
+      options.prefill_chunk_tokens <= 0 || options.kv_cache_tokens < 0 ||
+      options.step_graph_rows < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad runner options: block_tokens=", options.block_tokens, " (a multiple of 16), ",
+        "prefill_chunk_tokens=", options.prefill_chunk_tokens, ", kv_cache_tokens=",
+        options.kv_cache_tokens, ", step_graph_rows=", options.step_graph_rows));
   }
   SS_ASSIGN_OR_RETURN(
       std::unique_ptr<model::LlamaModel> model,
       model::LlamaModel::Load(source.config, *source.weights, source.naming, backend));
+  model->set_step_graph_rows(options.step_graph_rows);
   const model::ModelConfig& c = model->config();
   SS_ASSIGN_OR_RETURN(const int64_t tokens, KvCacheTokens(c, *backend, options));
   model::PagedKvCacheShape shape;

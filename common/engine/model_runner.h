@@ -34,6 +34,9 @@ struct ModelRunnerOptions {
   double gpu_memory_fraction = 0.9;
   int prefill_chunk_tokens = 512;   // tokens per prefill forward step (bounds activations)
   bool enable_prefix_cache = true;  // reuse full blocks of earlier prompts
+  // Decode batches of up to this many sequences run as step graphs (CUDA graphs) where the
+  // backend has them; 0 = off. See LlamaModel::set_step_graph_rows.
+  int step_graph_rows = model::LlamaModel::kDefaultStepGraphRows;
 };
 
 // KV state of one sequence. Owned by the caller; handed to the runner for every step.

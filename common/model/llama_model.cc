@@ -1,52 +1,44 @@
-// LlamaModel::Forward — one batched step of the Llama block stack.
+// LlamaModel::Forward — one batched step of the Llama block stack, op by op or as a step graph.
 #include "common/model/llama_model.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/core/logging.h"
 #include "common/core/status.h"
 
 namespace sparseserve::model {
-namespace {
-
-// Host int32 tensor holding `values` (copied).
-Tensor HostI32(const std::vector<int32_t>& values) {
-  Tensor t = Tensor::Zeros(DType::kI32, {static_cast<int64_t>(values.size())});
-  std::copy(values.begin(), values.end(), t.data<int32_t>());
-  return t;
-}
-
-}  // namespace
 
 absl::StatusOr<Tensor> LlamaModel::Forward(
     const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
     const std::function<absl::Status(int layer)>& on_layer_kv_written) {
-  SS_RETURN_IF_ERROR(ComputeLogits(batch, cache, on_layer_kv_written));
-  Tensor host = Tensor::Zeros(DType::kF32, step_.logits.shape());
-  SS_RETURN_IF_ERROR(backend_->CopyToHost(step_.logits, host));
+  SS_ASSIGN_OR_RETURN(const StepViews v, ComputeLogits(batch, cache, on_layer_kv_written));
+  Tensor host = Tensor::Zeros(DType::kF32, v.logits.shape());
+  SS_RETURN_IF_ERROR(backend_->CopyToHost(v.logits, host));
   return host;
 }
 
 absl::StatusOr<std::vector<int32_t>> LlamaModel::ForwardArgMax(
     const std::vector<ForwardSequence>& batch, PagedKvCache& cache) {
-  SS_RETURN_IF_ERROR(ComputeLogits(batch, cache, nullptr));
-  SS_RETURN_IF_ERROR(backend_->ArgMax(step_.logits, step_.argmax));
-  Tensor host = Tensor::Zeros(DType::kI32, step_.argmax.shape());
-  SS_RETURN_IF_ERROR(backend_->CopyToHost(step_.argmax, host));
+  SS_ASSIGN_OR_RETURN(const StepViews v, ComputeLogits(batch, cache, nullptr));
+  SS_RETURN_IF_ERROR(backend_->ArgMax(v.logits, v.argmax));
+  Tensor host = Tensor::Zeros(DType::kI32, v.argmax.shape());
+  SS_RETURN_IF_ERROR(backend_->CopyToHost(v.argmax, host));
   return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + host.numel());
 }
 
-absl::Status LlamaModel::ComputeLogits(
-    const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
-    const std::function<absl::Status(int layer)>& on_layer_kv_written) {
+void LlamaModel::set_step_graph_rows(int rows) {
+  step_graph_rows_ = std::max(rows, 0);
+  graphs_.clear();
+  graph_step_ = StepBuffers();
+}
+
+absl::StatusOr<LlamaModel::StepInputs> LlamaModel::FlattenBatch(
+    const std::vector<ForwardSequence>& batch, const PagedKvCache& cache) const {
   const ModelConfig& c = config_;
-  kernels::Backend& be = *backend_;
   const int block_tokens = cache.shape().block_tokens;
   if (batch.empty()) return absl::InvalidArgumentError("Forward: empty batch");
-
-  // Flatten the batch: token ids, positions, KV slots, rows whose logits are wanted.
-  std::vector<int32_t> ids, positions, slots, logit_rows;
-  kernels::AttentionBatch attn;
-  attn.block_tokens = block_tokens;
-  attn.plan_id = kernels::NewPlanId();  // every layer of this step passes the same batch
+  StepInputs in;
+  in.attn.block_tokens = block_tokens;
+  in.attn.plan_id = kernels::NewPlanId();  // every layer of this step passes the same batch
   for (size_t s = 0; s < batch.size(); ++s) {
     const ForwardSequence& seq = batch[s];
     const int32_t n = static_cast<int32_t>(seq.tokens.size());
@@ -65,58 +57,135 @@ absl::Status LlamaModel::ComputeLogits(
                                                      blocks_needed, " KV blocks, has ",
                                                      seq.block_table.size()));
     }
+    in.decode_only =
+        in.decode_only && n == 1 && seq.pattern.kind == kernels::AttentionPatternKind::kDense;
     kernels::SequenceAttention sa;
-    sa.q_begin = static_cast<int32_t>(ids.size());
+    sa.q_begin = static_cast<int32_t>(in.ids.size());
     sa.q_len = n;
     sa.kv_len = static_cast<int32_t>(end_pos);
     sa.block_table = seq.block_table;
     sa.pattern = seq.pattern;
-    attn.sequences.push_back(std::move(sa));
+    in.attn.sequences.push_back(std::move(sa));
     for (int32_t i = 0; i < n; ++i) {
       const int32_t pos = seq.start_pos + i;
       const int32_t block = seq.block_table[pos / block_tokens];
       if (block < 0 || block >= cache.shape().num_blocks) {
-        return absl::InvalidArgumentError(absl::StrCat("Forward: block id ", block,
-                                                       " outside the "
-                                                       "KV cache of ",
-                                                       cache.shape().num_blocks));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Forward: block id ", block, " outside the KV cache of ", cache.shape().num_blocks));
       }
       if (seq.tokens[i] < 0 || seq.tokens[i] >= c.vocab_size) {
         return absl::InvalidArgumentError(absl::StrCat(
             "Forward: token id ", seq.tokens[i], " outside the vocabulary of ", c.vocab_size));
       }
-      if (seq.all_logits || i == n - 1) logit_rows.push_back(static_cast<int32_t>(ids.size()));
-      ids.push_back(seq.tokens[i]);
-      positions.push_back(pos);
-      slots.push_back(block * block_tokens + pos % block_tokens);
+      if (seq.all_logits || i == n - 1) {
+        in.logit_rows.push_back(static_cast<int32_t>(in.ids.size()));
+      }
+      in.ids.push_back(seq.tokens[i]);
+      in.positions.push_back(pos);
+      in.slots.push_back(block * block_tokens + pos % block_tokens);
     }
   }
-  const int64_t n = static_cast<int64_t>(ids.size());
-  const int64_t hd = c.head_dim;
-  const int64_t m = static_cast<int64_t>(logit_rows.size());
-  SS_RETURN_IF_ERROR(PrepareStepBuffers(n, m));
-  // One upload for all index arrays of the step.
-  std::vector<int32_t> indices;
-  indices.reserve(3 * n + m);
-  for (const std::vector<int32_t>* part : {&ids, &positions, &slots, &logit_rows}) {
-    indices.insert(indices.end(), part->begin(), part->end());
-  }
-  SS_RETURN_IF_ERROR(be.CopyFromHost(HostI32(indices), step_.indices));
-  const Tensor ids_t = step_.indices.Slice(0, 0, n);
-  const Tensor pos_t = step_.indices.Slice(0, n, 2 * n);
-  const Tensor slots_t = step_.indices.Slice(0, 2 * n, 3 * n);
-  const Tensor rows_t = step_.indices.Slice(0, 3 * n, 3 * n + m);
+  return in;
+}
 
+absl::Status LlamaModel::UploadIndices(const StepInputs& in, const StepBuffers& buffers) {
+  Tensor host = Tensor::Zeros(DType::kI32, buffers.indices.shape());
+  int32_t* out = host.data<int32_t>();
+  const int64_t r = buffers.rows;
+  std::copy(in.ids.begin(), in.ids.end(), out);
+  std::copy(in.positions.begin(), in.positions.end(), out + r);
+  std::copy(in.slots.begin(), in.slots.end(), out + 2 * r);
+  std::copy(in.logit_rows.begin(), in.logit_rows.end(), out + 3 * r);
+  return backend_->CopyFromHost(host, buffers.indices);
+}
+
+absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
+    const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
+    const std::function<absl::Status(int layer)>& on_layer_kv_written) {
+  kernels::Backend& be = *backend_;
+  SS_ASSIGN_OR_RETURN(const StepInputs in, FlattenBatch(batch, cache));
+  const int64_t n = static_cast<int64_t>(in.ids.size());
+  const int64_t m = static_cast<int64_t>(in.logit_rows.size());
+
+  // Decode steps take the step graph of their batch size where the backend has graphs; a probe
+  // capture of nothing finds out once.
+  bool graph = in.decode_only && on_layer_kv_written == nullptr && n <= step_graph_rows_;
+  if (graph && graph_support_ == GraphSupport::kUnknown) {
+    graph_support_ = be.CaptureGraph([] { return absl::OkStatus(); }).ok() ? GraphSupport::kYes
+                                                                           : GraphSupport::kNo;
+  }
+  graph = graph && graph_support_ == GraphSupport::kYes;
+  if (graph) {
+    if (graph_step_.rows < 0) {
+      SS_ASSIGN_OR_RETURN(graph_step_, AllocateStepBuffers(step_graph_rows_, step_graph_rows_));
+    }
+    const StepViews v = Views(graph_step_, n, m);
+    SS_RETURN_IF_ERROR(UploadIndices(in, graph_step_));
+    SS_RETURN_IF_ERROR(be.PlanAttention(v.q, cache.layer(0), in.attn));
+    SS_RETURN_IF_ERROR(RunStepGraph(n, v, in.attn, cache));
+    return v;
+  }
+  if (step_.rows != n || step_.logit_rows != m) {
+    step_ = StepBuffers();  // frees the previous shape's buffers first
+    SS_ASSIGN_OR_RETURN(step_, AllocateStepBuffers(n, m));
+  }
+  const StepViews v = Views(step_, n, m);
+  SS_RETURN_IF_ERROR(UploadIndices(in, step_));
+  SS_RETURN_IF_ERROR(RunLayers(v, in.attn, cache, on_layer_kv_written));
+  return v;
+}
+
+absl::Status LlamaModel::RunStepGraph(int64_t n, const StepViews& v,
+                                      const kernels::AttentionBatch& attn, PagedKvCache& cache) {
+  kernels::Backend& be = *backend_;
+  GraphSlot& slot = graphs_[n];
+  const void* kv_base = cache.layer(0).raw_data();
+  if (slot.graph != nullptr && slot.kv_base != kv_base) slot.graph.reset();
+  if (slot.graph != nullptr) {
+    const absl::Status launched = be.LaunchGraph(*slot.graph);
+    // kUnimplemented: the backend wants this step op by op (per-op timing is on).
+    if (absl::IsUnimplemented(launched)) return RunLayers(v, attn, cache, nullptr);
+    if (!absl::IsFailedPrecondition(launched)) return launched;
+    slot.graph.reset();  // stale: captured before the attention plan's buffers grew
+  }
+  // A size's first step runs op by op: what ops create lazily (GEMM plans, workspaces) must
+  // exist before a capture, which may not allocate.
+  if (!slot.warmed || slot.failed) {
+    slot.warmed = true;
+    return RunLayers(v, attn, cache, nullptr);
+  }
+  absl::StatusOr<std::unique_ptr<kernels::StepGraph>> captured =
+      be.CaptureGraph([&] { return RunLayers(v, attn, cache, nullptr); });
+  if (!captured.ok()) {
+    if (!absl::IsUnimplemented(captured.status())) {
+      SS_LOG_WARNING("decode steps of {} sequences run op by op: graph capture failed: {}", n,
+                     captured.status().ToString());
+      slot.failed = true;
+    }
+    return RunLayers(v, attn, cache, nullptr);
+  }
+  slot.graph = *std::move(captured);
+  slot.kv_base = kv_base;
+  return be.LaunchGraph(*slot.graph);
+}
+
+absl::Status LlamaModel::RunLayers(
+    const StepViews& v, const kernels::AttentionBatch& attn, PagedKvCache& cache,
+    const std::function<absl::Status(int layer)>& on_layer_kv_written) {
+  const ModelConfig& c = config_;
+  kernels::Backend& be = *backend_;
+  const int64_t n = v.ids.dim(0);
+  const int64_t hd = c.head_dim;
   // Activations. `h` is the residual stream; `x` its normalised copy fed to each sub-block.
-  const Tensor &h = step_.h, &x = step_.x, &q = step_.q, &k = step_.k, &v = step_.v;
-  const Tensor &attn_out = step_.attn_out, &gate = step_.gate, &up = step_.up;
-  const Tensor& branch = step_.branch;  // sub-block output
+  const Tensor &h = v.h, &x = v.x, &q = v.q, &k = v.k, &attn_out = v.attn_out;
+  const Tensor &gate = v.gate, &up = v.up;
+  const Tensor& branch = v.branch;  // sub-block output
   SS_ASSIGN_OR_RETURN(Tensor q2, q.Reshape({n, c.num_heads * hd}));
   SS_ASSIGN_OR_RETURN(Tensor k2, k.Reshape({n, c.num_kv_heads * hd}));
-  SS_ASSIGN_OR_RETURN(Tensor v2, v.Reshape({n, c.num_kv_heads * hd}));
+  SS_ASSIGN_OR_RETURN(Tensor v2, v.v.Reshape({n, c.num_kv_heads * hd}));
   SS_ASSIGN_OR_RETURN(Tensor attn2, attn_out.Reshape({n, c.num_heads * hd}));
 
-  SS_RETURN_IF_ERROR(be.Embedding(embedding_, ids_t, h));
+  SS_RETURN_IF_ERROR(be.Embedding(embedding_, v.ids, h));
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = layers_[l];
     if (l == 0) {
@@ -127,8 +196,8 @@ absl::Status LlamaModel::ComputeLogits(
     SS_RETURN_IF_ERROR(be.Linear(x, w.wq, w.bq, q2));
     SS_RETURN_IF_ERROR(be.Linear(x, w.wk, w.bk, k2));
     SS_RETURN_IF_ERROR(be.Linear(x, w.wv, w.bv, v2));
-    SS_RETURN_IF_ERROR(be.Rope(q, k, pos_t, inv_freq_));
-    SS_RETURN_IF_ERROR(be.WriteKv(k, v, slots_t, cache.layer(l)));
+    SS_RETURN_IF_ERROR(be.Rope(q, k, v.positions, inv_freq_));
+    SS_RETURN_IF_ERROR(be.WriteKv(k, v.v, v.slots, cache.layer(l)));
     if (on_layer_kv_written) SS_RETURN_IF_ERROR(on_layer_kv_written(l));
     SS_RETURN_IF_ERROR(be.Attention(q, cache.layer(l), attn, attn_out));
     SS_RETURN_IF_ERROR(be.Linear(attn2, w.wo, w.bo, branch));
@@ -139,14 +208,12 @@ absl::Status LlamaModel::ComputeLogits(
     SS_RETURN_IF_ERROR(be.Linear(gate, w.w_down, Tensor(), branch));
   }
   SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, final_norm_, c.rms_norm_eps, x));
-
-  SS_RETURN_IF_ERROR(be.GatherRows(x, rows_t, step_.last));
-  return be.Linear(step_.last, lm_head_, Tensor(), step_.logits);
+  SS_RETURN_IF_ERROR(be.GatherRows(x, v.logit_rows, v.last));
+  return be.Linear(v.last, lm_head_, Tensor(), v.logits);
 }
 
-absl::Status LlamaModel::PrepareStepBuffers(int64_t rows, int64_t logit_rows) {
-  if (step_.rows == rows && step_.logit_rows == logit_rows) return absl::OkStatus();
-  step_ = StepBuffers();  // frees the previous shape's buffers first
+absl::StatusOr<LlamaModel::StepBuffers> LlamaModel::AllocateStepBuffers(int64_t rows,
+                                                                        int64_t logit_rows) const {
   const ModelConfig& c = config_;
   kernels::Backend& be = *backend_;
   const DType dt = be.compute_dtype();
@@ -170,8 +237,31 @@ absl::Status LlamaModel::PrepareStepBuffers(int64_t rows, int64_t logit_rows) {
   SS_ASSIGN_OR_RETURN(b.argmax, be.Allocate(DType::kI32, {logit_rows}));
   b.rows = rows;
   b.logit_rows = logit_rows;
-  step_ = std::move(b);
-  return absl::OkStatus();
+  return b;
+}
+
+LlamaModel::StepViews LlamaModel::Views(const StepBuffers& b, int64_t n, int64_t m) {
+  const int64_t r = b.rows;
+  StepViews v;
+  v.ids = b.indices.Slice(0, 0, n);
+  v.positions = b.indices.Slice(0, r, r + n);
+  v.slots = b.indices.Slice(0, 2 * r, 2 * r + n);
+  v.logit_rows = b.indices.Slice(0, 3 * r, 3 * r + m);
+  for (auto [view, buffer] : {std::pair{&v.h, &b.h},
+                              {&v.x, &b.x},
+                              {&v.q, &b.q},
+                              {&v.k, &b.k},
+                              {&v.v, &b.v},
+                              {&v.attn_out, &b.attn_out},
+                              {&v.gate, &b.gate},
+                              {&v.up, &b.up},
+                              {&v.branch, &b.branch}}) {
+    *view = buffer->Slice(0, 0, n);
+  }
+  v.last = b.last.Slice(0, 0, m);
+  v.logits = b.logits.Slice(0, 0, m);
+  v.argmax = b.argmax.Slice(0, 0, m);
+  return v;
 }
 
 }  // namespace sparseserve::model

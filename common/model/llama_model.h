@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/model/model_config.h"
 #include "common/model/paged_kv_cache.h"
@@ -85,6 +86,13 @@ class LlamaModel {
   absl::StatusOr<std::vector<int32_t>> ForwardArgMax(const std::vector<ForwardSequence>& batch,
                                                      PagedKvCache& cache);
 
+  // Decode steps (one new token per sequence, dense attention, no per-layer hook) of at most
+  // `rows` sequences run as step graphs on backends that have them (CUDA graphs): a batch size's
+  // first step runs op by op, its second is captured, later ones replay the capture. 0 turns
+  // graphs off. Default kDefaultStepGraphRows. Drops the graphs captured so far.
+  void set_step_graph_rows(int rows);
+  static constexpr int kDefaultStepGraphRows = 64;
+
  private:
   LlamaModel(ModelConfig config, kernels::Backend* backend)
       : config_(std::move(config)), backend_(backend) {}
@@ -92,26 +100,66 @@ class LlamaModel {
   // shared by Load and CreateRandom so both rotate identically.
   absl::Status UploadInverseFrequencies();
 
-  // The buffers of one forward step, kept for the next step with the same shape (decode steps
-  // repeat it): allocations and their zero-fills cost launches that a decode step notices.
+  // A step's batch flattened on the host: what its index tensors and attention plan hold.
+  struct StepInputs {
+    std::vector<int32_t> ids, positions, slots, logit_rows;
+    kernels::AttentionBatch attn;
+    bool decode_only = true;  // every sequence adds one token with dense attention
+  };
+  absl::StatusOr<StepInputs> FlattenBatch(const std::vector<ForwardSequence>& batch,
+                                          const PagedKvCache& cache) const;
+
+  // The buffers of forward steps of up to `rows` token rows and `logit_rows` logits rows. Kept
+  // across steps: allocations and their zero-fills cost launches that a decode step notices,
+  // and a step graph keeps reading the buffers it was captured with.
   struct StepBuffers {
     int64_t rows = -1, logit_rows = -1;
-    Tensor indices;  // i32 [3 * rows + logit_rows]: token ids, positions, KV slots, logit rows
+    // i32 [3 * rows + logit_rows]: token ids, positions, KV slots (`rows` each), logit rows.
+    Tensor indices;
     Tensor h, x, q, k, v, attn_out, gate, up, branch, last, logits;
     Tensor argmax;  // i32 [logit_rows]
   };
-  absl::Status PrepareStepBuffers(int64_t rows, int64_t logit_rows);
-  // One step up to the logits, left in step_.logits on the backend.
-  absl::Status ComputeLogits(const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
-                             const std::function<absl::Status(int layer)>& on_layer_kv_written);
+  // A step's first n rows and m logits rows of some StepBuffers.
+  struct StepViews {
+    Tensor ids, positions, slots, logit_rows;
+    Tensor h, x, q, k, v, attn_out, gate, up, branch, last, logits, argmax;
+  };
+  absl::StatusOr<StepBuffers> AllocateStepBuffers(int64_t rows, int64_t logit_rows) const;
+  static StepViews Views(const StepBuffers& buffers, int64_t n, int64_t m);
+  // Writes the step's index arrays into `buffers.indices` (one upload).
+  absl::Status UploadIndices(const StepInputs& in, const StepBuffers& buffers);
+
+  // One step up to the logits; returns the views holding them.
+  absl::StatusOr<StepViews> ComputeLogits(
+      const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
+      const std::function<absl::Status(int layer)>& on_layer_kv_written);
+  // The step's device ops, embedding to logits: what a step graph records.
+  absl::Status RunLayers(const StepViews& v, const kernels::AttentionBatch& attn,
+                         PagedKvCache& cache,
+                         const std::function<absl::Status(int layer)>& on_layer_kv_written);
+  // RunLayers through the step graph of batch size `n` (capturing it on its second use).
+  absl::Status RunStepGraph(int64_t n, const StepViews& v, const kernels::AttentionBatch& attn,
+                            PagedKvCache& cache);
+
+  struct GraphSlot {
+    std::unique_ptr<kernels::StepGraph> graph;
+    const void* kv_base = nullptr;  // the KV cache it was captured with
+    bool warmed = false;            // one step of this size ran op by op
+    bool failed = false;            // capture failed: this size stays op by op
+  };
+  enum class GraphSupport { kUnknown, kYes, kNo };
 
   ModelConfig config_;
   kernels::Backend* backend_;  // borrowed
-  StepBuffers step_;
-  Tensor embedding_;   // [vocab, hidden]
-  Tensor final_norm_;  // [hidden]
-  Tensor lm_head_;     // [vocab, hidden] (the embedding when tied)
-  Tensor inv_freq_;    // f32 [head_dim / 2]
+  StepBuffers step_;           // steps that run op by op, sized to the last such step
+  StepBuffers graph_step_;     // decode steps under graphs: step_graph_rows_ rows, views per size
+  int step_graph_rows_ = kDefaultStepGraphRows;
+  GraphSupport graph_support_ = GraphSupport::kUnknown;
+  absl::flat_hash_map<int64_t, GraphSlot> graphs_;  // by batch size
+  Tensor embedding_;                                // [vocab, hidden]
+  Tensor final_norm_;                               // [hidden]
+  Tensor lm_head_;                                  // [vocab, hidden] (the embedding when tied)
+  Tensor inv_freq_;                                 // f32 [head_dim / 2]
   std::vector<LayerWeights> layers_;
 };
 

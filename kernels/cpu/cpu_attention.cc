@@ -13,16 +13,13 @@ namespace sparseserve::kernels {
 
 using cpu_internal::CheckTensor;
 
-absl::Status CpuBackend::Attention(const Tensor& q, const Tensor& kv_layer,
-                                   const AttentionBatch& batch, const Tensor& out) {
+absl::Status CpuBackend::PlanAttention(const Tensor& q, const Tensor& kv_layer,
+                                       const AttentionBatch& batch) {
   SS_RETURN_IF_ERROR(CheckTensor(q, DType::kF32, 3, "Attention", "q"));
-  SS_RETURN_IF_ERROR(CheckTensor(out, DType::kF32, 3, "Attention", "out"));
   SS_RETURN_IF_ERROR(CheckTensor(kv_layer, DType::kF32, 4, "Attention", "kv_layer"));
-  const int64_t num_heads = q.dim(1);
-  const int64_t hd = q.dim(2);
   const int64_t kv_heads = kv_layer.dim(2);
-  if (!(out.shape() == q.shape()) || kv_layer.dim(3) != hd || kv_heads == 0 ||
-      num_heads % kv_heads != 0 || kv_layer.dim(1) != batch.block_tokens) {
+  if (kv_layer.dim(3) != q.dim(2) || kv_heads == 0 || q.dim(1) % kv_heads != 0 ||
+      kv_layer.dim(1) != batch.block_tokens) {
     return absl::InvalidArgumentError(absl::StrCat("Attention: shape mismatch q ", q.DebugString(),
                                                    " kv_layer ", kv_layer.DebugString(),
                                                    " block_tokens ", batch.block_tokens));
@@ -32,6 +29,21 @@ absl::Status CpuBackend::Attention(const Tensor& q, const Tensor& kv_layer,
     SS_RETURN_IF_ERROR(ValidateSequenceAttention(batch.sequences[i], q.dim(0), batch.block_tokens,
                                                  num_blocks, i, "CPU"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Attention(const Tensor& q, const Tensor& kv_layer,
+                                   const AttentionBatch& batch, const Tensor& out) {
+  // The reference re-checks every call: it has no device plan to keep.
+  SS_RETURN_IF_ERROR(PlanAttention(q, kv_layer, batch));
+  SS_RETURN_IF_ERROR(CheckTensor(out, DType::kF32, 3, "Attention", "out"));
+  if (!(out.shape() == q.shape())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Attention: out ", out.DebugString(), " differs from q ", q.DebugString()));
+  }
+  const int64_t num_heads = q.dim(1);
+  const int64_t hd = q.dim(2);
+  const int64_t kv_heads = kv_layer.dim(2);
   const int64_t group = num_heads / kv_heads;
   const float scale = batch.scale > 0 ? batch.scale : 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t bt = batch.block_tokens;

@@ -245,4 +245,13 @@ absl::Status CpuBackend::ArgMax(const Tensor& logits, const Tensor& out) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<StepGraph>> CpuBackend::CaptureGraph(
+    const std::function<absl::Status()>& /*record*/) {
+  return absl::UnimplementedError("CaptureGraph: the CPU backend runs ops as they are called");
+}
+
+absl::Status CpuBackend::LaunchGraph(const StepGraph& /*graph*/) {
+  return absl::UnimplementedError("LaunchGraph: the CPU backend has no step graphs");
+}
+
 }  // namespace sparseserve::kernels

@@ -65,7 +65,7 @@ template <int D, int G>
 __global__ void __launch_bounds__(kThreads)
     DecodeAttentionKernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv,
                           const AttentionSeqInfo* seqs, const int32_t* __restrict__ block_tables,
-                          const int2* items, int chunk_tokens, AttentionDims dims,
+                          const int32_t* header, const int2* items, AttentionDims dims,
                           float* __restrict__ partial_out, float* __restrict__ partial_lse) {
   constexpr int kStride = Stride<D>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -77,6 +77,8 @@ __global__ void __launch_bounds__(kThreads)
   float* corr_s = sum_s + G;
 
   const int item = blockIdx.x;
+  if (item >= header[0]) return;  // the grid is sized for the most items this batch can have
+  const int chunk_tokens = header[1];
   const int kv_head = blockIdx.y;
   const int2 it = items[item];
   const AttentionSeqInfo seq = seqs[it.x];
@@ -258,20 +260,19 @@ __global__ void MergeKernel(const float* partial_out, const float* partial_lse, 
 
 template <int D, int G>
 cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqInfo* seqs,
-                   const int32_t* block_tables, const int2* items, int num_items, int chunk_tokens,
-                   const int2* merges, const int32_t* merge_seqs, int num_merges, int max_chunks,
-                   const AttentionDims& dims, float* partial_out, float* partial_lse, bf16_t* out,
-                   cudaStream_t stream) {
+                   const int32_t* block_tables, const DecodeWork& work, const AttentionDims& dims,
+                   bf16_t* out, cudaStream_t stream) {
   constexpr size_t kSmem = DecodeSmemBytes<D, G>();
   static const cudaError_t attr = cudaFuncSetAttribute(
       DecodeAttentionKernel<D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
-  DecodeAttentionKernel<D, G><<<dim3(num_items, dims.kv_heads), kThreads, kSmem, stream>>>(
+  DecodeAttentionKernel<D, G><<<dim3(work.max_items, dims.kv_heads), kThreads, kSmem, stream>>>(
       reinterpret_cast<const __nv_bfloat16*>(q), reinterpret_cast<const __nv_bfloat16*>(kv_layer),
-      seqs, block_tables, items, chunk_tokens, dims, partial_out, partial_lse);
+      seqs, block_tables, work.header, work.items, dims, work.partial_out, work.partial_lse);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  MergeKernel<<<dim3(num_merges, dims.heads), D, max_chunks * sizeof(float), stream>>>(
-      partial_out, partial_lse, merges, merge_seqs, seqs, dims,
+  // A sequence has at most max_items chunks: one weight slot each.
+  MergeKernel<<<dim3(work.num_merges, dims.heads), D, work.max_items * sizeof(float), stream>>>(
+      work.partial_out, work.partial_lse, work.merges, work.merge_seqs, seqs, dims,
       reinterpret_cast<__nv_bfloat16*>(out));
   return cudaGetLastError();
 }
@@ -279,41 +280,29 @@ cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqIn
 template <int D>
 cudaError_t LaunchForGroup(int group, const bf16_t* q, const bf16_t* kv_layer,
                            const AttentionSeqInfo* seqs, const int32_t* block_tables,
-                           const int2* items, int num_items, int chunk_tokens, const int2* merges,
-                           const int32_t* merge_seqs, int num_merges, int max_chunks,
-                           const AttentionDims& dims, float* partial_out, float* partial_lse,
-                           bf16_t* out, cudaStream_t stream) {
-#define SS_DECODE_LAUNCH(G)                                                                    \
-  return Launch<D, G>(q, kv_layer, seqs, block_tables, items, num_items, chunk_tokens, merges, \
-                      merge_seqs, num_merges, max_chunks, dims, partial_out, partial_lse, out, \
-                      stream)
-  if (group <= 1) SS_DECODE_LAUNCH(1);
-  if (group <= 2) SS_DECODE_LAUNCH(2);
-  if (group <= 4) SS_DECODE_LAUNCH(4);
-  if (group <= 8) SS_DECODE_LAUNCH(8);
-  SS_DECODE_LAUNCH(16);
-#undef SS_DECODE_LAUNCH
+                           const DecodeWork& work, const AttentionDims& dims, bf16_t* out,
+                           cudaStream_t stream) {
+  if (group <= 1) return Launch<D, 1>(q, kv_layer, seqs, block_tables, work, dims, out, stream);
+  if (group <= 2) return Launch<D, 2>(q, kv_layer, seqs, block_tables, work, dims, out, stream);
+  if (group <= 4) return Launch<D, 4>(q, kv_layer, seqs, block_tables, work, dims, out, stream);
+  if (group <= 8) return Launch<D, 8>(q, kv_layer, seqs, block_tables, work, dims, out, stream);
+  return Launch<D, 16>(q, kv_layer, seqs, block_tables, work, dims, out, stream);
 }
 
 }  // namespace
 
 cudaError_t LaunchDecodeAttention(const bf16_t* q, const bf16_t* kv_layer,
                                   const AttentionSeqInfo* seqs, const int32_t* block_tables,
-                                  const int2* items, int num_items, int chunk_tokens,
-                                  const int2* merges, const int32_t* merge_seqs, int num_merges,
-                                  int max_chunks, const AttentionDims& dims, float* partial_out,
-                                  float* partial_lse, bf16_t* out, cudaStream_t stream) {
-  if (num_items == 0) return cudaSuccess;
+                                  const DecodeWork& work, const AttentionDims& dims, bf16_t* out,
+                                  cudaStream_t stream) {
+  if (work.max_items == 0 || work.num_merges == 0) return cudaSuccess;
   if (dims.heads / dims.kv_heads > kMaxGroup) return cudaErrorInvalidValue;
+  const int group = dims.heads / dims.kv_heads;
   switch (dims.head_dim) {
     case 64:
-      return LaunchForGroup<64>(dims.heads / dims.kv_heads, q, kv_layer, seqs, block_tables, items,
-                                num_items, chunk_tokens, merges, merge_seqs, num_merges, max_chunks,
-                                dims, partial_out, partial_lse, out, stream);
+      return LaunchForGroup<64>(group, q, kv_layer, seqs, block_tables, work, dims, out, stream);
     case 128:
-      return LaunchForGroup<128>(dims.heads / dims.kv_heads, q, kv_layer, seqs, block_tables, items,
-                                 num_items, chunk_tokens, merges, merge_seqs, num_merges,
-                                 max_chunks, dims, partial_out, partial_lse, out, stream);
+      return LaunchForGroup<128>(group, q, kv_layer, seqs, block_tables, work, dims, out, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -77,6 +77,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaDevic
 }
 
 absl::StatusOr<Tensor> CudaBackend::Allocate(DType dtype, Shape shape) {
+  SS_RETURN_IF_ERROR(CheckNotCapturing("Allocate"));
   const size_t bytes = static_cast<size_t>(shape.numel()) * DTypeSize(dtype);
   void* ptr = nullptr;
   // cudaMallocAsync does not accept 0 bytes; an empty tensor still needs a distinct address.
@@ -93,6 +94,7 @@ absl::StatusOr<Tensor> CudaBackend::Allocate(DType dtype, Shape shape) {
 }
 
 absl::Status CudaBackend::CopyFromHost(const Tensor& src, const Tensor& dst) {
+  SS_RETURN_IF_ERROR(CheckNotCapturing("CopyFromHost"));
   if (src.device() != Device::kHost || dst.device() != Device::kCuda || !dst.is_contiguous()) {
     return absl::InvalidArgumentError(
         absl::StrCat("CopyFromHost: needs a host source and a "
@@ -136,11 +138,13 @@ absl::Status CudaBackend::CheckEmbeddingFlag() {
 }
 
 absl::Status CudaBackend::Synchronize() {
+  SS_RETURN_IF_ERROR(CheckNotCapturing("Synchronize"));
   SS_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream()), "asynchronous CUDA work"));
   return CheckEmbeddingFlag();
 }
 
 absl::Status CudaBackend::CopyToHost(const Tensor& src, const Tensor& dst) {
+  SS_RETURN_IF_ERROR(CheckNotCapturing("CopyToHost"));
   if (src.device() != Device::kCuda || dst.device() != Device::kHost || !dst.is_contiguous() ||
       !src.is_contiguous()) {
     return absl::InvalidArgumentError(

@@ -52,8 +52,13 @@ class CudaBackend final : public Backend {
                        const Tensor& kv_layer) override;
   absl::Status Attention(const Tensor& q, const Tensor& kv_layer, const AttentionBatch& batch,
                          const Tensor& out) override;
+  absl::Status PlanAttention(const Tensor& q, const Tensor& kv_layer,
+                             const AttentionBatch& batch) override;
   absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
   absl::Status ArgMax(const Tensor& logits, const Tensor& out) override;
+  absl::StatusOr<std::unique_ptr<StepGraph>> CaptureGraph(
+      const std::function<absl::Status()>& record) override;
+  absl::Status LaunchGraph(const StepGraph& graph) override;
 
   cudaStream_t stream() const { return stream_->stream; }
 
@@ -74,12 +79,19 @@ class CudaBackend final : public Backend {
   absl::Status UploadAttentionMetadata(const AttentionBatch& batch, int head_dim, int heads,
                                        int kv_heads);
   absl::Status CheckEmbeddingFlag();
+  // kFailedPrecondition naming `op` while a graph capture is under way (ops that allocate, copy
+  // to or from the host or synchronise cannot be recorded).
+  absl::Status CheckNotCapturing(const char* op) const;
 
   std::shared_ptr<StreamHolder> stream_;
   std::unique_ptr<GemmCache> gemm_;
   std::unique_ptr<AttentionMetadata> attn_;
   Tensor error_flag_;  // i32 [1]: set by kernels that meet invalid indices
   int sm_count_ = 0;
+  bool capturing_ = false;  // inside CaptureGraph's `record`
+  // Bumped whenever backend-owned memory that kernels read moves (the attention plan's buffers):
+  // graphs captured under an older epoch are stale.
+  uint64_t graph_epoch_ = 0;
 };
 
 // The backend on the first GPU (kernels::CreateBackend(kCuda) calls this).

@@ -38,11 +38,10 @@ struct CudaBackend::AttentionMetadata {
   Tensor device;              // i32, grown as needed
   Tensor partial;             // f32 split-KV partial outputs, grown as needed
   // Offsets (in int32 elements) into `host`/`device` and counts.
-  int64_t seqs = 0, tables = 0, prefill_tiles = 0, decode_items = 0, merges = 0, merge_seqs = 0,
-          row_seq = 0;
-  int num_prefill_tiles = 0, num_decode_items = 0, num_merges = 0, total_q = 0;
-  int decode_chunk_tokens = 0;
-  int decode_max_chunks = 0;  // most split-KV chunks of one sequence
+  int64_t decode_header = 0, seqs = 0, decode_items = 0, merges = 0, merge_seqs = 0,
+          prefill_tiles = 0, row_seq = 0, tables = 0;
+  int num_prefill_tiles = 0, num_merges = 0, total_q = 0;
+  int max_decode_items = 0;  // the decode grid: a bound on split-KV chunks fixed by the batch
   bool generic = false;       // head_dim without a tensor-core kernel: every row on the generic one
 };
 

@@ -85,17 +85,27 @@ cudaError_t LaunchPrefillAttention(const bf16_t* q, const bf16_t* kv_layer,
                                    bf16_t* out, cudaStream_t stream);
 inline constexpr int kPrefillTileRows = 64;
 
-// Split-KV decode attention for single-query sequences (head_dim 64 or 128). `items` lists
-// (sequence index, first key of its chunk) pairs; every chunk has `chunk_tokens` keys (the last of
-// a sequence fewer). Partial results go to `partial_out` [items, heads, hd] and `partial_lse`
-// [items, heads]; `merges` [num_seqs] (first item, item count; at most max_chunks items) then
-// combine them into `out`.
+// The split-KV work lists of one decode attention call. Counts that change with the KV lengths
+// live on the device and the grid size depends only on the batch, so a captured step graph
+// replays correctly while the contexts grow.
+struct DecodeWork {
+  const int32_t* header = nullptr;      // device [2]: item count, keys per chunk
+  const int2* items = nullptr;          // device: (sequence index, first key of its chunk)
+  int max_items = 0;                    // grid size, >= header[0]; idle CTAs exit at once
+  const int2* merges = nullptr;         // device [num_merges]: (first item, item count)
+  const int32_t* merge_seqs = nullptr;  // device [num_merges]: sequence of each merge
+  int num_merges = 0;
+  float* partial_out = nullptr;  // [max_items, heads, head_dim]
+  float* partial_lse = nullptr;  // [max_items, heads]
+};
+
+// Split-KV decode attention for single-query sequences (head_dim 64 or 128): every chunk has
+// header[1] keys (the last of a sequence fewer); the merges combine a sequence's chunks into
+// `out`.
 cudaError_t LaunchDecodeAttention(const bf16_t* q, const bf16_t* kv_layer,
                                   const AttentionSeqInfo* seqs, const int32_t* block_tables,
-                                  const int2* items, int num_items, int chunk_tokens,
-                                  const int2* merges, const int32_t* merge_seqs, int num_merges,
-                                  int max_chunks, const AttentionDims& dims, float* partial_out,
-                                  float* partial_lse, bf16_t* out, cudaStream_t stream);
+                                  const DecodeWork& work, const AttentionDims& dims, bf16_t* out,
+                                  cudaStream_t stream);
 inline constexpr int kDecodeTileTokens = 64;
 
 // Any head_dim up to 256, any q_len: one warp per (query row, head), keys in order. The fallback

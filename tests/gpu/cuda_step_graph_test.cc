@@ -1,0 +1,161 @@
+// Step graphs on the CUDA backend: decode steps replayed from a CUDA graph give exactly the logits
+// of the same steps run kernel by kernel (the same kernels read the same inputs), while contexts
+// grow across KV blocks and split-KV chunk sizes, batch sizes change, and the attention plan's
+// buffers move; captures refuse ops that cannot be recorded.
+#include "common/model/llama_model.h"
+#include "tests/gpu/cuda_test_util.h"
+
+namespace sparseserve::testing {
+namespace {
+
+using model::ForwardSequence;
+using model::LlamaModel;
+using model::PagedKvCache;
+
+// Small, but on the tensor-core decode path (head_dim 128, GQA group 4).
+model::ModelConfig GraphTestConfig() {
+  model::ModelConfig c;
+  c.vocab_size = 1000;
+  c.hidden_size = 512;
+  c.intermediate_size = 1024;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 1;
+  c.head_dim = 128;
+  c.max_position_embeddings = 32768;
+  return c;
+}
+
+class CudaStepGraphTest : public CudaTest {
+ protected:
+  struct Run {
+    std::unique_ptr<LlamaModel> model;
+    std::unique_ptr<PagedKvCache> cache;
+  };
+
+  Run Make(int graph_rows, int num_blocks) {
+    Run r;
+    auto model = LlamaModel::CreateRandom(GraphTestConfig(), gpu_.get(), 7);
+    EXPECT_TRUE(model.ok()) << model.status();
+    r.model = std::move(*model);
+    r.model->set_step_graph_rows(graph_rows);
+    const model::ModelConfig c = GraphTestConfig();
+    auto cache =
+        PagedKvCache::Create({c.num_layers, num_blocks, 16, c.num_kv_heads, c.head_dim}, *gpu_);
+    EXPECT_TRUE(cache.ok()) << cache.status();
+    r.cache = std::move(*cache);
+    return r;
+  }
+};
+
+// Sequence s owns blocks [s * per_seq, (s + 1) * per_seq), shuffled within that range.
+std::vector<ForwardSequence> Prompts(const std::vector<int>& lengths, int per_seq) {
+  std::vector<ForwardSequence> seqs(lengths.size());
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    for (int i = 0; i < lengths[s]; ++i) seqs[s].tokens.push_back((i * 37 + 11 * s) % 1000);
+    for (int b = per_seq - 1; b >= 0; --b) {
+      seqs[s].block_table.push_back(static_cast<int32_t>(s * per_seq + b));
+    }
+  }
+  return seqs;
+}
+
+TEST_F(CudaStepGraphTest, ReplayedDecodeStepsEqualKernelByKernelSteps) {
+  constexpr int kPerSeq = 256;  // 4096 tokens per sequence
+  Run graphs = Make(LlamaModel::kDefaultStepGraphRows, 4 * kPerSeq);
+  Run eager = Make(0, 4 * kPerSeq);
+  // Prompts end at different offsets within their blocks; one is long enough that its split-KV
+  // chunk count changes while it grows.
+  std::vector<ForwardSequence> seqs = Prompts({5, 63, 2000, 17}, kPerSeq);
+  for (ForwardSequence& seq : seqs) {
+    auto a = graphs.model->Forward({seq}, *graphs.cache);
+    auto b = eager.model->Forward({seq}, *eager.cache);
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+    seq.start_pos = static_cast<int32_t>(seq.tokens.size());
+    seq.tokens = {1};
+  }
+  int replayed_steps = 0;
+  for (int step = 0; step < 80; ++step) {
+    // The batch shrinks to 3 sequences at step 30 and to 2 at step 55: each size warms up,
+    // captures, then replays.
+    const size_t batch = step < 30 ? 4 : (step < 55 ? 3 : 2);
+    std::vector<ForwardSequence> active(seqs.begin(), seqs.begin() + batch);
+    auto a = graphs.model->Forward(active, *graphs.cache);
+    auto b = eager.model->Forward(active, *eager.cache);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_EQ(a->numel(), b->numel());
+    for (int64_t i = 0; i < a->numel(); ++i) {
+      ASSERT_EQ(a->data<float>()[i], b->data<float>()[i])
+          << "step " << step << " batch " << batch << " element " << i;
+    }
+    ++replayed_steps;
+    for (size_t s = 0; s < batch; ++s) {
+      const float* row = a->data<float>() + s * 1000;
+      seqs[s].start_pos += 1;
+      seqs[s].tokens = {static_cast<int32_t>(std::max_element(row, row + 1000) - row)};
+    }
+  }
+  EXPECT_EQ(replayed_steps, 80);
+}
+
+TEST_F(CudaStepGraphTest, CaptureRefusesAllocationsCopiesAndSyncs) {
+  Tensor host = Tensor::Zeros(DType::kF32, {4});
+  Tensor dev = ToGpu(host);
+  auto alloc = gpu_->CaptureGraph([&] { return gpu_->Allocate(DType::kF32, {4}).status(); });
+  EXPECT_EQ(alloc.status().code(), absl::StatusCode::kFailedPrecondition) << alloc.status();
+  auto upload = gpu_->CaptureGraph([&] { return gpu_->CopyFromHost(host, dev); });
+  EXPECT_EQ(upload.status().code(), absl::StatusCode::kFailedPrecondition) << upload.status();
+  auto download = gpu_->CaptureGraph([&] { return gpu_->CopyToHost(dev, host); });
+  EXPECT_EQ(download.status().code(), absl::StatusCode::kFailedPrecondition);
+  auto sync = gpu_->CaptureGraph([&] { return gpu_->Synchronize(); });
+  EXPECT_EQ(sync.status().code(), absl::StatusCode::kFailedPrecondition);
+  // The backend works normally afterwards.
+  EXPECT_TRUE(gpu_->FillUniform(dev, 1, 0.0f, 1.0f).ok());
+  EXPECT_TRUE(gpu_->Synchronize().ok());
+}
+
+TEST_F(CudaStepGraphTest, GraphGoesStaleWhenThePlanBuffersMoveAndUnplannedBatchesFail) {
+  const model::ModelConfig c = GraphTestConfig();
+  auto cache =
+      PagedKvCache::Create({1, 8192, 16, c.num_kv_heads, c.head_dim}, *gpu_);  // 131072 tokens
+  ASSERT_TRUE(cache.ok());
+  ASSERT_TRUE(gpu_->FillUniform((*cache)->layer(0), 3, -1.0f, 1.0f).ok());
+  Tensor q = ToGpu(RandomHost({1, c.num_heads, c.head_dim}));
+  Tensor out = Poisoned(DType::kBf16, {1, c.num_heads, c.head_dim});
+  auto batch_of = [](int kv_len) {
+    kernels::AttentionBatch b;
+    b.block_tokens = 16;
+    b.plan_id = kernels::NewPlanId();
+    kernels::SequenceAttention sa;
+    sa.q_len = 1;
+    sa.kv_len = kv_len;
+    for (int i = 0; i < (kv_len + 15) / 16; ++i) sa.block_table.push_back(i);
+    b.sequences.push_back(sa);
+    return b;
+  };
+  const kernels::AttentionBatch small = batch_of(100);
+  ASSERT_TRUE(gpu_->PlanAttention(q, (*cache)->layer(0), small).ok());
+  auto graph =
+      gpu_->CaptureGraph([&] { return gpu_->Attention(q, (*cache)->layer(0), small, out); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ASSERT_TRUE(gpu_->LaunchGraph(**graph).ok());
+  const Tensor replayed = ToHost(out);
+  Tensor direct_out = Poisoned(DType::kBf16, out.shape());
+  ASSERT_TRUE(gpu_->Attention(q, (*cache)->layer(0), small, direct_out).ok());
+  EXPECT_EQ(RelError(replayed, ToHost(direct_out)), 0.0);
+
+  // A batch that was not planned cannot be captured.
+  const kernels::AttentionBatch other = batch_of(200);
+  auto unplanned =
+      gpu_->CaptureGraph([&] { return gpu_->Attention(q, (*cache)->layer(0), other, out); });
+  EXPECT_EQ(unplanned.status().code(), absl::StatusCode::kFailedPrecondition);
+
+  // 8192 blocks of block table outgrow the plan's buffer: the graph is stale.
+  ASSERT_TRUE(gpu_->PlanAttention(q, (*cache)->layer(0), batch_of(131072)).ok());
+  ASSERT_TRUE(gpu_->PlanAttention(q, (*cache)->layer(0), small).ok());
+  EXPECT_EQ(gpu_->LaunchGraph(**graph).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace sparseserve::testing

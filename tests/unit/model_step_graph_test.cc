@@ -1,0 +1,276 @@
+// LlamaModel's step-graph protocol, on the CPU: a test backend records ops during CaptureGraph and
+// replays them at LaunchGraph the way a CUDA graph does — the same tensors, no host code, and the
+// attention plan the last PlanAttention made. Graph steps must then give the logits of op-by-op
+// steps exactly, and the model must warm up, capture, recapture stale graphs and graphs of another
+// KV cache, and fall back to ops when a capture fails. (tests/gpu covers real CUDA graphs.)
+#include <functional>
+#include <vector>
+
+#include "common/core/status.h"
+#include "common/core/thread_pool.h"
+#include "common/model/llama_model.h"
+#include "common/model/model_presets.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+
+namespace sparseserve::model {
+namespace {
+
+using kernels::AttentionBatch;
+
+class RecordingBackend final : public kernels::Backend {
+ public:
+  explicit RecordingBackend(kernels::Backend* inner) : inner_(inner) {}
+
+  int captures = 0, launches = 0, failed_captures = 0;
+  uint64_t epoch = 0;              // bump to make earlier graphs stale
+  bool fail_next_capture = false;  // the next CaptureGraph fails as a driver error would
+
+  Device device() const override { return inner_->device(); }
+  DType compute_dtype() const override { return inner_->compute_dtype(); }
+  absl::StatusOr<Tensor> Allocate(DType dtype, Shape shape) override {
+    if (tape_ != nullptr) return absl::FailedPreconditionError("Allocate while capturing");
+    return inner_->Allocate(dtype, shape);
+  }
+  absl::Status CopyFromHost(const Tensor& src, const Tensor& dst) override {
+    if (tape_ != nullptr) return absl::FailedPreconditionError("CopyFromHost while capturing");
+    return inner_->CopyFromHost(src, dst);
+  }
+  absl::Status CopyToHost(const Tensor& src, const Tensor& dst) override {
+    if (tape_ != nullptr) return absl::FailedPreconditionError("CopyToHost while capturing");
+    return inner_->CopyToHost(src, dst);
+  }
+  absl::Status Copy(const Tensor& src, const Tensor& dst) override {
+    return Op([=, this] { return inner_->Copy(src, dst); });
+  }
+  absl::Status FillUniform(const Tensor& t, uint64_t seed, float lo, float hi) override {
+    return Op([=, this] { return inner_->FillUniform(t, seed, lo, hi); });
+  }
+  absl::Status Synchronize() override {
+    if (tape_ != nullptr) return absl::FailedPreconditionError("Synchronize while capturing");
+    return inner_->Synchronize();
+  }
+  absl::StatusOr<MemoryInfo> GetMemoryInfo() override { return inner_->GetMemoryInfo(); }
+  absl::Status Embedding(const Tensor& table, const Tensor& ids, const Tensor& out) override {
+    return Op([=, this] { return inner_->Embedding(table, ids, out); });
+  }
+  absl::Status RmsNorm(const Tensor& x, const Tensor& w, float eps, const Tensor& out) override {
+    return Op([=, this] { return inner_->RmsNorm(x, w, eps, out); });
+  }
+  absl::Status AddRmsNorm(const Tensor& r, const Tensor& x, const Tensor& w, float eps,
+                          const Tensor& out) override {
+    return Op([=, this] { return inner_->AddRmsNorm(r, x, w, eps, out); });
+  }
+  absl::Status Linear(const Tensor& x, const Tensor& w, const Tensor& b,
+                      const Tensor& out) override {
+    return Op([=, this] { return inner_->Linear(x, w, b, out); });
+  }
+  absl::Status Rope(const Tensor& q, const Tensor& k, const Tensor& pos,
+                    const Tensor& inv_freq) override {
+    return Op([=, this] { return inner_->Rope(q, k, pos, inv_freq); });
+  }
+  absl::Status SiluMul(const Tensor& g, const Tensor& u, const Tensor& out) override {
+    return Op([=, this] { return inner_->SiluMul(g, u, out); });
+  }
+  absl::Status WriteKv(const Tensor& k, const Tensor& v, const Tensor& slots,
+                       const Tensor& kv) override {
+    return Op([=, this] { return inner_->WriteKv(k, v, slots, kv); });
+  }
+  absl::Status PlanAttention(const Tensor& q, const Tensor& kv,
+                             const AttentionBatch& batch) override {
+    if (batch.plan_id != 0 && batch.plan_id == planned_.plan_id) return absl::OkStatus();
+    if (tape_ != nullptr) return absl::FailedPreconditionError("batch not planned before capture");
+    SS_RETURN_IF_ERROR(inner_->PlanAttention(q, kv, batch));
+    planned_ = batch;  // what a replay reads, like the CUDA backend's device plan
+    return absl::OkStatus();
+  }
+  absl::Status Attention(const Tensor& q, const Tensor& kv, const AttentionBatch& batch,
+                         const Tensor& out) override {
+    SS_RETURN_IF_ERROR(PlanAttention(q, kv, batch));
+    return Op([=, this] { return inner_->Attention(q, kv, planned_, out); });
+  }
+  absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override {
+    return Op([=, this] { return inner_->GatherRows(x, rows, out); });
+  }
+  absl::Status ArgMax(const Tensor& logits, const Tensor& out) override {
+    return Op([=, this] { return inner_->ArgMax(logits, out); });
+  }
+
+  absl::StatusOr<std::unique_ptr<kernels::StepGraph>> CaptureGraph(
+      const std::function<absl::Status()>& record) override {
+    auto graph = std::make_unique<Graph>();
+    graph->epoch = epoch;
+    tape_ = &graph->ops;
+    const absl::Status recorded = record();
+    tape_ = nullptr;
+    if (fail_next_capture) {
+      fail_next_capture = false;
+      ++failed_captures;
+      return absl::InternalError("capture failed (test)");
+    }
+    if (!recorded.ok()) return recorded;
+    if (!graph->ops.empty()) ++captures;  // the model's probe records nothing
+    return std::unique_ptr<kernels::StepGraph>(std::move(graph));
+  }
+  absl::Status LaunchGraph(const kernels::StepGraph& graph) override {
+    const auto& g = static_cast<const Graph&>(graph);
+    if (g.epoch != epoch) return absl::FailedPreconditionError("stale graph");
+    ++launches;
+    for (const auto& op : g.ops) {
+      if (absl::Status s = op(); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  struct Graph final : kernels::StepGraph {
+    std::vector<std::function<absl::Status()>> ops;
+    uint64_t epoch = 0;
+  };
+  // Runs `op` now, or records it while capturing.
+  absl::Status Op(std::function<absl::Status()> op) {
+    if (tape_ == nullptr) return op();
+    tape_->push_back(std::move(op));
+    return absl::OkStatus();
+  }
+
+  kernels::Backend* inner_;
+  std::vector<std::function<absl::Status()>>* tape_ = nullptr;
+  AttentionBatch planned_;
+};
+
+class StepGraphTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<ModelConfig> c = SyntheticModelConfig("tiny");
+    ASSERT_TRUE(c.ok()) << c.status();
+    config_ = *c;
+  }
+
+  std::unique_ptr<LlamaModel> MakeModel(kernels::Backend* backend, int graph_rows) {
+    auto model = LlamaModel::CreateRandom(config_, backend, 11);
+    EXPECT_TRUE(model.ok()) << model.status();
+    (*model)->set_step_graph_rows(graph_rows);
+    return std::move(*model);
+  }
+  std::unique_ptr<PagedKvCache> MakeCache(kernels::Backend& backend) {
+    auto cache = PagedKvCache::Create(
+        {config_.num_layers, 64, 16, config_.num_kv_heads, config_.head_dim}, backend);
+    EXPECT_TRUE(cache.ok()) << cache.status();
+    return std::move(*cache);
+  }
+  // Three sequences with prompts of 5, 20 and 33 tokens, blocks [16 s, 16 s + 16) reversed.
+  std::vector<ForwardSequence> Prompts() const {
+    std::vector<ForwardSequence> seqs(3);
+    const int lengths[] = {5, 20, 33};
+    for (int s = 0; s < 3; ++s) {
+      for (int i = 0; i < lengths[s]; ++i) seqs[s].tokens.push_back((i * 31 + s) % 100);
+      for (int b = 15; b >= 0; --b) seqs[s].block_table.push_back(16 * s + b);
+    }
+    return seqs;
+  }
+  // Decodes `steps` greedy steps of the first batch_of(step) sequences; returns every logit.
+  static std::vector<float> Decode(LlamaModel& model, PagedKvCache& cache,
+                                   std::vector<ForwardSequence> seqs, int steps,
+                                   const std::function<size_t(int)>& batch_of,
+                                   const std::function<void(int)>& before_step = nullptr) {
+    std::vector<float> all;
+    for (ForwardSequence& seq : seqs) {
+      EXPECT_TRUE(model.Forward({seq}, cache).ok());
+      seq.start_pos = static_cast<int32_t>(seq.tokens.size());
+      seq.tokens = {3};
+    }
+    for (int step = 0; step < steps; ++step) {
+      if (before_step) before_step(step);
+      const size_t n = batch_of(step);
+      std::vector<ForwardSequence> active(seqs.begin(), seqs.begin() + n);
+      absl::StatusOr<Tensor> logits = model.Forward(active, cache);
+      EXPECT_TRUE(logits.ok()) << logits.status();
+      if (!logits.ok()) return all;
+      const float* p = logits->data<float>();
+      all.insert(all.end(), p, p + logits->numel());
+      const int64_t vocab = logits->dim(1);
+      for (size_t s = 0; s < n; ++s) {
+        seqs[s].start_pos += 1;
+        seqs[s].tokens = {static_cast<int32_t>(
+            std::max_element(p + s * vocab, p + (s + 1) * vocab) - (p + s * vocab))};
+      }
+    }
+    return all;
+  }
+
+  ModelConfig config_;
+  core::ThreadPool pool_{2};
+  kernels::CpuBackend cpu_{&pool_};
+};
+
+TEST_F(StepGraphTest, ReplayedStepsEqualOpByOpSteps) {
+  RecordingBackend recording(&cpu_);
+  auto graph_model = MakeModel(&recording, 64);
+  auto cache_a = MakeCache(recording);
+  auto plain_model = MakeModel(&cpu_, 0);
+  auto cache_b = MakeCache(cpu_);
+  // 3 sequences for 12 steps, then 2: each size runs once op by op, is captured on its second
+  // step and replayed after that.
+  auto batch_of = [](int step) -> size_t { return step < 12 ? 3 : 2; };
+  const std::vector<float> got = Decode(*graph_model, *cache_a, Prompts(), 24, batch_of);
+  const std::vector<float> want = Decode(*plain_model, *cache_b, Prompts(), 24, batch_of);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(recording.captures, 2);
+  EXPECT_EQ(recording.launches, 22);  // steps 1-11 and 13-23: captured, then replayed
+}
+
+TEST_F(StepGraphTest, StaleGraphsAndAnotherCacheAreCapturedAgain) {
+  RecordingBackend recording(&cpu_);
+  auto graph_model = MakeModel(&recording, 64);
+  auto cache = MakeCache(recording);
+  auto plain_model = MakeModel(&cpu_, 0);
+  auto plain_cache = MakeCache(cpu_);
+  auto batch_of = [](int) -> size_t { return 3; };
+  const std::vector<float> got =
+      Decode(*graph_model, *cache, Prompts(), 10, batch_of, [&](int step) {
+        if (step == 5) ++recording.epoch;
+      });
+  EXPECT_EQ(got, Decode(*plain_model, *plain_cache, Prompts(), 10, batch_of));
+  EXPECT_EQ(recording.captures, 2);  // step 1, and step 5 after the epoch moved
+
+  // The same model on another KV cache: its graphs read the old cache, so it captures anew.
+  auto other_cache = MakeCache(recording);
+  const int before = recording.captures;
+  const std::vector<float> again = Decode(*graph_model, *other_cache, Prompts(), 4, batch_of);
+  auto fresh_plain = MakeModel(&cpu_, 0);
+  auto fresh_cache = MakeCache(cpu_);
+  EXPECT_EQ(again, Decode(*fresh_plain, *fresh_cache, Prompts(), 4, batch_of));
+  EXPECT_EQ(recording.captures, before + 1);
+}
+
+TEST_F(StepGraphTest, FailedCaptureFallsBackToOps) {
+  RecordingBackend recording(&cpu_);
+  auto graph_model = MakeModel(&recording, 64);
+  auto cache = MakeCache(recording);
+  recording.fail_next_capture = false;
+  auto batch_of = [](int) -> size_t { return 2; };
+  const std::vector<float> got =
+      Decode(*graph_model, *cache, Prompts(), 8, batch_of, [&](int step) {
+        if (step == 1) recording.fail_next_capture = true;
+      });
+  auto plain_model = MakeModel(&cpu_, 0);
+  auto plain_cache = MakeCache(cpu_);
+  EXPECT_EQ(got, Decode(*plain_model, *plain_cache, Prompts(), 8, batch_of));
+  EXPECT_EQ(recording.failed_captures, 1);
+  EXPECT_EQ(recording.captures, 0);  // that size stays op by op
+  EXPECT_EQ(recording.launches, 0);
+}
+
+TEST_F(StepGraphTest, PrefillAndLargeBatchesRunOpByOp) {
+  RecordingBackend recording(&cpu_);
+  auto graph_model = MakeModel(&recording, 2);  // graphs for batches of at most 2
+  auto cache = MakeCache(recording);
+  Decode(*graph_model, *cache, Prompts(), 6, [](int) -> size_t { return 3; });
+  EXPECT_EQ(recording.captures, 0);
+  EXPECT_EQ(recording.launches, 0);
+}
+
+}  // namespace
+}  // namespace sparseserve::model
