@@ -11,6 +11,7 @@
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_async_copy.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/grid_dependency.cuh"
 
 namespace sparseserve::kernels::cuda {
 namespace {
@@ -76,6 +77,8 @@ __global__ void __launch_bounds__(kThreads)
   float* sum_s = max_s + G;
   float* corr_s = sum_s + G;
 
+  WaitForPrecedingKernels();  // q and this step's K/V come from the kernels ahead
+  AllowNextKernelLaunch();
   const int item = blockIdx.x;
   if (item >= header[0]) return;  // the grid is sized for the most items this batch can have
   const int chunk_tokens = header[1];
@@ -231,6 +234,8 @@ __global__ void MergeKernel(const float* partial_out, const float* partial_lse, 
                             AttentionDims dims, __nv_bfloat16* out) {
   extern __shared__ float weights[];
   __shared__ float scratch[32];
+  WaitForPrecedingKernels();
+  AllowNextKernelLaunch();
   const int2 m = merges[blockIdx.x];
   const int head = blockIdx.y;
   const AttentionSeqInfo seq = seqs[merge_seqs[blockIdx.x]];
@@ -266,15 +271,19 @@ cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqIn
   static const cudaError_t attr = cudaFuncSetAttribute(
       DecodeAttentionKernel<D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
-  DecodeAttentionKernel<D, G><<<dim3(work.max_items, dims.kv_heads), kThreads, kSmem, stream>>>(
-      reinterpret_cast<const __nv_bfloat16*>(q), reinterpret_cast<const __nv_bfloat16*>(kv_layer),
-      seqs, block_tables, work.header, work.items, dims, work.partial_out, work.partial_lse);
-  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (cudaError_t err =
+          LaunchOverlapping(DecodeAttentionKernel<D, G>, dim3(work.max_items, dims.kv_heads),
+                            kThreads, kSmem, stream, reinterpret_cast<const __nv_bfloat16*>(q),
+                            reinterpret_cast<const __nv_bfloat16*>(kv_layer), seqs, block_tables,
+                            work.header, work.items, dims, work.partial_out, work.partial_lse);
+      err != cudaSuccess) {
+    return err;
+  }
   // A sequence has at most max_items chunks: one weight slot each.
-  MergeKernel<<<dim3(work.num_merges, dims.heads), D, work.max_items * sizeof(float), stream>>>(
-      work.partial_out, work.partial_lse, work.merges, work.merge_seqs, seqs, dims,
-      reinterpret_cast<__nv_bfloat16*>(out));
-  return cudaGetLastError();
+  return LaunchOverlapping(MergeKernel, dim3(work.num_merges, dims.heads), D,
+                           work.max_items * sizeof(float), stream, work.partial_out,
+                           work.partial_lse, work.merges, work.merge_seqs, seqs, dims,
+                           reinterpret_cast<__nv_bfloat16*>(out));
 }
 
 template <int D>

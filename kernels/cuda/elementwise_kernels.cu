@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/uniform_random.h"
 
 namespace sparseserve::kernels::cuda {
@@ -46,6 +47,8 @@ __global__ void FillUniformKernel(void* data, bool is_bf16, int64_t n, uint64_t 
 // widened to f32 (the model's residual stream).
 __global__ void GatherRowsKernel(const bf16_t* table, int64_t vocab, int64_t d, const int32_t* ids,
                                  void* out, bool out_f32, int* error_flag) {
+  WaitForPrecedingKernels();
+  AllowNextKernelLaunch();
   const int64_t row = blockIdx.x;
   const int32_t id = ids[row];
   const bool valid = id >= 0 && id < vocab;
@@ -78,6 +81,8 @@ __device__ __forceinline__ float LoadAny(const void* p, bool f32, int64_t i) {
 // and the norm is taken of the updated residual; else of x (f32 or bf16). out is bf16.
 __global__ void RmsNormKernel(void* residual, bool res_f32, const void* x, bool x_f32,
                               const bf16_t* w, int64_t d, float eps, bf16_t* out) {
+  WaitForPrecedingKernels();
+  AllowNextKernelLaunch();
   __shared__ float scratch[32];
   const int64_t base = blockIdx.x * d;
   float sum = 0.0f;
@@ -140,6 +145,8 @@ __device__ __forceinline__ void Store8(void* p, bool f32, int64_t chunk, const f
 // row held in registers between them (at most kNormMaxChunks chunks per thread).
 __global__ void RmsNormVecKernel(void* residual, bool res_f32, const void* x, bool x_f32,
                                  const bf16_t* w, int64_t d, float eps, bf16_t* out) {
+  WaitForPrecedingKernels();
+  AllowNextKernelLaunch();
   __shared__ float scratch[32];
   const int64_t chunks = d / 8;
   const int64_t base = blockIdx.x * chunks;  // in chunks
@@ -176,6 +183,8 @@ __global__ void RmsNormVecKernel(void* residual, bool res_f32, const void* x, bo
 
 __global__ void RopeKernel(bf16_t* q, bf16_t* k, int64_t n, int heads, int kv_heads, int head_dim,
                            const int32_t* positions, const float* inv_freq) {
+  WaitForPrecedingKernels();
+  AllowNextKernelLaunch();
   const int half = head_dim / 2;
   const int64_t per_row = int64_t{heads + kv_heads} * half;
   for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < n * per_row;
@@ -196,6 +205,8 @@ __global__ void RopeKernel(bf16_t* q, bf16_t* k, int64_t n, int heads, int kv_he
 }
 
 __global__ void SiluMulKernel(const bf16_t* gate, const bf16_t* up, int64_t n, bf16_t* out) {
+  WaitForPrecedingKernels();
+  AllowNextKernelLaunch();
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (n % 8 == 0) {  // 16-byte accesses: one load of each input, one store per 8 elements
@@ -242,6 +253,8 @@ __global__ void AddBiasKernel(void* out, bool out_f32, const bf16_t* bias, int64
 // One thread per element of k (and the same element of v).
 __global__ void WriteKvKernel(const bf16_t* k, const bf16_t* v, const int32_t* slots, int64_t n,
                               bf16_t* kv_layer, int block_tokens, int64_t row_elems) {
+  WaitForPrecedingKernels();
+  AllowNextKernelLaunch();
   for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < n * row_elems;
        t += int64_t{gridDim.x} * blockDim.x) {
     const int64_t row = t / row_elems;
@@ -258,6 +271,8 @@ __global__ void WriteKvKernel(const bf16_t* k, const bf16_t* v, const int32_t* s
 // One block per row: each thread scans a strided slice, then the block reduces (value, index)
 // pairs, preferring the lower index on equal values (what std::max_element returns).
 __global__ void ArgMaxKernel(const float* logits, int64_t vocab, int32_t* out) {
+  WaitForPrecedingKernels();
+  AllowNextKernelLaunch();
   __shared__ float best_v[32];
   __shared__ int32_t best_i[32];
   const float* row = logits + blockIdx.x * vocab;
@@ -295,8 +310,8 @@ __global__ void ArgMaxKernel(const float* logits, int64_t vocab, int32_t* out) {
 cudaError_t LaunchArgMax(const float* logits, int64_t rows, int64_t vocab, int32_t* out,
                          cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  ArgMaxKernel<<<static_cast<unsigned>(rows), 1024, 0, stream>>>(logits, vocab, out);
-  return cudaGetLastError();
+  return LaunchOverlapping(ArgMaxKernel, static_cast<unsigned>(rows), 1024, 0, stream, logits,
+                           vocab, out);
 }
 
 cudaError_t LaunchFillUniform(void* data, bool is_bf16, int64_t n, uint64_t seed, float lo,
@@ -310,9 +325,8 @@ cudaError_t LaunchGatherRows(const bf16_t* table, int64_t vocab, int64_t d, cons
                              int64_t n, void* out, bool out_f32, int* error_flag,
                              cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  GatherRowsKernel<<<static_cast<unsigned>(n), 128, 0, stream>>>(table, vocab, d, ids, out, out_f32,
-                                                                 error_flag);
-  return cudaGetLastError();
+  return LaunchOverlapping(GatherRowsKernel, static_cast<unsigned>(n), 128, 0, stream, table, vocab,
+                           d, ids, out, out_f32, error_flag);
 }
 
 cudaError_t LaunchRmsNorm(void* residual, bool residual_f32, const void* x, bool x_f32,
@@ -324,30 +338,28 @@ cudaError_t LaunchRmsNorm(void* residual, bool residual_f32, const void* x, bool
     // Enough threads that each holds at most kNormMaxChunks chunks of its row in registers.
     int64_t threads = (chunks + kNormMaxChunks - 1) / kNormMaxChunks;
     threads = std::max<int64_t>(32, (threads + 31) / 32 * 32);
-    RmsNormVecKernel<<<static_cast<unsigned>(n), static_cast<unsigned>(threads), 0, stream>>>(
-        residual, residual_f32, x, x_f32, w, d, eps, out);
-    return cudaGetLastError();
+    return LaunchOverlapping(RmsNormVecKernel, static_cast<unsigned>(n),
+                             static_cast<unsigned>(threads), 0, stream, residual, residual_f32, x,
+                             x_f32, w, d, eps, out);
   }
   const int threads = d >= 4096 ? 512 : (d >= 1024 ? 256 : 128);
-  RmsNormKernel<<<static_cast<unsigned>(n), threads, 0, stream>>>(residual, residual_f32, x, x_f32,
-                                                                  w, d, eps, out);
-  return cudaGetLastError();
+  return LaunchOverlapping(RmsNormKernel, static_cast<unsigned>(n), threads, 0, stream, residual,
+                           residual_f32, x, x_f32, w, d, eps, out);
 }
 
 cudaError_t LaunchRope(bf16_t* q, bf16_t* k, int64_t n, int heads, int kv_heads, int head_dim,
                        const int32_t* positions, const float* inv_freq, cudaStream_t stream) {
   const int64_t total = n * (heads + kv_heads) * (head_dim / 2);
   if (total == 0) return cudaSuccess;
-  RopeKernel<<<GridFor(total, 256), 256, 0, stream>>>(q, k, n, heads, kv_heads, head_dim, positions,
-                                                      inv_freq);
-  return cudaGetLastError();
+  return LaunchOverlapping(RopeKernel, GridFor(total, 256), 256, 0, stream, q, k, n, heads,
+                           kv_heads, head_dim, positions, inv_freq);
 }
 
 cudaError_t LaunchSiluMul(const bf16_t* gate, const bf16_t* up, int64_t n, bf16_t* out,
                           cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  SiluMulKernel<<<GridFor(n % 8 == 0 ? n / 8 : n, 256), 256, 0, stream>>>(gate, up, n, out);
-  return cudaGetLastError();
+  return LaunchOverlapping(SiluMulKernel, GridFor(n % 8 == 0 ? n / 8 : n, 256), 256, 0, stream,
+                           gate, up, n, out);
 }
 
 cudaError_t LaunchAddBias(void* out, bool out_f32, const bf16_t* bias, int64_t rows, int64_t cols,
@@ -362,9 +374,8 @@ cudaError_t LaunchWriteKv(const bf16_t* k, const bf16_t* v, const int32_t* slots
                           cudaStream_t stream) {
   const int64_t row_elems = int64_t{kv_heads} * head_dim;
   if (n * row_elems == 0) return cudaSuccess;
-  WriteKvKernel<<<GridFor(n * row_elems, 256), 256, 0, stream>>>(k, v, slots, n, kv_layer,
-                                                                 block_tokens, row_elems);
-  return cudaGetLastError();
+  return LaunchOverlapping(WriteKvKernel, GridFor(n * row_elems, 256), 256, 0, stream, k, v, slots,
+                           n, kv_layer, block_tokens, row_elems);
 }
 
 }  // namespace sparseserve::kernels::cuda

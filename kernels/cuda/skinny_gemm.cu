@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/grid_dependency.cuh"
 
 namespace sparseserve::kernels::cuda {
 namespace {
@@ -44,8 +45,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[n][r] = 0.0f;
   }
-  for (int64_t base = threadIdx.x; base < chunks; base += kThreads * kUnroll) {
-    uint4 wr[kUnroll][kRows];
+  uint4 wr[kUnroll][kRows];
+  auto load_weights = [&](int64_t base) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t c = base + u * kThreads;
@@ -55,6 +56,14 @@ __global__ void __launch_bounds__(kThreads)
                                                 : make_uint4(0, 0, 0, 0);
       }
     }
+  };
+  // Weights are never written by a kernel: the first tiles stream in while the kernel ahead (the
+  // norm or activation producing x) may still run. x and out only after it has finished.
+  load_weights(threadIdx.x);
+  WaitForPrecedingKernels();
+  AllowNextKernelLaunch();
+  for (int64_t base = threadIdx.x; base < chunks; base += kThreads * kUnroll) {
+    if (base != threadIdx.x) load_weights(base);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t c = base + u * kThreads;
@@ -65,7 +74,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int n = 0; n < N; ++n) {
         float xf[8];
-        Unpack(__ldg(x4 + n * chunks + c), xf);
+        Unpack(x4[n * chunks + c], xf);  // not __ldg: x is written while this kernel runs
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
 #pragma unroll
@@ -108,10 +117,10 @@ template <int N>
 cudaError_t Launch(const bf16_t* x, const bf16_t* w, const bf16_t* bias, int64_t k, int64_t o,
                    void* out, bool out_f32, cudaStream_t stream) {
   const int64_t blocks = (o + kRows - 1) / kRows;
-  SkinnyGemmKernel<N><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      reinterpret_cast<const __nv_bfloat16*>(x), reinterpret_cast<const __nv_bfloat16*>(w),
-      reinterpret_cast<const __nv_bfloat16*>(bias), k, o, out, out_f32);
-  return cudaGetLastError();
+  return LaunchOverlapping(SkinnyGemmKernel<N>, static_cast<unsigned>(blocks), kThreads, 0, stream,
+                           reinterpret_cast<const __nv_bfloat16*>(x),
+                           reinterpret_cast<const __nv_bfloat16*>(w),
+                           reinterpret_cast<const __nv_bfloat16*>(bias), k, o, out, out_f32);
 }
 
 }  // namespace
