@@ -93,6 +93,14 @@ class Backend {
   virtual absl::Status WriteKv(const Tensor& k, const Tensor& v, const Tensor& slots,
                                const Tensor& kv_layer) = 0;
 
+  // Rope then WriteKv on the packed output of a fused QKV projection, in one pass: qkv
+  // [n, (heads + 2 * kv_heads) * head_dim] holds each row's queries, keys and values in that
+  // order; the rotated queries go to q [n, heads, head_dim], the rotated keys and the values into
+  // their KV slots. positions, inv_freq and slots as in Rope and WriteKv.
+  virtual absl::Status RopeWriteKv(const Tensor& qkv, const Tensor& positions,
+                                   const Tensor& inv_freq, const Tensor& slots, const Tensor& q,
+                                   const Tensor& kv_layer) = 0;
+
   // Multi-head attention with GQA over the paged KV of each sequence in `batch`.
   // q [n, heads, head_dim], out [n, heads, head_dim]; kv_layer as in WriteKv.
   virtual absl::Status Attention(const Tensor& q, const Tensor& kv_layer,

@@ -109,4 +109,11 @@ absl::Status OpTimingBackend::LaunchGraph(const StepGraph& graph) {
   return inner_->LaunchGraph(graph);
 }
 
+absl::Status OpTimingBackend::RopeWriteKv(const Tensor& qkv, const Tensor& positions,
+                                          const Tensor& inv_freq, const Tensor& slots,
+                                          const Tensor& q, const Tensor& kv_layer) {
+  return Timed("RopeWriteKv",
+               [&] { return inner_->RopeWriteKv(qkv, positions, inv_freq, slots, q, kv_layer); });
+}
+
 }  // namespace sparseserve::kernels

@@ -25,6 +25,33 @@ absl::StatusOr<std::vector<int32_t>> LlamaModel::ForwardArgMax(
   return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + host.numel());
 }
 
+absl::Status LlamaModel::StackQkvProjections() {
+  kernels::Backend& be = *backend_;
+  for (LayerWeights& w : layers_) {
+    // Stacks parts along dim 0 into one new tensor and re-points each part at its rows.
+    auto stack = [&](std::initializer_list<Tensor*> parts) -> absl::StatusOr<Tensor> {
+      int64_t rows = 0;
+      for (const Tensor* p : parts) rows += p->dim(0);
+      Shape shape = parts.begin()[0]->shape();
+      shape[0] = rows;
+      SS_ASSIGN_OR_RETURN(Tensor stacked, be.Allocate(be.compute_dtype(), shape));
+      int64_t at = 0;
+      for (Tensor* p : parts) {
+        const Tensor rows_of_p = stacked.Slice(0, at, at + p->dim(0));
+        SS_RETURN_IF_ERROR(be.Copy(*p, rows_of_p));
+        at += p->dim(0);
+        *p = rows_of_p;  // the separate tensor is freed once no view holds it
+      }
+      return stacked;
+    };
+    SS_ASSIGN_OR_RETURN(w.wqkv, stack({&w.wq, &w.wk, &w.wv}));
+    if (!w.bq.empty()) {
+      SS_ASSIGN_OR_RETURN(w.bqkv, stack({&w.bq, &w.bk, &w.bv}));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void LlamaModel::set_step_graph_rows(int rows) {
   step_graph_rows_ = std::max(rows, 0);
   graphs_.clear();
@@ -177,12 +204,9 @@ absl::Status LlamaModel::RunLayers(
   const int64_t n = v.ids.dim(0);
   const int64_t hd = c.head_dim;
   // Activations. `h` is the residual stream; `x` its normalised copy fed to each sub-block.
-  const Tensor &h = v.h, &x = v.x, &q = v.q, &k = v.k, &attn_out = v.attn_out;
+  const Tensor &h = v.h, &x = v.x, &q = v.q, &attn_out = v.attn_out;
   const Tensor &gate = v.gate, &up = v.up;
   const Tensor& branch = v.branch;  // sub-block output
-  SS_ASSIGN_OR_RETURN(Tensor q2, q.Reshape({n, c.num_heads * hd}));
-  SS_ASSIGN_OR_RETURN(Tensor k2, k.Reshape({n, c.num_kv_heads * hd}));
-  SS_ASSIGN_OR_RETURN(Tensor v2, v.v.Reshape({n, c.num_kv_heads * hd}));
   SS_ASSIGN_OR_RETURN(Tensor attn2, attn_out.Reshape({n, c.num_heads * hd}));
 
   SS_RETURN_IF_ERROR(be.Embedding(embedding_, v.ids, h));
@@ -193,11 +217,8 @@ absl::Status LlamaModel::RunLayers(
     } else {  // adds the previous layer's FFN output into the residual stream
       SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, w.attn_norm, c.rms_norm_eps, x));
     }
-    SS_RETURN_IF_ERROR(be.Linear(x, w.wq, w.bq, q2));
-    SS_RETURN_IF_ERROR(be.Linear(x, w.wk, w.bk, k2));
-    SS_RETURN_IF_ERROR(be.Linear(x, w.wv, w.bv, v2));
-    SS_RETURN_IF_ERROR(be.Rope(q, k, v.positions, inv_freq_));
-    SS_RETURN_IF_ERROR(be.WriteKv(k, v.v, v.slots, cache.layer(l)));
+    SS_RETURN_IF_ERROR(be.Linear(x, w.wqkv, w.bqkv, v.qkv));
+    SS_RETURN_IF_ERROR(be.RopeWriteKv(v.qkv, v.positions, inv_freq_, v.slots, q, cache.layer(l)));
     if (on_layer_kv_written) SS_RETURN_IF_ERROR(on_layer_kv_written(l));
     SS_RETURN_IF_ERROR(be.Attention(q, cache.layer(l), attn, attn_out));
     SS_RETURN_IF_ERROR(be.Linear(attn2, w.wo, w.bo, branch));
@@ -224,9 +245,8 @@ absl::StatusOr<LlamaModel::StepBuffers> LlamaModel::AllocateStepBuffers(int64_t 
   // are in the compute dtype.
   SS_ASSIGN_OR_RETURN(b.h, be.Allocate(DType::kF32, {n, hidden}));
   SS_ASSIGN_OR_RETURN(b.x, be.Allocate(dt, {n, hidden}));
+  SS_ASSIGN_OR_RETURN(b.qkv, be.Allocate(dt, {n, (c.num_heads + 2 * c.num_kv_heads) * hd}));
   SS_ASSIGN_OR_RETURN(b.q, be.Allocate(dt, {n, c.num_heads, hd}));
-  SS_ASSIGN_OR_RETURN(b.k, be.Allocate(dt, {n, c.num_kv_heads, hd}));
-  SS_ASSIGN_OR_RETURN(b.v, be.Allocate(dt, {n, c.num_kv_heads, hd}));
   SS_ASSIGN_OR_RETURN(b.attn_out, be.Allocate(dt, {n, c.num_heads, hd}));
   SS_ASSIGN_OR_RETURN(b.gate, be.Allocate(dt, {n, c.intermediate_size}));
   SS_ASSIGN_OR_RETURN(b.up, be.Allocate(dt, {n, c.intermediate_size}));
@@ -249,9 +269,8 @@ LlamaModel::StepViews LlamaModel::Views(const StepBuffers& b, int64_t n, int64_t
   v.logit_rows = b.indices.Slice(0, 3 * r, 3 * r + m);
   for (auto [view, buffer] : {std::pair{&v.h, &b.h},
                               {&v.x, &b.x},
+                              {&v.qkv, &b.qkv},
                               {&v.q, &b.q},
-                              {&v.k, &b.k},
-                              {&v.v, &b.v},
                               {&v.attn_out, &b.attn_out},
                               {&v.gate, &b.gate},
                               {&v.up, &b.up},

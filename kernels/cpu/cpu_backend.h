@@ -38,6 +38,8 @@ class CpuBackend final : public Backend {
   absl::Status SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   absl::Status WriteKv(const Tensor& k, const Tensor& v, const Tensor& slots,
                        const Tensor& kv_layer) override;
+  absl::Status RopeWriteKv(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
+                           const Tensor& slots, const Tensor& q, const Tensor& kv_layer) override;
   absl::Status Attention(const Tensor& q, const Tensor& kv_layer, const AttentionBatch& batch,
                          const Tensor& out) override;
   absl::Status PlanAttention(const Tensor& q, const Tensor& kv_layer,

@@ -229,6 +229,34 @@ absl::Status CpuBackend::WriteKv(const Tensor& k, const Tensor& v, const Tensor&
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::RopeWriteKv(const Tensor& qkv, const Tensor& positions,
+                                     const Tensor& inv_freq, const Tensor& slots, const Tensor& q,
+                                     const Tensor& kv_layer) {
+  SS_RETURN_IF_ERROR(CheckTensor(qkv, DType::kF32, 2, "RopeWriteKv", "qkv"));
+  SS_RETURN_IF_ERROR(CheckTensor(q, DType::kF32, 3, "RopeWriteKv", "q"));
+  SS_RETURN_IF_ERROR(CheckTensor(kv_layer, DType::kF32, 4, "RopeWriteKv", "kv_layer"));
+  const int64_t n = qkv.dim(0);
+  const int64_t q_cols = q.dim(1) * q.dim(2);
+  const int64_t kv_cols = kv_layer.dim(2) * kv_layer.dim(3);
+  if (q.dim(0) != n || kv_layer.dim(3) != q.dim(2) || qkv.dim(1) != q_cols + 2 * kv_cols) {
+    return absl::InvalidArgumentError(absl::StrCat("RopeWriteKv: shape mismatch qkv ",
+                                                   qkv.DebugString(), " q ", q.DebugString(),
+                                                   " kv_layer ", kv_layer.DebugString()));
+  }
+  // The reference is the composition it fuses: split the columns, Rope, WriteKv.
+  const Shape kv_shape{n, kv_layer.dim(2), kv_layer.dim(3)};
+  Tensor k = Tensor::Zeros(DType::kF32, kv_shape);
+  Tensor v = Tensor::Zeros(DType::kF32, kv_shape);
+  for (int64_t t = 0; t < n; ++t) {
+    const float* row = qkv.data<float>() + t * qkv.dim(1);
+    std::memcpy(q.data<float>() + t * q_cols, row, q_cols * sizeof(float));
+    std::memcpy(k.data<float>() + t * kv_cols, row + q_cols, kv_cols * sizeof(float));
+    std::memcpy(v.data<float>() + t * kv_cols, row + q_cols + kv_cols, kv_cols * sizeof(float));
+  }
+  SS_RETURN_IF_ERROR(Rope(q, k, positions, inv_freq));
+  return WriteKv(k, v, slots, kv_layer);
+}
+
 absl::Status CpuBackend::GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) {
   return GatherRowsF32(x, rows, out, "GatherRows", "row");
 }

@@ -323,6 +323,34 @@ absl::Status CudaBackend::WriteKv(const Tensor& k, const Tensor& v, const Tensor
       "WriteKv");
 }
 
+absl::Status CudaBackend::RopeWriteKv(const Tensor& qkv, const Tensor& positions,
+                                      const Tensor& inv_freq, const Tensor& slots, const Tensor& q,
+                                      const Tensor& kv_layer) {
+  SS_RETURN_IF_ERROR(CheckCuda(qkv, DType::kBf16, 2, "RopeWriteKv", "qkv"));
+  SS_RETURN_IF_ERROR(CheckCuda(positions, DType::kI32, 1, "RopeWriteKv", "positions"));
+  SS_RETURN_IF_ERROR(CheckCuda(inv_freq, DType::kF32, 1, "RopeWriteKv", "inv_freq"));
+  SS_RETURN_IF_ERROR(CheckCuda(slots, DType::kI32, 1, "RopeWriteKv", "slots"));
+  SS_RETURN_IF_ERROR(CheckCuda(q, DType::kBf16, 3, "RopeWriteKv", "q"));
+  SS_RETURN_IF_ERROR(CheckCuda(kv_layer, DType::kBf16, 4, "RopeWriteKv", "kv_layer"));
+  const int64_t n = qkv.dim(0);
+  const int64_t hd = q.dim(2);
+  const int64_t kv_heads = kv_layer.dim(2);
+  if (q.dim(0) != n || positions.dim(0) != n || slots.dim(0) != n || kv_layer.dim(3) != hd ||
+      hd % 2 != 0 || inv_freq.dim(0) != hd / 2 || qkv.dim(1) != (q.dim(1) + 2 * kv_heads) * hd) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RopeWriteKv: shape mismatch qkv ", qkv.DebugString(), " q ", q.DebugString(),
+                     " kv_layer ", kv_layer.DebugString(), " positions ", positions.DebugString(),
+                     " slots ", slots.DebugString(), " inv_freq ", inv_freq.DebugString()));
+  }
+  // Slots come from block tables the model already checked against the pool.
+  return CudaStatus(
+      cuda::LaunchRopeWriteKv(Bf16(qkv), n, static_cast<int>(q.dim(1)), static_cast<int>(kv_heads),
+                              static_cast<int>(hd), positions.data<int32_t>(),
+                              inv_freq.data<float>(), slots.data<int32_t>(), MutableBf16(q),
+                              MutableBf16(kv_layer), static_cast<int>(kv_layer.dim(1)), stream()),
+      "RopeWriteKv");
+}
+
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend() {
   SS_ASSIGN_OR_RETURN(CudaDeviceInfo info, FindCudaDevice());
   SS_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, CudaBackend::Create(info));

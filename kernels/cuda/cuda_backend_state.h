@@ -42,7 +42,7 @@ struct CudaBackend::AttentionMetadata {
           prefill_tiles = 0, row_seq = 0, tables = 0;
   int num_prefill_tiles = 0, num_merges = 0, total_q = 0;
   int max_decode_items = 0;  // the decode grid: a bound on split-KV chunks fixed by the batch
-  bool generic = false;       // head_dim without a tensor-core kernel: every row on the generic one
+  bool generic = false;      // head_dim without a tensor-core kernel: every row on the generic one
 };
 
 }  // namespace sparseserve::kernels

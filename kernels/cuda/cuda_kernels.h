@@ -55,6 +55,11 @@ cudaError_t LaunchArgMax(const float* logits, int64_t rows, int64_t vocab, int32
                          cudaStream_t stream);
 
 // Scatters k, v [n, kv_heads, hd] into the paged layer at slots [n].
+// Rope + WriteKv on a fused QKV projection's output qkv [n, (heads + 2 kv_heads) * head_dim]:
+// rotated queries to q [n, heads, head_dim], rotated keys and values into their KV slots.
+cudaError_t LaunchRopeWriteKv(const bf16_t* qkv, int64_t n, int heads, int kv_heads, int head_dim,
+                              const int32_t* positions, const float* inv_freq, const int32_t* slots,
+                              bf16_t* q, bf16_t* kv_layer, int block_tokens, cudaStream_t stream);
 cudaError_t LaunchWriteKv(const bf16_t* k, const bf16_t* v, const int32_t* slots, int64_t n,
                           bf16_t* kv_layer, int block_tokens, int kv_heads, int head_dim,
                           cudaStream_t stream);

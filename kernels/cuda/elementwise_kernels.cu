@@ -268,6 +268,51 @@ __global__ void WriteKvKernel(const bf16_t* k, const bf16_t* v, const int32_t* s
   }
 }
 
+// One thread per rotation pair: (row, head, i) pairs dimensions i and i + head_dim / 2. Query
+// heads come first, then key heads (rotated into their slot), then value heads (copied).
+__global__ void RopeWriteKvKernel(const bf16_t* qkv, int64_t n, int heads, int kv_heads,
+                                  int head_dim, const int32_t* positions, const float* inv_freq,
+                                  const int32_t* slots, bf16_t* q, bf16_t* kv_layer,
+                                  int block_tokens) {
+  WaitForPrecedingKernels();
+  AllowNextKernelLaunch();
+  const int half = head_dim / 2;
+  const int row_heads = heads + 2 * kv_heads;
+  const int64_t per_row = int64_t{row_heads} * half;
+  const int64_t kv_row = int64_t{kv_heads} * head_dim;  // elements of one token's K (or V)
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < n * per_row;
+       t += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t row = t / per_row;
+    const int64_t rest = t % per_row;
+    const int head = static_cast<int>(rest / half);
+    const int i = static_cast<int>(rest % half);
+    const bf16_t* src = qkv + (row * row_heads + head) * head_dim;
+    float a = Load(src, i);
+    float b = Load(src, i + half);
+    if (head < heads + kv_heads) {  // queries and keys rotate
+      float s, c;
+      sincosf(static_cast<float>(positions[row]) * inv_freq[i], &s, &c);
+      const float ra = a * c - b * s;
+      b = b * c + a * s;
+      a = ra;
+    }
+    bf16_t* dst;
+    if (head < heads) {
+      dst = q + (row * heads + head) * head_dim;
+    } else {
+      const int64_t slot = slots[row];
+      const int64_t block = slot / block_tokens;
+      const int64_t offset = slot % block_tokens;
+      const bool is_value = head >= heads + kv_heads;
+      const int kv_head = head - heads - (is_value ? kv_heads : 0);
+      dst = kv_layer + ((2 * block + (is_value ? 1 : 0)) * block_tokens + offset) * kv_row +
+            int64_t{kv_head} * head_dim;
+    }
+    Store(dst, i, a);
+    Store(dst, i + half, b);
+  }
+}
+
 // One block per row: each thread scans a strided slice, then the block reduces (value, index)
 // pairs, preferring the lower index on equal values (what std::max_element returns).
 __global__ void ArgMaxKernel(const float* logits, int64_t vocab, int32_t* out) {
@@ -367,6 +412,16 @@ cudaError_t LaunchAddBias(void* out, bool out_f32, const bf16_t* bias, int64_t r
   if (rows * cols == 0) return cudaSuccess;
   AddBiasKernel<<<GridFor(rows * cols, 256), 256, 0, stream>>>(out, out_f32, bias, rows, cols);
   return cudaGetLastError();
+}
+
+cudaError_t LaunchRopeWriteKv(const bf16_t* qkv, int64_t n, int heads, int kv_heads, int head_dim,
+                              const int32_t* positions, const float* inv_freq, const int32_t* slots,
+                              bf16_t* q, bf16_t* kv_layer, int block_tokens, cudaStream_t stream) {
+  const int64_t total = n * (heads + 2 * kv_heads) * (head_dim / 2);
+  if (total == 0) return cudaSuccess;
+  return LaunchOverlapping(RopeWriteKvKernel, GridFor(total, 256), 256, 0, stream, qkv, n, heads,
+                           kv_heads, head_dim, positions, inv_freq, slots, q, kv_layer,
+                           block_tokens);
 }
 
 cudaError_t LaunchWriteKv(const bf16_t* k, const bf16_t* v, const int32_t* slots, int64_t n,

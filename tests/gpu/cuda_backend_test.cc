@@ -3,6 +3,7 @@
 // outputs so an unwritten element fails. Run on a GPU machine (scripts/gpu_check.sh).
 #include <algorithm>
 #include <numeric>
+#include <tuple>
 #include <vector>
 
 #include "kernels/rope_frequencies.h"
@@ -82,6 +83,38 @@ TEST_F(CudaBackendTest, RopeMatchesCpu) {
     ASSERT_TRUE(cpu_.Rope(q, k, pos, inv).ok());
     EXPECT_LT(RelError(ToHost(gq), q), kBf16Tolerance) << "q hd=" << hd;
     EXPECT_LT(RelError(ToHost(gk), k), kBf16Tolerance) << "k hd=" << hd;
+  }
+}
+
+// The fused op against the CPU reference (which is Rope then WriteKv on the split columns):
+// every query written, every written KV slot equal, untouched slots still zero.
+TEST_F(CudaBackendTest, RopeWriteKvMatchesCpu) {
+  for (const auto& [heads, kv_heads, hd] : {std::tuple{32, 8, 128}, {28, 4, 128}, {4, 1, 64}}) {
+    const int64_t n = 19, block_tokens = 16, num_blocks = 4;
+    Tensor qkv = RandomHost({n, (heads + 2 * kv_heads) * hd});
+    Tensor pos = Tensor::Zeros(DType::kI32, {n});
+    Tensor slots = Tensor::Zeros(DType::kI32, {n});
+    std::uniform_int_distribution<int> p(0, 131071);
+    for (int64_t i = 0; i < n; ++i) {
+      pos.data<int32_t>()[i] = i < 3 ? static_cast<int>(i) : p(rng_);
+      slots.data<int32_t>()[i] = static_cast<int32_t>((i * 7) % (num_blocks * block_tokens));
+    }
+    kernels::RopeFrequencyParams params;
+    params.head_dim = hd;
+    params.theta = 500000.0f;
+    const std::vector<float> freq = kernels::RopeInverseFrequencies(params);
+    Tensor inv = Tensor::Zeros(DType::kF32, {hd / 2});
+    std::copy(freq.begin(), freq.end(), inv.data<float>());
+    Tensor q = Tensor::Zeros(DType::kF32, {n, heads, hd});
+    Tensor kv = Tensor::Zeros(DType::kF32, {num_blocks * 2, block_tokens, kv_heads, hd});
+    ASSERT_TRUE(cpu_.RopeWriteKv(qkv, pos, inv, slots, q, kv).ok());
+    Tensor gq = Poisoned(DType::kBf16, q.shape());
+    Tensor gkv = ToGpu(Tensor::Zeros(DType::kF32, kv.shape()));
+    ASSERT_TRUE(gpu_->RopeWriteKv(ToGpu(qkv), ToGpu(pos, DType::kI32), ToGpu(inv, DType::kF32),
+                                  ToGpu(slots, DType::kI32), gq, gkv)
+                    .ok());
+    EXPECT_LT(RelError(ToHost(gq), q), kBf16Tolerance) << "q heads=" << heads;
+    EXPECT_LT(RelError(ToHost(gkv), kv), kBf16Tolerance) << "kv heads=" << heads;
   }
 }
 

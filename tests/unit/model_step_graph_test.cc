@@ -76,6 +76,10 @@ class RecordingBackend final : public kernels::Backend {
                        const Tensor& kv) override {
     return Op([=, this] { return inner_->WriteKv(k, v, slots, kv); });
   }
+  absl::Status RopeWriteKv(const Tensor& qkv, const Tensor& pos, const Tensor& inv_freq,
+                           const Tensor& slots, const Tensor& q, const Tensor& kv) override {
+    return Op([=, this] { return inner_->RopeWriteKv(qkv, pos, inv_freq, slots, q, kv); });
+  }
   absl::Status PlanAttention(const Tensor& q, const Tensor& kv,
                              const AttentionBatch& batch) override {
     if (batch.plan_id != 0 && batch.plan_id == planned_.plan_id) return absl::OkStatus();
