@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/core/logging.h"
+#include "common/core/status.h"
+#include "common/engine/kv_block_copy.h"
 #include "common/sampling/sampler.h"
 
 namespace sparseserve::decode {
@@ -157,7 +159,9 @@ bool DecodeScheduler::AdmitOne(std::unique_ptr<Running>& r) {
   if (job.prefilled_blocks.has_value()) {
     std::vector<int32_t> blocks = std::move(*job.prefilled_blocks);
     job.prefilled_blocks.reset();
-    if (absl::Status s = runner_->AdoptPrefilledKv(job.prompt, blocks, r->seq); !s.ok()) {
+    absl::Status s = CopyStagedKv(job, blocks);
+    if (s.ok()) s = runner_->AdoptPrefilledKv(job.prompt, blocks, r->seq);
+    if (!s.ok()) {
       runner_->mutable_pool().Release(blocks);
       Finish(*r, s, engine::FinishReason::kAborted);
       return true;
@@ -196,6 +200,32 @@ bool DecodeScheduler::AdmitOne(std::unique_ptr<Running>& r) {
   }
   if (Emit(*r, first)) running_.push_back(std::move(r));
   return true;
+}
+
+absl::Status DecodeScheduler::CopyStagedKv(DecodeJob& job, absl::Span<const int32_t> blocks) {
+  if (job.staged_kv.empty()) return absl::OkStatus();
+  KvStagingLease staged = std::move(job.staged_kv);  // returns the blocks when done
+  const std::vector<int32_t>& staging_ids = staged.block_ids();
+  const KvStagingArea& area = *staged.area();
+  const int num_layers = runner_->cache().shape().num_layers;
+  if (job.first_staged_block < 0 ||
+      static_cast<size_t>(job.first_staged_block) + staging_ids.size() != blocks.size() ||
+      area.num_layers() != num_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request ", job.request_id, ": ", staging_ids.size(),
+                     " staged blocks from block ", job.first_staged_block, " of ", blocks.size(),
+                     ", ", area.num_layers(), " staged layers for ", num_layers));
+  }
+  const absl::Time start = absl::Now();
+  const absl::Span<const int32_t> pool_ids = blocks.subspan(job.first_staged_block);
+  for (int l = 0; l < num_layers; ++l) {
+    SS_RETURN_IF_ERROR(engine::CopyKvBlocksFromHost(runner_->backend(), area.layer(l), staging_ids,
+                                                    runner_->cache().layer(l), pool_ids));
+  }
+  if (options_.metrics != nullptr) {
+    options_.metrics->kv_staging_copy_time().Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  return absl::OkStatus();
 }
 
 bool DecodeScheduler::Emit(Running& r, int32_t token) {
@@ -281,6 +311,7 @@ void DecodeScheduler::Finish(Running& r, const absl::Status& status, engine::Fin
     runner_->mutable_pool().Release(*r.job.prefilled_blocks);
     r.job.prefilled_blocks.reset();
   }
+  r.job.staged_kv.Reset();
   r.job.sink->OnFinish(status, reason);
   absl::MutexLock lock(&mu_);
   in_flight_.erase(r.job.request_id);

@@ -29,7 +29,9 @@
 #include "absl/time/time.h"
 #include "common/engine/generator.h"
 #include "common/engine/model_runner.h"
+#include "common/metrics/serving_metrics.h"
 #include "common/sampling/sampling_params.h"
+#include "decode_svc/kv_staging_area.h"
 
 namespace sparseserve::decode {
 
@@ -57,6 +59,11 @@ struct DecodeJob {
   // counted in max_tokens.
   std::optional<std::vector<int32_t>> prefilled_blocks;
   int32_t first_token = -1;
+  // With KV staging: the prefill worker wrote the KV of (*prefilled_blocks)[first_staged_block +
+  // i] into staging block staged_kv.block_ids()[i] instead. Admission copies every layer of them
+  // into those pool blocks (engine thread), then the lease returns them. Empty otherwise.
+  KvStagingLease staged_kv;
+  int first_staged_block = 0;
   std::shared_ptr<DecodeSink> sink;  // co-owned by the scheduler and the RPC that made it
 };
 
@@ -64,6 +71,8 @@ struct DecodeSchedulerOptions {
   int max_running = 64;          // sequences decoded together in one batch step
   int max_waiting = 1024;        // queued requests beyond which Submit fails RESOURCE_EXHAUSTED
   std::vector<int32_t> eos_ids;  // the tokenizer's end-of-generation ids
+  // Borrowed, may be null; must outlive the scheduler. Receives the KV staging copy times.
+  metrics::ServingMetrics* metrics = nullptr;
 };
 
 struct DecodeSchedulerStats {
@@ -97,6 +106,9 @@ class DecodeScheduler {
   void AdmitWaiting();
   // Prefills (or adopts) `r`. False when the pool is too full right now (r is untouched).
   bool AdmitOne(std::unique_ptr<Running>& r);
+  // Copies the job's staged KV blocks into `blocks` (its pool blocks) and returns the staging
+  // blocks. Runs on the engine thread.
+  absl::Status CopyStagedKv(DecodeJob& job, absl::Span<const int32_t> blocks);
   void DecodeStep();
   // Emits `token` for `r` and applies the stop rules; false when `r` has finished.
   bool Emit(Running& r, int32_t token);

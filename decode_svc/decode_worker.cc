@@ -1,10 +1,44 @@
 #include "decode_svc/decode_worker.h"
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "common/core/logging.h"
 #include "common/core/status.h"
 
 namespace sparseserve::decode {
+namespace {
+
+// The staging area: per layer `bytes / num_layers` of host memory allocated and registered by
+// `target` (the fast path over UCX's shared-memory transports), in the KV pool's block layout,
+// at most as many blocks as the pool has (each staged block is copied into one pool block).
+// kInvalidArgument when `bytes` holds no block of every layer; UCX's error when out of memory.
+absl::StatusOr<std::unique_ptr<KvStagingArea>> AllocateStagingArea(
+    transfer::KvTransferTarget& target, const model::PagedKvCache& cache, size_t bytes) {
+  const model::PagedKvCacheShape& shape = cache.shape();
+  const size_t block_bytes = cache.layer(0).nbytes() / shape.num_blocks;
+  const size_t blocks = std::min<size_t>(
+      bytes / (block_bytes * static_cast<size_t>(shape.num_layers)), shape.num_blocks);
+  if (blocks == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV staging area of ", bytes, " bytes holds no block (", block_bytes,
+                     " bytes x ", shape.num_layers, " layers): raise --kv-staging-mb"));
+  }
+  std::vector<Tensor> layers;
+  for (int l = 0; l < shape.num_layers; ++l) {
+    SS_ASSIGN_OR_RETURN(void* base, target.AllocateRegion(l, blocks * block_bytes));
+    layers.push_back(Tensor::Wrap(
+        base, cache.dtype(),
+        Shape{static_cast<int64_t>(blocks) * 2, shape.block_tokens, shape.num_kv_heads,
+              shape.head_dim},
+        Device::kHost, /*holder=*/nullptr));  // owned by `target`, which outlives the area
+  }
+  return KvStagingArea::Create(std::move(layers));
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Start(
     const DecodeWorkerOptions& options) {
@@ -15,23 +49,28 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Start(
                       engine::ModelRunner::Create(w->source_, w->backend_.get(), options.runner));
   DecodeWorkerInfo info;
   info.model = options.model_path;
-  // The UCX build this project links (Debian's 1.13) has no CUDA transport: it can only move
-  // host memory, so a KV cache on the GPU is served without disaggregated prefill (the router then
-  // prefills on the decode worker). Staging through host memory is the way to lift this.
-  const bool kv_on_host = w->runner_->cache().layer(0).device() == Device::kHost;
-  if (options.enable_kv_transfer && !kv_on_host) {
-    SS_LOG_WARNING(
-        "KV cache is in GPU memory and UCX here moves host memory only: KV transfer "
-        "disabled on this decode worker");
-  }
-  if (options.enable_kv_transfer && kv_on_host) {
-    SS_ASSIGN_OR_RETURN(w->kv_target_, transfer::KvTransferTarget::Create());
+  std::string transfer_mode = "off (--kv-transfer=false)";
+  if (options.enable_kv_transfer) {
     const model::PagedKvCache& cache = w->runner_->cache();
-    for (int l = 0; l < cache.shape().num_layers; ++l) {
-      const Tensor& t = cache.layer(l);
-      SS_RETURN_IF_ERROR(w->kv_target_->RegisterRegion(l, t.raw_data(), t.nbytes()));
-    }
+    const bool kv_on_host = cache.layer(0).device() == Device::kHost;
+    SS_ASSIGN_OR_RETURN(const bool staged, transfer::UsesKvStaging(options.kv_staging, kv_on_host));
+    SS_ASSIGN_OR_RETURN(w->kv_target_, transfer::KvTransferTarget::Create());
     const uint64_t block_bytes = cache.layer(0).nbytes() / cache.shape().num_blocks;
+    if (staged) {
+      SS_ASSIGN_OR_RETURN(w->staging_,
+                          AllocateStagingArea(*w->kv_target_, cache, options.kv_staging_bytes));
+      transfer_mode = absl::StrCat(
+          "staged through host memory (", w->staging_->num_blocks(), " staging blocks, ",
+          static_cast<double>(block_bytes * w->staging_->num_blocks() * cache.shape().num_layers) /
+              (1 << 20),
+          " MiB; --kv-staging=", transfer::KvStagingModeName(options.kv_staging), ")");
+    } else {
+      for (int l = 0; l < cache.shape().num_layers; ++l) {
+        const Tensor& t = cache.layer(l);
+        SS_RETURN_IF_ERROR(w->kv_target_->RegisterRegion(l, t.raw_data(), t.nbytes()));
+      }
+      transfer_mode = "direct into the KV pool (registered with UCX)";
+    }
     SS_ASSIGN_OR_RETURN(info.kv_pool,
                         w->kv_target_->ExportPool(cache.shape().num_layers, block_bytes));
   }
@@ -39,17 +78,20 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Start(
   SS_ASSIGN_OR_RETURN(w->metrics_, metrics::ServingMetrics::Create(w->exporter_->registry(),
                                                                    metrics::ServiceRole::kDecode));
   w->reservations_ = std::make_unique<KvReservationTable>(
-      &w->runner_->mutable_pool(), w->runner_->block_tokens(), options.kv_lease);
+      &w->runner_->mutable_pool(), w->runner_->block_tokens(), options.kv_lease, w->staging_.get());
   DecodeSchedulerOptions sched = options.scheduler;
   sched.eos_ids = w->source_.tokenizer->eos_ids();
+  sched.metrics = w->metrics_.get();
   w->scheduler_ = std::make_unique<DecodeScheduler>(w->runner_.get(), std::move(sched));
   w->service_ = std::make_unique<DecodeWorkerService>(
       w->scheduler_.get(), w->runner_.get(), w->reservations_.get(), w->metrics_.get(), info);
   SS_ASSIGN_OR_RETURN(w->server_, rpc::RpcServer::Start(options.address, {w->service_.get()}));
   w->expiry_ = std::thread([raw = w.get()] { raw->ExpiryLoop(); });
-  SS_LOG_INFO("decode worker serving {} on port {} (metrics on {}), {} KV blocks of {} tokens",
-              options.model_path, w->port(), w->metrics_port(), w->runner_->pool().num_blocks(),
-              w->runner_->block_tokens());
+  SS_LOG_INFO(
+      "decode worker serving {} on port {} (metrics on {}), {} KV blocks of {} tokens; KV "
+      "transfer {}",
+      options.model_path, w->port(), w->metrics_port(), w->runner_->pool().num_blocks(),
+      w->runner_->block_tokens(), transfer_mode);
   return w;
 }
 

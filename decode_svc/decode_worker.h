@@ -17,10 +17,12 @@
 #include "common/metrics/metrics_exporter.h"
 #include "common/metrics/serving_metrics.h"
 #include "common/rpc/server_runner.h"
+#include "common/transfer/kv_staging_mode.h"
 #include "common/transfer/kv_transfer_target.h"
 #include "decode_svc/decode_scheduler.h"
 #include "decode_svc/decode_worker_service.h"
 #include "decode_svc/kv_reservation_table.h"
+#include "decode_svc/kv_staging_area.h"
 #include "kernels/backend.h"
 
 namespace sparseserve::decode {
@@ -33,7 +35,16 @@ struct DecodeWorkerOptions {
   engine::ModelRunnerOptions runner;
   DecodeSchedulerOptions scheduler;             // eos_ids are filled from the tokenizer
   absl::Duration kv_lease = absl::Seconds(60);  // unused reservations return after this
-  bool enable_kv_transfer = true;               // register the KV pool with UCX for prefill PUTs
+  bool enable_kv_transfer = true;               // accept prefill workers' KV PUTs over UCX
+  // Whether prefill workers PUT into a host staging area (copied into the KV pool when the
+  // decode job adopts the KV) instead of into the KV pool itself. kAuto stages exactly when the
+  // KV pool is not in host memory, which the UCX here cannot reach.
+  transfer::KvStagingMode kv_staging = transfer::KvStagingMode::kAuto;
+  // Host memory for the staging area, all layers together; bounds the KV of reserved prompts
+  // not yet adopted (a reservation that does not fit fails RESOURCE_EXHAUSTED and the router
+  // prefills locally). Rounded down to whole blocks and capped at the KV pool's block count.
+  // Default 2 GiB.
+  size_t kv_staging_bytes = size_t{2} << 30;
 };
 
 class DecodeWorker {
@@ -57,11 +68,13 @@ class DecodeWorker {
   void ExpiryLoop();
 
   // Destruction order matters: the server goes first (no more calls), then the scheduler
-  // (engine thread), then the KV transport, runner and backend.
+  // (engine thread) and the reservations (their staging leases), then the staging area, the KV
+  // transport (which owns the staging memory), runner and backend.
   engine::ModelSource source_;
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<engine::ModelRunner> runner_;
   std::unique_ptr<transfer::KvTransferTarget> kv_target_;
+  std::unique_ptr<KvStagingArea> staging_;  // null unless KV is staged in host memory
   std::unique_ptr<metrics::MetricsExporter> exporter_;
   std::unique_ptr<metrics::ServingMetrics> metrics_;
   std::unique_ptr<KvReservationTable> reservations_;

@@ -239,24 +239,28 @@ grpc::ServerWriteReactor<v1::DecodeResponse>* DecodeWorkerService::Decode(
   job.sink = std::make_shared<DecodeStream::Sink>(stream->shared(), metrics_);
   metrics_->prompt_tokens().Increment(static_cast<double>(job.prompt.size()));
   if (!request->reservation_id().empty()) {
-    absl::StatusOr<KvReservation> r = reservations_->Take(request->reservation_id());
-    if (!r.ok()) {
-      stream->Finish(rpc::ToGrpcStatus(r.status()));
+    absl::StatusOr<TakenKvReservation> taken = reservations_->Take(request->reservation_id());
+    if (!taken.ok()) {
+      stream->Finish(rpc::ToGrpcStatus(taken.status()));
       return stream;
     }
-    if (r->num_prompt_tokens != static_cast<int>(job.prompt.size())) {
-      runner_->mutable_pool().Release(r->block_ids);
+    KvReservation& r = taken->reservation;
+    if (r.num_prompt_tokens != static_cast<int>(job.prompt.size())) {
+      runner_->mutable_pool().Release(r.block_ids);
       stream->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                   "prompt length differs from the reservation's"));
-      return stream;
+      return stream;  // the staging lease returns its blocks here
     }
-    job.prefilled_blocks = std::move(r->block_ids);
+    job.prefilled_blocks = std::move(r.block_ids);
     job.first_token = request->first_token();
+    job.staged_kv = std::move(taken->staging);
+    job.first_staged_block = r.first_remote_block;
   }
   std::vector<int32_t> reserved;
   if (job.prefilled_blocks.has_value()) reserved = *job.prefilled_blocks;
   if (absl::Status s = scheduler_->Submit(std::move(job)); !s.ok()) {
-    runner_->mutable_pool().Release(reserved);  // Submit took nothing on error
+    // Submit took nothing on error; the job's staging lease was returned with it.
+    runner_->mutable_pool().Release(reserved);
     stream->Finish(rpc::ToGrpcStatus(s));
   }
   return stream;
@@ -287,7 +291,13 @@ grpc::ServerUnaryReactor* DecodeWorkerService::ReserveKv(grpc::CallbackServerCon
   out->set_ucx_worker_address(info_.kv_pool.worker_address);
   for (const std::string& rkey : info_.kv_pool.layer_rkeys) out->add_layer_rkeys(rkey);
   for (uint64_t base : info_.kv_pool.layer_base_addresses) out->add_layer_base_addresses(base);
-  for (int32_t b : r->block_ids) out->add_block_ids(b);
+  // With staging the prefill worker writes into staging blocks (what the rkeys cover): from
+  // first_remote_block on the ids are those; the cached ones before are never written.
+  for (int i = 0; i < static_cast<int>(r->block_ids.size()); ++i) {
+    out->add_block_ids(i < r->first_remote_block || r->staging_block_ids.empty()
+                           ? r->block_ids[i]
+                           : r->staging_block_ids[i - r->first_remote_block]);
+  }
   out->set_first_block_index(r->first_remote_block);
   out->set_lease_seconds(absl::ToDoubleSeconds(reservations_->lease()));
   response->set_cached_tokens(r->cached_tokens);
@@ -324,6 +334,10 @@ grpc::ServerUnaryReactor* DecodeWorkerService::Status(grpc::CallbackServerContex
   response->set_num_waiting(stats.num_waiting);
   response->set_num_free_blocks(pool.num_free_blocks());
   response->set_num_total_blocks(pool.num_blocks());
+  if (const KvStagingArea* staging = reservations_->staging(); staging != nullptr) {
+    response->set_num_free_staging_blocks(staging->num_free_blocks());
+    response->set_num_total_staging_blocks(staging->num_blocks());
+  }
   for (kv::BlockHash h : pool.CachedHashes()) response->add_cached_block_hashes(h);
   *response->mutable_layout() = LayoutOf(*runner_);
   response->set_model(info_.model);

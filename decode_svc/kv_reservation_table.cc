@@ -6,8 +6,8 @@
 namespace sparseserve::decode {
 
 KvReservationTable::KvReservationTable(kv::KvBlockPool* pool, int block_tokens,
-                                       absl::Duration lease)
-    : pool_(pool), block_tokens_(block_tokens), lease_(lease) {}
+                                       absl::Duration lease, KvStagingArea* staging)
+    : pool_(pool), block_tokens_(block_tokens), lease_(lease), staging_(staging) {}
 
 absl::StatusOr<KvReservation> KvReservationTable::Reserve(absl::Span<const int32_t> prompt) {
   if (prompt.empty()) return absl::InvalidArgumentError("ReserveKv: empty prompt");
@@ -21,35 +21,47 @@ absl::StatusOr<KvReservation> KvReservationTable::Reserve(absl::Span<const int32
     return fresh.status();
   }
   blocks.insert(blocks.end(), fresh->begin(), fresh->end());
-  absl::MutexLock lock(&mu_);
+  KvStagingLease staging;
+  if (staging_ != nullptr) {
+    absl::StatusOr<KvStagingLease> leased = staging_->Allocate(needed - cached);
+    if (!leased.ok()) {
+      pool_->Release(blocks);
+      return leased.status();
+    }
+    staging = *std::move(leased);
+  }
   KvReservation r;
-  r.id = absl::StrCat("kv-", next_id_++);
   r.block_ids = std::move(blocks);
   r.first_remote_block = cached;
   r.cached_tokens = cached * block_tokens_;
   r.num_prompt_tokens = n;
-  entries_[r.id] = Entry{r, absl::Now() + lease_};
+  r.staging_block_ids = staging.block_ids();
+  absl::MutexLock lock(&mu_);
+  r.id = absl::StrCat("kv-", next_id_++);
+  entries_[r.id] = Entry{r, std::move(staging), absl::Now() + lease_};
   return r;
 }
 
-absl::StatusOr<KvReservation> KvReservationTable::Take(const std::string& id) {
+absl::StatusOr<TakenKvReservation> KvReservationTable::Take(const std::string& id) {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(id);
   if (it == entries_.end()) {
     return absl::NotFoundError(absl::StrCat("KV reservation ", id, " unknown or expired"));
   }
-  KvReservation r = std::move(it->second.reservation);
+  TakenKvReservation taken{std::move(it->second.reservation), std::move(it->second.staging)};
   entries_.erase(it);
-  return r;
+  return taken;
 }
 
 bool KvReservationTable::Release(const std::string& id) {
   std::vector<int32_t> blocks;
+  KvStagingLease staging;  // returns the staging blocks on scope exit, outside the lock
   {
     absl::MutexLock lock(&mu_);
     auto it = entries_.find(id);
     if (it == entries_.end()) return false;
     blocks = std::move(it->second.reservation.block_ids);
+    staging = std::move(it->second.staging);
     entries_.erase(it);
   }
   pool_->Release(blocks);
@@ -58,6 +70,7 @@ bool KvReservationTable::Release(const std::string& id) {
 
 int KvReservationTable::ExpireBefore(absl::Time now) {
   std::vector<int32_t> blocks;
+  std::vector<KvStagingLease> staging;  // returned on scope exit, outside the lock
   int expired = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -65,6 +78,7 @@ int KvReservationTable::ExpireBefore(absl::Time now) {
       if (it->second.expires < now) {
         const auto& ids = it->second.reservation.block_ids;
         blocks.insert(blocks.end(), ids.begin(), ids.end());
+        staging.push_back(std::move(it->second.staging));
         entries_.erase(it++);
         ++expired;
       } else {

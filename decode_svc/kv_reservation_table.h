@@ -3,10 +3,13 @@
 //
 // Reserve matches the prompt against the local prefix cache (those blocks are shared and never
 // written remotely) and allocates the rest; the prefill worker PUTs the prompt's KV into the
-// blocks from `first_remote_block` on. Take hands the blocks to the decode job; Release or lease
-// expiry returns them to the pool. A prefill worker's whole operation runs under a deadline
-// shorter than the lease (the router sets it), and it closes its UCX endpoint at that deadline,
-// so no PUT can land in blocks after their lease expired (ARCHITECTURE.md failure rules).
+// blocks from `first_remote_block` on. With a KvStagingArea (the KV pool is not in host memory,
+// or staging is forced) each remotely written block also gets a staging block, and the prefill
+// worker PUTs into those instead; the decode job copies them into the pool blocks when it adopts
+// the KV. Take hands the blocks (and the staging lease) to the decode job; Release or lease expiry
+// returns them all. A prefill worker's whole operation runs under a deadline shorter than the
+// lease (the router sets it), and it closes its UCX endpoint at that deadline, so no PUT can land
+// in blocks after their lease expired (ARCHITECTURE.md failure rules).
 // Thread-safe.
 #ifndef SPARSESERVE_DECODE_SVC_KV_RESERVATION_TABLE_H_
 #define SPARSESERVE_DECODE_SVC_KV_RESERVATION_TABLE_H_
@@ -21,42 +24,60 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/kv/kv_block_pool.h"
+#include "decode_svc/kv_staging_area.h"
 
 namespace sparseserve::decode {
 
 struct KvReservation {
   std::string id;
-  std::vector<int32_t> block_ids;  // covering the whole prompt, in order
+  std::vector<int32_t> block_ids;  // KV pool blocks covering the whole prompt, in order
   int first_remote_block = 0;      // blocks before it came from the local prefix cache
   int cached_tokens = 0;           // = first_remote_block * block_tokens
   int num_prompt_tokens = 0;
+  // With staging: the staging block receiving block_ids[first_remote_block + i] is
+  // staging_block_ids[i] (block_ids.size() - first_remote_block of them). Empty without staging.
+  std::vector<int32_t> staging_block_ids;
+};
+
+// What Take hands over: the reservation, whose pool block references are now the caller's, and
+// the lease on its staging blocks (empty without staging).
+struct TakenKvReservation {
+  KvReservation reservation;
+  KvStagingLease staging;
 };
 
 class KvReservationTable {
  public:
-  // `pool` is borrowed and must outlive the table.
-  KvReservationTable(kv::KvBlockPool* pool, int block_tokens, absl::Duration lease);
+  // `pool` and `staging` (null: no staging) are borrowed and must outlive the table.
+  KvReservationTable(kv::KvBlockPool* pool, int block_tokens, absl::Duration lease,
+                     KvStagingArea* staging = nullptr);
 
-  // kResourceExhausted when the pool cannot hold the prompt (nothing is kept then).
+  // kResourceExhausted when the pool or the staging area cannot hold the prompt (nothing is kept
+  // then); kInvalidArgument for an empty prompt.
   absl::StatusOr<KvReservation> Reserve(absl::Span<const int32_t> prompt);
-  // Removes the reservation and hands its blocks (and their references) to the caller.
-  // kNotFound when unknown or expired.
-  absl::StatusOr<KvReservation> Take(const std::string& id);
-  // Returns the blocks to the pool. False when unknown.
+  // Removes the reservation and hands its blocks (and their references) and its staging blocks
+  // to the caller. kNotFound when unknown or expired.
+  absl::StatusOr<TakenKvReservation> Take(const std::string& id);
+  // Returns the blocks to the pool and the staging blocks to the staging area. False when
+  // unknown.
   bool Release(const std::string& id);
   // Releases every reservation whose lease ended before `now`; returns how many.
   int ExpireBefore(absl::Time now);
   int size() const;
   absl::Duration lease() const { return lease_; }
+  // The staging area, or null without staging.
+  const KvStagingArea* staging() const { return staging_; }
 
  private:
   struct Entry {
     KvReservation reservation;
+    KvStagingLease staging;
     absl::Time expires;
   };
   kv::KvBlockPool* pool_;
   const int block_tokens_;
   const absl::Duration lease_;
+  KvStagingArea* staging_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -8,9 +8,10 @@
 namespace sparseserve::prefill {
 
 PrefillEngine::PrefillEngine(engine::ModelRunner* runner, transfer::KvTransferSource* source,
-                             int max_queued, absl::Duration put_delay)
+                             KvStagingRing* ring, int max_queued, absl::Duration put_delay)
     : runner_(runner),
       source_(source),
+      ring_(ring),
       max_queued_(max_queued),
       put_delay_(put_delay),
       engine_([this] { EngineLoop(); }) {}
@@ -104,6 +105,8 @@ absl::StatusOr<PrefillResult> PrefillEngine::Run(const PrefillTask& task) {
           "reservation has ", target->remote_blocks.size(), " blocks, the prompt needs ", needed));
     }
     SS_ASSIGN_OR_RETURN(session, source_->Connect(target->pool));
+    // The previous request's session is gone: nothing PUT from the ring can still be read.
+    if (ring_ != nullptr) ring_->Reset();
   }
   engine::SequenceKv seq;
   absl::Time first_put = absl::InfiniteFuture();
@@ -121,8 +124,13 @@ absl::StatusOr<PrefillResult> PrefillEngine::Run(const PrefillTask& task) {
           absl::StrCat("KV transfer stopped before layer ", layer,
                        ": the request's deadline (bounded by the KV lease) has passed"));
     }
-    SS_RETURN_IF_ERROR(
-        session->PutBlocks(layer, runner_->cache().layer(layer).raw_data(), local, remote));
+    if (ring_ != nullptr) {
+      SS_RETURN_IF_ERROR(ring_->StageAndPut(runner_->backend(), runner_->cache().layer(layer),
+                                            layer, local, remote, *session, task.deadline));
+    } else {
+      SS_RETURN_IF_ERROR(
+          session->PutBlocks(layer, runner_->cache().layer(layer).raw_data(), local, remote));
+    }
     if (put_delay_ > absl::ZeroDuration()) absl::SleepFor(put_delay_);  // fault injection
     return absl::OkStatus();
   };
@@ -135,6 +143,10 @@ absl::StatusOr<PrefillResult> PrefillEngine::Run(const PrefillTask& task) {
     status = session->Flush(left > absl::ZeroDuration() ? left : absl::Milliseconds(1));
     result.transfer_seconds = absl::ToDoubleSeconds(absl::Now() - first_put);
     result.transferred_bytes = session->bytes_transferred();
+    if (ring_ != nullptr) {
+      result.staged = true;
+      result.staging_copy_seconds = absl::ToDoubleSeconds(ring_->copy_time());
+    }
   }
   // Destroying the session closes the endpoint: no PUT of ours lands after this point.
   session.reset();

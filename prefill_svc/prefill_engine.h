@@ -1,6 +1,7 @@
 // PrefillEngine: runs prefill requests one at a time on a dedicated engine thread — chunked
 // prefill on the local ModelRunner (with its own prefix cache), each layer's KV PUT over UCX
-// into the decode worker's reserved blocks as soon as that layer is computed, one flush, and
+// into the decode worker's reserved blocks as soon as that layer is computed (straight from the
+// KV cache, or copied into a host KvStagingRing first when the KV is staged), one flush, and
 // the first token sampled from the last prompt position.
 //
 // Thread-safety: Submit/Abort from any thread; the completion callback runs on the engine
@@ -25,6 +26,7 @@
 #include "common/sampling/sampling_params.h"
 #include "common/transfer/kv_transfer_source.h"
 #include "common/transfer/remote_kv_pool.h"
+#include "prefill_svc/kv_staging_ring.h"
 
 namespace sparseserve::prefill {
 
@@ -49,17 +51,21 @@ struct PrefillResult {
   int cached_tokens = 0;
   int64_t transferred_bytes = 0;
   double prefill_seconds = 0;
-  double transfer_seconds = 0;  // from the first PUT to the end of the flush
+  double transfer_seconds = 0;      // from the first PUT to the end of the flush
+  bool staged = false;              // the KV went through the host staging ring
+  double staging_copy_seconds = 0;  // device -> host copies into the ring (staged only)
 };
 
 using PrefillDone = std::function<void(absl::StatusOr<PrefillResult>)>;
 
 class PrefillEngine {
  public:
-  // Both borrowed; must outlive the engine. `source` is null when UCX is disabled.
+  // All borrowed; must outlive the engine. `source` is null when UCX is disabled; `ring` is
+  // null unless KV is staged in host memory (then it is registered with `source`).
   // `put_delay` > 0 is fault injection for tests: the engine sleeps that long after each layer's
   // PUT, so a transfer lasts long enough to kill the worker, or outlive its lease, mid-way.
-  PrefillEngine(engine::ModelRunner* runner, transfer::KvTransferSource* source, int max_queued,
+  PrefillEngine(engine::ModelRunner* runner, transfer::KvTransferSource* source,
+                KvStagingRing* ring, int max_queued,
                 absl::Duration put_delay = absl::ZeroDuration());
   ~PrefillEngine();  // queued tasks finish with CANCELLED
   PrefillEngine(const PrefillEngine&) = delete;
@@ -82,6 +88,7 @@ class PrefillEngine {
 
   engine::ModelRunner* runner_;
   transfer::KvTransferSource* source_;
+  KvStagingRing* ring_;  // engine thread only
   const int max_queued_;
   const absl::Duration put_delay_;
   mutable absl::Mutex mu_;

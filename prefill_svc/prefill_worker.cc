@@ -1,5 +1,9 @@
 #include "prefill_svc/prefill_worker.h"
 
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
 #include "common/core/logging.h"
 #include "common/core/status.h"
 #include "prefill_svc/prefill_worker_service.h"
@@ -13,33 +17,48 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(
   SS_ASSIGN_OR_RETURN(w->source_, engine::OpenModelSource(options.model_path));
   SS_ASSIGN_OR_RETURN(w->runner_,
                       engine::ModelRunner::Create(w->source_, w->backend_.get(), options.runner));
-  // The UCX build this project links (Debian's 1.13) has no CUDA transport: it can only move
-  // host memory, so a KV cache on the GPU is served without disaggregated prefill (the router then
-  // prefills on the decode worker). Staging through host memory is the way to lift this.
-  const bool kv_on_host = w->runner_->cache().layer(0).device() == Device::kHost;
-  if (options.enable_kv_transfer && !kv_on_host) {
-    SS_LOG_WARNING(
-        "KV cache is in GPU memory and UCX here moves host memory only: KV transfer "
-        "disabled on this prefill worker");
-  }
-  if (options.enable_kv_transfer && kv_on_host) {
-    SS_ASSIGN_OR_RETURN(w->kv_source_, transfer::KvTransferSource::Create());
+  std::string transfer_mode = "off (--prefill-kv-transfer=false)";
+  if (options.enable_kv_transfer) {
     const model::PagedKvCache& cache = w->runner_->cache();
-    for (int l = 0; l < cache.shape().num_layers; ++l) {
-      SS_RETURN_IF_ERROR(
-          w->kv_source_->RegisterLocal(l, cache.layer(l).raw_data(), cache.layer(l).nbytes()));
+    const bool kv_on_host = cache.layer(0).device() == Device::kHost;
+    SS_ASSIGN_OR_RETURN(const bool staged, transfer::UsesKvStaging(options.kv_staging, kv_on_host));
+    SS_ASSIGN_OR_RETURN(w->kv_source_, transfer::KvTransferSource::Create());
+    if (staged) {
+      const model::PagedKvCacheShape& shape = cache.shape();
+      const size_t block_bytes = cache.layer(0).nbytes() / shape.num_blocks;
+      // No request can need more than every block of every layer at once.
+      const size_t blocks = std::min(options.kv_staging_bytes / block_bytes,
+                                     static_cast<size_t>(shape.num_blocks) * shape.num_layers);
+      if (blocks == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "KV staging ring of ", options.kv_staging_bytes, " bytes holds no block of ",
+            block_bytes, " bytes: raise --prefill-kv-staging-mb"));
+      }
+      SS_ASSIGN_OR_RETURN(w->ring_, KvStagingRing::Create(*w->kv_source_, shape, cache.dtype(),
+                                                          static_cast<int>(blocks)));
+      transfer_mode =
+          absl::StrCat("staged through a host ring of ", blocks, " (layer, block) units, ",
+                       static_cast<double>(blocks * block_bytes) / (1 << 20),
+                       " MiB; --kv-staging=", transfer::KvStagingModeName(options.kv_staging));
+    } else {
+      for (int l = 0; l < cache.shape().num_layers; ++l) {
+        SS_RETURN_IF_ERROR(
+            w->kv_source_->RegisterLocal(l, cache.layer(l).raw_data(), cache.layer(l).nbytes()));
+      }
+      transfer_mode = "direct from the KV cache (registered with UCX)";
     }
   }
   SS_ASSIGN_OR_RETURN(w->exporter_, metrics::MetricsExporter::Start(options.metrics_address));
   SS_ASSIGN_OR_RETURN(w->metrics_, metrics::ServingMetrics::Create(w->exporter_->registry(),
                                                                    metrics::ServiceRole::kPrefill));
-  w->engine_ = std::make_unique<PrefillEngine>(w->runner_.get(), w->kv_source_.get(),
-                                               options.max_queued, options.fault_put_delay);
+  w->engine_ =
+      std::make_unique<PrefillEngine>(w->runner_.get(), w->kv_source_.get(), w->ring_.get(),
+                                      options.max_queued, options.fault_put_delay);
   w->service_ = std::make_unique<PrefillWorkerService>(w->engine_.get(), w->runner_.get(),
                                                        w->metrics_.get(), options.model_path);
   SS_ASSIGN_OR_RETURN(w->server_, rpc::RpcServer::Start(options.address, {w->service_.get()}));
-  SS_LOG_INFO("prefill worker serving {} on port {} (metrics on {})", options.model_path, w->port(),
-              w->metrics_port());
+  SS_LOG_INFO("prefill worker serving {} on port {} (metrics on {}); KV transfer {}",
+              options.model_path, w->port(), w->metrics_port(), transfer_mode);
   return w;
 }
 

@@ -15,8 +15,10 @@
 #include "common/metrics/metrics_exporter.h"
 #include "common/metrics/serving_metrics.h"
 #include "common/rpc/server_runner.h"
+#include "common/transfer/kv_staging_mode.h"
 #include "common/transfer/kv_transfer_source.h"
 #include "kernels/backend.h"
+#include "prefill_svc/kv_staging_ring.h"
 #include "prefill_svc/prefill_engine.h"
 #include "sparseserve/v1/worker.grpc.pb.h"
 
@@ -28,8 +30,16 @@ struct PrefillWorkerOptions {
   std::string metrics_address = "127.0.0.1:0";
   Device device = Device::kHost;
   engine::ModelRunnerOptions runner;
-  int max_queued = 256;  // queued prefills beyond this: RESOURCE_EXHAUSTED
-  bool enable_kv_transfer = true;
+  int max_queued = 256;            // queued prefills beyond this: RESOURCE_EXHAUSTED
+  bool enable_kv_transfer = true;  // PUT KV into decode workers over UCX
+  // Whether KV is copied into a host staging ring and PUT from there instead of straight from
+  // the KV cache. kAuto stages exactly when the KV cache is not in host memory, which the UCX
+  // here cannot reach.
+  transfer::KvStagingMode kv_staging = transfer::KvStagingMode::kAuto;
+  // Host memory for the staging ring: bounds how much KV is in flight between flushes (a
+  // prompt's KV larger than the ring costs one flush per wrap). Rounded down to whole
+  // (layer, block) units, at least one, and capped at the whole KV pool. Default 256 MiB.
+  size_t kv_staging_bytes = size_t{256} << 20;
   // Fault injection for tests: sleep this long after each layer's KV PUT (PrefillEngine).
   absl::Duration fault_put_delay = absl::ZeroDuration();
 };
@@ -49,10 +59,12 @@ class PrefillWorker {
 
  private:
   PrefillWorker() = default;
-  // Destroyed bottom-up: server, service, engine (thread), transport, runner, backend.
+  // Destroyed bottom-up: server, service, engine (thread), transport, staging ring (registered
+  // with the transport), runner, backend.
   engine::ModelSource source_;
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<engine::ModelRunner> runner_;
+  std::unique_ptr<KvStagingRing> ring_;  // null unless KV is staged in host memory
   std::unique_ptr<transfer::KvTransferSource> kv_source_;
   std::unique_ptr<metrics::MetricsExporter> exporter_;
   std::unique_ptr<metrics::ServingMetrics> metrics_;

@@ -85,6 +85,7 @@ grpc::ServerUnaryReactor* PrefillWorkerService::Prefill(grpc::CallbackServerCont
           metrics->kv_transfer_bytes().Increment(static_cast<double>(result->transferred_bytes));
           metrics->kv_transfer_time().Observe(result->transfer_seconds);
         }
+        if (result->staged) metrics->kv_staging_copy_time().Observe(result->staging_copy_seconds);
         metrics->ttft().Observe(result->prefill_seconds);
         metrics->prompt_tokens().Increment(result->computed_tokens + result->cached_tokens);
         reactor->Finish(grpc::Status::OK);

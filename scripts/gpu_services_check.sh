@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # gpu_services_check.sh — the services on the CUDA backend, on one GPU (run by gpu_check.sh):
 # `sparseserve up --device cuda` with one prefill and two decode workers sharing the GPU, then
-# greedy stories260K through the router, short (prefill on the decode worker) and long enough to
-# cross --disagg-threshold; both must equal the llama2.c golden continuation.
+# greedy stories260K through the router with prompts long enough to cross --disagg-threshold, so
+# they are prefilled on the prefill worker and their KV moves to a decode worker staged through
+# host memory (--kv-staging=auto: the KV caches are in GPU memory). Checks: the golden
+# continuation (twice), a ~300-token prompt (several KV blocks per layer) equal to a
+# single-process `generate --device cuda`, and the metrics proving the KV really went prefill ->
+# decode: prefill worker transfer bytes and device->host staging copies, decode worker
+# host->device staging copies.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -24,8 +29,51 @@ for i in 1 2; do
     echo "FAIL golden through up --device cuda (request $i)"; fails=$((fails + 1))
   fi
 done
+long="Once upon a time there was a little girl named Lily. She liked to play in the park."
+long="$long $long $long $long $long $long $long $long $long $long $long $long"
+want=$(sparseserve generate --device cuda --model "$model" --prompt "$long" --max-tokens 40 \
+  --temperature 0 --gpu-memory-fraction 0.2 2>/dev/null)
+got=$(sparseserve generate --server "$addr" --prompt "$long" --max-tokens 40 --temperature 0 \
+  2>/dev/null)
+if [ -n "$want" ] && [ "$got" = "$want" ]; then
+  echo "ok   long prompt through up --device cuda = single-process generate --device cuda"
+else
+  echo "FAIL long prompt through up: '$got' vs single process '$want'"; fails=$((fails + 1))
+fi
+
+# Sum of the samples of metric $2 on the /metrics page at $1 (host:port).
+metric() {
+  python3 - "$1" "$2" <<'PY'
+import sys, urllib.request
+page = urllib.request.urlopen(f"http://{sys.argv[1]}/metrics", timeout=5).read().decode()
+name = sys.argv[2]
+print(sum(float(l.rsplit(" ", 1)[1]) for l in page.splitlines()
+          if l.startswith(name + "{") or l.startswith(name + " ")))
+PY
+}
+positive() { python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) > 0 else 1)" "$1"; }
+prefill_metrics=$(awk '/^WORKER prefill/ {print $5; exit}' "$log")
+bytes=$(metric "$prefill_metrics" sparseserve_kv_transfer_bytes_total)
+copies=$(metric "$prefill_metrics" sparseserve_kv_staging_copy_seconds_count)
+if positive "$bytes" && positive "$copies"; then
+  echo "ok   disaggregated prefill on the GPU: prefill worker sent $bytes KV bytes, $copies staged"
+else
+  echo "FAIL prefill worker KV transfer bytes '$bytes', staging copies '$copies' (want > 0)"
+  fails=$((fails + 1))
+fi
+adopted=0
+for m in $(awk '/^WORKER decode/ {print $5}' "$log"); do
+  adopted=$(python3 -c "import sys; print(float(sys.argv[1]) + float(sys.argv[2]))" "$adopted" \
+    "$(metric "$m" sparseserve_kv_staging_copy_seconds_count)")
+done
+if positive "$adopted"; then
+  echo "ok   decode workers copied staged KV into GPU memory ($adopted requests)"
+else
+  echo "FAIL no decode worker adopted staged KV"; fails=$((fails + 1))
+fi
+
 kill -INT $pid; wait $pid; rc=$?
 trap 'rm -f "$log"' EXIT
 [ $rc -eq 0 ] && echo "ok   up stopped cleanly" || { echo "FAIL up exit code $rc"; fails=$((fails + 1)); }
-grep -E 'KV transfer|error|ERROR' "$log" | head -5
+grep -E 'KV transfer|error|ERROR' "$log" | head -8
 exit $fails

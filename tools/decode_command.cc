@@ -6,6 +6,7 @@
 #include "common/core/status.h"
 #include "decode_svc/decode_worker.h"
 #include "tools/command.h"
+#include "tools/kv_staging_flags.h"
 #include "tools/model_flags.h"
 #include "tools/serve_flags.h"
 #include "tools/termination_signal.h"
@@ -13,7 +14,9 @@
 ABSL_FLAG(int, max_running, 64, "Sequences decoded together in one batch step.");
 ABSL_FLAG(int, max_waiting, 1024, "Queued requests beyond which new ones get RESOURCE_EXHAUSTED.");
 ABSL_FLAG(double, kv_lease_seconds, 60, "Unused KV reservations return their blocks after this.");
-ABSL_FLAG(bool, kv_transfer, true, "Register the KV pool with UCX so prefill workers can PUT.");
+ABSL_FLAG(bool, kv_transfer, true,
+          "Accept prefill workers' KV over UCX (into the KV pool, or a host staging area: "
+          "--kv-staging). false: every prompt is prefilled on this worker.");
 
 namespace sparseserve::tools {
 
@@ -34,11 +37,17 @@ int RunDecodeCommand(const std::vector<char*>& positional) {
   options.kv_lease = absl::Seconds(absl::GetFlag(FLAGS_kv_lease_seconds));
   options.enable_kv_transfer = absl::GetFlag(FLAGS_kv_transfer);
   absl::StatusOr<Device> device = DeviceFromFlags();
-  if (!device.ok()) {
-    std::fprintf(stderr, "error: %s\n", device.status().ToString().c_str());
-    return 2;
+  absl::StatusOr<transfer::KvStagingMode> staging = KvStagingModeFromFlags();
+  absl::StatusOr<size_t> staging_bytes = DecodeKvStagingBytesFromFlags();
+  for (const absl::Status& s : {device.status(), staging.status(), staging_bytes.status()}) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+      return 2;
+    }
   }
   options.device = *device;
+  options.kv_staging = *staging;
+  options.kv_staging_bytes = *staging_bytes;
   auto worker = decode::DecodeWorker::Start(options);
   if (!worker.ok()) {
     std::fprintf(stderr, "error: %s\n", worker.status().ToString().c_str());

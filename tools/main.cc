@@ -30,7 +30,8 @@ const std::vector<Command>& Commands() {
        "that prefill workers fill over UCX. Prometheus metrics on /metrics. Prints\n"
        "'READY decode <address> metrics <address>' on stdout once serving; SIGINT/SIGTERM drain\n"
        "in-flight requests and exit.",
-       {"tools/decode_command.cc", "tools/serve_flags.cc", "tools/model_flags.cc"},
+       {"tools/decode_command.cc", "tools/kv_staging_flags.cc:kv_staging,kv_staging_mb",
+        "tools/serve_flags.cc", "tools/model_flags.cc"},
        &RunDecodeCommand},
       {"prefill",
        "run a prefill worker (chunked prefill, KV export over UCX)",
@@ -38,7 +39,8 @@ const std::vector<Command>& Commands() {
        "Serves sparseserve.v1.PrefillWorker: computes a prompt's KV (with its own prefix\n"
        "cache) and PUTs each layer's blocks over UCX into the decode worker's reservation as\n"
        "soon as the layer is done, then returns the first token. Prints 'READY prefill ...'.",
-       {"tools/prefill_command.cc", "tools/serve_flags.cc", "tools/model_flags.cc"},
+       {"tools/prefill_command.cc", "tools/kv_staging_flags.cc:kv_staging,prefill_kv_staging_mb",
+        "tools/serve_flags.cc", "tools/model_flags.cc"},
        &RunPrefillCommand},
       {"router",
        "run the router (public Generation API) in front of running workers",
@@ -55,8 +57,8 @@ const std::vector<Command>& Commands() {
        "in this process and prints one 'WORKER <role> <address> metrics <address> pid <pid>'\n"
        "line per worker, then 'READY up <address> metrics <address>'. Use `sparseserve generate\n"
        "--server <address>` to talk to it. SIGINT/SIGTERM stop everything cleanly.",
-       {"tools/up_command.cc", "tools/router_command.cc", "tools/serve_flags.cc",
-        "tools/model_flags.cc"},
+       {"tools/up_command.cc", "tools/router_command.cc", "tools/kv_staging_flags.cc",
+        "tools/serve_flags.cc", "tools/model_flags.cc"},
        &RunUpCommand},
       {"bench",
        "time prefill and decode of a synthetic model against the device's roofline",

@@ -5,12 +5,15 @@
 #include "common/core/logging.h"
 #include "prefill_svc/prefill_worker.h"
 #include "tools/command.h"
+#include "tools/kv_staging_flags.h"
 #include "tools/model_flags.h"
 #include "tools/serve_flags.h"
 #include "tools/termination_signal.h"
 
 ABSL_FLAG(int, max_queued, 256, "Queued prefills beyond which new ones get RESOURCE_EXHAUSTED.");
-ABSL_FLAG(bool, prefill_kv_transfer, true, "Set up UCX to PUT KV into decode workers.");
+ABSL_FLAG(bool, prefill_kv_transfer, true,
+          "Set up UCX to PUT KV into decode workers (from the KV cache, or a host staging ring: "
+          "--kv-staging). false: this worker cannot serve disaggregated prefill.");
 ABSL_FLAG(int, fault_kv_put_delay_ms, 0,
           "Fault injection for tests: sleep this long after each layer's KV PUT, so a transfer "
           "can be interrupted mid-way (0 = off; never set in production).");
@@ -32,11 +35,17 @@ int RunPrefillCommand(const std::vector<char*>& positional) {
   options.enable_kv_transfer = absl::GetFlag(FLAGS_prefill_kv_transfer);
   options.fault_put_delay = absl::Milliseconds(absl::GetFlag(FLAGS_fault_kv_put_delay_ms));
   absl::StatusOr<Device> device = DeviceFromFlags();
-  if (!device.ok()) {
-    std::fprintf(stderr, "error: %s\n", device.status().ToString().c_str());
-    return 2;
+  absl::StatusOr<transfer::KvStagingMode> staging = KvStagingModeFromFlags();
+  absl::StatusOr<size_t> staging_bytes = PrefillKvStagingBytesFromFlags();
+  for (const absl::Status& s : {device.status(), staging.status(), staging_bytes.status()}) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+      return 2;
+    }
   }
   options.device = *device;
+  options.kv_staging = *staging;
+  options.kv_staging_bytes = *staging_bytes;
   auto worker = prefill::PrefillWorker::Start(options);
   if (!worker.ok()) {
     std::fprintf(stderr, "error: %s\n", worker.status().ToString().c_str());

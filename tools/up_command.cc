@@ -31,7 +31,12 @@ constexpr const char* kForwardedFlags[] = {"model",
                                            "drain_seconds",
                                            "gpu_memory_fraction",
                                            "cuda_graph_batch",
-                                           "fault_kv_put_delay_ms"};
+                                           "fault_kv_put_delay_ms",
+                                           "kv_transfer",
+                                           "prefill_kv_transfer",
+                                           "kv_staging",
+                                           "kv_staging_mb",
+                                           "prefill_kv_staging_mb"};
 
 std::vector<std::string> WorkerArgs(const char* role) {
   std::vector<std::string> args = {role, "--address=127.0.0.1:0", "--metrics_address=127.0.0.1:0"};

@@ -87,6 +87,11 @@ void ServingMetrics::Register() {
   kv_transfer_time_ =
       AddHistogram(r, "kv_transfer_seconds", "Duration of one request's KV transfer, seconds.",
                    labels, kTransferBuckets);
+  kv_staging_copy_time_ = AddHistogram(
+      r, "kv_staging_copy_seconds",
+      "Time one request's KV spent in copies between device memory and host staging memory "
+      "for transfer (prefill: device to host, decode: host to device), seconds.",
+      labels, kTransferBuckets);
 
   num_requests_running_ =
       AddGauge(r, "num_requests_running", "Requests currently in the running batch.", labels);

@@ -61,6 +61,9 @@ class ServingMetrics {
   prometheus::Histogram& e2e_request_latency() { return *e2e_request_latency_; }
   prometheus::Histogram& request_queue_time() { return *request_queue_time_; }
   prometheus::Histogram& kv_transfer_time() { return *kv_transfer_time_; }
+  // One request's KV copies through host staging memory (prefill: device -> host ring, decode:
+  // host staging area -> device pool), all layers together; only observed when KV is staged.
+  prometheus::Histogram& kv_staging_copy_time() { return *kv_staging_copy_time_; }
 
   // Gauges.
   prometheus::Gauge& num_requests_running() { return *num_requests_running_; }
@@ -101,6 +104,7 @@ class ServingMetrics {
   prometheus::Histogram* e2e_request_latency_ = nullptr;
   prometheus::Histogram* request_queue_time_ = nullptr;
   prometheus::Histogram* kv_transfer_time_ = nullptr;
+  prometheus::Histogram* kv_staging_copy_time_ = nullptr;
   prometheus::Gauge* num_requests_running_ = nullptr;
   prometheus::Gauge* num_requests_waiting_ = nullptr;
   prometheus::Gauge* kv_cache_usage_ = nullptr;

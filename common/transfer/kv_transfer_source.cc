@@ -54,10 +54,26 @@ absl::Status KvTransferSource::RegisterLocal(int layer, const void* base, size_t
   return absl::OkStatus();
 }
 
+absl::Status KvTransferSource::RegisterSharedLocal(const void* base, size_t bytes) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shared_local_region_ != nullptr) {
+      return absl::AlreadyExistsError("a shared local buffer is registered");
+    }
+  }
+  SS_ASSIGN_OR_RETURN(auto memory, internal::UcpMemoryRegion::Map(*context_, base, bytes));
+  absl::MutexLock lock(&mu_);
+  if (shared_local_region_ != nullptr) {
+    return absl::AlreadyExistsError("a shared local buffer is registered");
+  }
+  shared_local_region_ = std::move(memory);
+  return absl::OkStatus();
+}
+
 const internal::UcpMemoryRegion* KvTransferSource::FindLocal(int layer) const {
   absl::MutexLock lock(&mu_);
   auto it = local_regions_.find(layer);
-  return it == local_regions_.end() ? nullptr : it->second.get();
+  return it == local_regions_.end() ? shared_local_region_.get() : it->second.get();
 }
 
 absl::StatusOr<std::unique_ptr<internal::UcpEndpoint>> KvTransferSource::ConnectEndpoint(

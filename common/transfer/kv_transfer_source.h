@@ -1,6 +1,7 @@
 // KvTransferSource: the prefill worker's end of KV transfer. It owns one UCX worker (driven by
-// an owned progress thread), registers the local per-layer KV buffers once, and opens a
-// KvWriteSession per decode worker pool (Connect) through which blocks are PUT.
+// an owned progress thread), registers the local per-layer KV buffers once (or one staging buffer
+// that every layer passes through), and opens a KvWriteSession per decode worker pool (Connect)
+// through which blocks are PUT.
 //
 // Ownership: the source borrows the registered local buffers (they must stay allocated until the
 // source is destroyed); every KvWriteSession borrows the source and must be destroyed before it
@@ -47,6 +48,13 @@ class KvTransferSource {
   // layer is registered, or UCX's error.
   absl::Status RegisterLocal(int layer, const void* base, size_t bytes);
 
+  // Registers one buffer [base, base + bytes) as the local source of every layer that has no
+  // buffer of its own (RegisterLocal): a host staging ring through which all layers' blocks pass.
+  // REQUIRES: the buffer stays allocated until this source is destroyed.
+  // Returns kInvalidArgument for a null base or zero bytes, kAlreadyExists if a shared buffer is
+  // registered, or UCX's error.
+  absl::Status RegisterSharedLocal(const void* base, size_t bytes);
+
   // Opens a session writing into the decode worker pool `remote` (from its KvTransferTarget).
   // Everything is validated before UCX sees it: kInvalidArgument if the address or a key is
   // corrupted or truncated, a key's base differs from layer_base_addresses, the layer lists
@@ -63,7 +71,8 @@ class KvTransferSource {
 
   // Connects to a raw UCX address with peer failure detection if the transports allow it.
   absl::StatusOr<std::unique_ptr<internal::UcpEndpoint>> ConnectEndpoint(absl::string_view address);
-  // The registration of `layer`, or nullptr. The region lives as long as the source.
+  // The registration of `layer` (its own, else the shared one), or nullptr. The region lives as
+  // long as the source.
   const internal::UcpMemoryRegion* FindLocal(int layer) const;
 
   const KvTransferOptions options_;
@@ -74,6 +83,7 @@ class KvTransferSource {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<int, std::unique_ptr<internal::UcpMemoryRegion>> local_regions_
       ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<internal::UcpMemoryRegion> shared_local_region_ ABSL_GUARDED_BY(mu_);
   // Set once a Connect found that the transports cannot detect peer failure, so later ones
   // skip the attempt (and UCX's error line). A cached capability bit: relaxed order suffices.
   std::atomic<bool> peer_detection_unsupported_{false};

@@ -39,6 +39,100 @@ def test_up_greedy_equals_single_process(threshold, disaggregated):
         c.close()
 
 
+def _idle_and_full(address):
+    """The decode worker runs nothing and every KV pool and staging block is back."""
+    st = worker_status(address)
+    return (st.num_running == 0 and st.num_free_blocks == st.num_total_blocks and
+            st.num_free_staging_blocks == st.num_total_staging_blocks)
+
+
+def test_staged_kv_transfer_equals_golden_and_returns_every_block():
+    # --kv-staging=on stages KV through registered host memory even though the CPU KV cache could
+    # be registered itself: the path a GPU KV cache takes (prefill: device -> host ring -> PUT;
+    # decode: PUT into a host staging area, copied into the pool when the decode job adopts it).
+    c = Cluster(extra=["--disagg-threshold=3", "--kv-staging=on"])
+    try:
+        prefill, decode = c.role("prefill")[0], c.role("decode")[0]
+        st = worker_status(decode["address"])
+        assert st.num_total_staging_blocks > 0
+        assert st.num_free_staging_blocks == st.num_total_staging_blocks
+        tokens, text, last = run(c.stub, greedy_request("Once upon a time", max_tokens=60))
+        assert text == GOLDEN
+        assert len(tokens) == 60
+        assert last.timings.disaggregated
+        # The KV really went through the prefill worker and both staging copies.
+        assert metric(prefill["metrics"], "sparseserve_kv_transfer_bytes_total") > 0
+        assert metric(prefill["metrics"], "sparseserve_kv_staging_copy_seconds_count") == 1
+        assert metric(decode["metrics"], "sparseserve_kv_staging_copy_seconds_count") == 1
+        # Seeded sampling continues the same random stream across the staged split.
+        ref = reference_tokens("Once upon a time", 50,
+                               ["--temperature=0.9", "--top-p=0.95", "--seed=7"])
+        req = greedy_request("Once upon a time", max_tokens=50)
+        req.sampling.temperature, req.sampling.top_p, req.sampling.seed = 0.9, 0.95, 7
+        _, sampled, last = run(c.stub, req)
+        assert sampled == ref and last.timings.disaggregated
+        # Several at once, each through its own staging blocks.
+        texts = prompts(8)
+        refs = [reference_tokens(p, 16) for p in texts]
+        results = [None] * len(texts)
+
+        def one(i):
+            results[i] = run(c.stub, greedy_request(texts[i], max_tokens=16), timeout=120)[1]
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(texts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert results == refs
+        assert metric(decode["metrics"], "sparseserve_kv_staging_copy_seconds_count") >= 3
+        assert wait_until(lambda: _idle_and_full(decode["address"]))
+    finally:
+        c.close()
+
+
+def test_prompt_longer_than_the_prefill_staging_ring():
+    # stories260K's f32 KV block is 16 KiB per layer: a 64 KiB ring holds 4 (layer, block) units,
+    # while this prompt needs 5 blocks x 5 layers, so the ring wraps (with a flush) inside layers.
+    text = " ".join(prompts(22))  # 290 tokens: 5 blocks of 64
+    ref = reference_tokens(text, 30)
+    c = Cluster(extra=["--disagg-threshold=3", "--kv-staging=on",
+                       "--prefill-kv-staging-mb=0.0625"])
+    try:
+        prefill, decode = c.role("prefill")[0], c.role("decode")[0]
+        _, out, last = run(c.stub, greedy_request(text, max_tokens=30))
+        assert last.usage.prompt_tokens > 4 * 64
+        assert out == ref
+        assert last.timings.disaggregated
+        moved = metric(prefill["metrics"], "sparseserve_kv_transfer_bytes_total")
+        assert moved == 5 * 5 * 16384  # every block of every layer, once
+        assert wait_until(lambda: _idle_and_full(decode["address"]))
+    finally:
+        c.close()
+
+
+def test_full_staging_area_falls_back_to_local_prefill():
+    # A decode staging area of one block (80 KiB = one 16 KiB block x 5 layers): a prompt of two
+    # blocks cannot be reserved (RESOURCE_EXHAUSTED) and the router prefills on the decode worker.
+    text = " ".join(prompts(8))
+    ref = reference_tokens(text, 20)
+    c = Cluster(extra=["--disagg-threshold=3", "--kv-staging=on", "--kv-staging-mb=0.08"])
+    try:
+        prefill, decode = c.role("prefill")[0], c.role("decode")[0]
+        assert worker_status(decode["address"]).num_total_staging_blocks == 1
+        _, out, last = run(c.stub, greedy_request(text, max_tokens=20))
+        assert last.usage.prompt_tokens > 64
+        assert out == ref
+        assert not last.timings.disaggregated
+        assert metric(prefill["metrics"], "sparseserve_kv_transfer_bytes_total") == 0
+        # A one-block prompt still fits and goes through the prefill worker.
+        _, out, last = run(c.stub, greedy_request("Once upon a time", max_tokens=60))
+        assert out == GOLDEN and last.timings.disaggregated
+        assert wait_until(lambda: _idle_and_full(decode["address"]))
+    finally:
+        c.close()
+
+
 def test_same_prompt_twice_reuses_cached_blocks():
     c = Cluster(num_prefill=0, extra=["--disagg-threshold=100000", "--block-tokens=16"])
     try:

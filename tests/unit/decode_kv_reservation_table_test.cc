@@ -1,6 +1,11 @@
-// KvReservationTable: reservations hold blocks until taken, released or expired; cached prompt
-// prefixes are matched (and never handed out for remote writes).
+// KvReservationTable: reservations hold blocks (and, with KV staging, staging blocks) until
+// taken, released or expired; cached prompt prefixes are matched (and never handed out for
+// remote writes).
 #include "decode_svc/kv_reservation_table.h"
+
+#include <algorithm>
+#include <memory>
+#include <vector>
 
 #include "common/kv/block_hash.h"
 #include "gtest/gtest.h"
@@ -40,13 +45,14 @@ TEST(KvReservationTableTest, TakeHandsBlocksOverAndExhaustionKeepsNothing) {
   ASSERT_TRUE(r.ok());
   auto taken = table.Take(r->id);
   ASSERT_TRUE(taken.ok());
-  EXPECT_EQ(taken->block_ids, r->block_ids);
+  EXPECT_EQ(taken->reservation.block_ids, r->block_ids);
+  EXPECT_TRUE(taken->staging.empty());
   EXPECT_EQ(table.size(), 0);
   EXPECT_EQ(table.ExpireBefore(absl::InfiniteFuture()), 0);  // no longer the table's
   EXPECT_EQ(pool.num_used_blocks(), 3);
   EXPECT_EQ(table.Reserve(Prompt(40, 2)).status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(pool.num_used_blocks(), 3);
-  pool.Release(taken->block_ids);
+  pool.Release(taken->reservation.block_ids);
   EXPECT_EQ(pool.num_used_blocks(), 0);
 }
 
@@ -68,6 +74,84 @@ TEST(KvReservationTableTest, CachedPrefixIsMatchedNotRewritten) {
   EXPECT_EQ(r->block_ids[0], (*blocks)[0]);
   EXPECT_EQ(r->block_ids[1], (*blocks)[1]);
   EXPECT_TRUE(table.Release(r->id));
+  EXPECT_EQ(pool.num_used_blocks(), 0);
+}
+
+std::unique_ptr<KvStagingArea> StagingArea(int num_blocks) {
+  std::vector<Tensor> layers;
+  for (int l = 0; l < 2; ++l) {
+    layers.push_back(Tensor::Zeros(DType::kF32, Shape{int64_t{2} * num_blocks, 16, 1, 4}));
+  }
+  auto area = KvStagingArea::Create(std::move(layers));
+  EXPECT_TRUE(area.ok()) << area.status();
+  return area.ok() ? *std::move(area) : nullptr;
+}
+
+TEST(KvReservationTableTest, StagingBlocksCoverTheRemoteBlocksAndReleaseAndExpiryReturnThem) {
+  kv::KvBlockPool pool(10);
+  auto staging = StagingArea(6);
+  ASSERT_NE(staging, nullptr);
+  KvReservationTable table(&pool, 16, absl::Seconds(30), staging.get());
+  EXPECT_EQ(table.staging(), staging.get());
+  auto a = table.Reserve(Prompt(40));  // 3 blocks, none cached: 3 staged
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->staging_block_ids.size(), 3u);
+  auto b = table.Reserve(Prompt(20, 1));  // 2 blocks
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->staging_block_ids.size(), 2u);
+  for (int32_t id : b->staging_block_ids) {  // distinct from a's
+    EXPECT_EQ(std::count(a->staging_block_ids.begin(), a->staging_block_ids.end(), id), 0);
+  }
+  EXPECT_EQ(staging->num_free_blocks(), 1);
+  EXPECT_TRUE(table.Release(a->id));
+  EXPECT_EQ(staging->num_free_blocks(), 4);
+  EXPECT_EQ(pool.num_used_blocks(), 2);
+  EXPECT_EQ(table.ExpireBefore(absl::Now() + absl::Minutes(1)), 1);
+  EXPECT_EQ(staging->num_free_blocks(), 6);
+  EXPECT_EQ(pool.num_used_blocks(), 0);
+}
+
+TEST(KvReservationTableTest, FullStagingAreaFailsLikeAFullPoolAndKeepsNothing) {
+  kv::KvBlockPool pool(10);
+  auto staging = StagingArea(4);
+  ASSERT_NE(staging, nullptr);
+  KvReservationTable table(&pool, 16, absl::Seconds(30), staging.get());
+  auto a = table.Reserve(Prompt(48));  // 3 of the 4 staging blocks
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = table.Reserve(Prompt(40, 3));  // needs 3 more: the pool has them, staging does not
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(pool.num_used_blocks(), 3);  // b's pool blocks went back
+  EXPECT_EQ(staging->num_free_blocks(), 1);
+  EXPECT_EQ(table.size(), 1);
+  auto c = table.Reserve(Prompt(10, 4));  // one block fits
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(staging->num_free_blocks(), 0);
+}
+
+TEST(KvReservationTableTest, TakeHandsOverTheStagingLeaseAndOnlyUncachedBlocksAreStaged) {
+  kv::KvBlockPool pool(8);
+  auto staging = StagingArea(8);
+  ASSERT_NE(staging, nullptr);
+  const std::vector<int32_t> prompt = Prompt(40);
+  auto cached = pool.Allocate(1);  // the prompt's first block is in the prefix cache
+  ASSERT_TRUE(cached.ok());
+  ASSERT_TRUE(pool.Register(kv::ComputeBlockHashes(prompt, 16)[0], (*cached)[0]));
+  pool.Release(*cached);
+  KvReservationTable table(&pool, 16, absl::Seconds(30), staging.get());
+  auto r = table.Reserve(prompt);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->first_remote_block, 1);
+  EXPECT_EQ(r->staging_block_ids.size(), 2u);  // blocks 1 and 2 only
+  EXPECT_EQ(staging->num_free_blocks(), 6);
+  {
+    auto taken = table.Take(r->id);
+    ASSERT_TRUE(taken.ok());
+    EXPECT_EQ(taken->staging.block_ids(), r->staging_block_ids);
+    EXPECT_EQ(table.ExpireBefore(absl::InfiniteFuture()), 0);  // no longer the table's
+    EXPECT_EQ(staging->num_free_blocks(), 6);                  // held by the taker
+    pool.Release(taken->reservation.block_ids);
+  }  // the taker's lease returns the staging blocks
+  EXPECT_EQ(staging->num_free_blocks(), 8);
   EXPECT_EQ(pool.num_used_blocks(), 0);
 }
 

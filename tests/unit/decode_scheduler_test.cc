@@ -1,10 +1,14 @@
 // DecodeScheduler on stories260K: batched continuous decoding gives every request exactly the
 // tokens a lone Generator run gives; a tiny pool forces preemption without changing outputs;
-// aborts and queue limits return blocks and errors cleanly.
+// aborts and queue limits return blocks and errors cleanly; KV staged in host memory is copied
+// into the pool on admission and its staging blocks come back on every path.
 #include "decode_svc/decode_scheduler.h"
+
+#include <algorithm>
 
 #include "absl/synchronization/notification.h"
 #include "common/core/thread_pool.h"
+#include "common/engine/kv_block_copy.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "tests/testing/test_model.h"
@@ -168,6 +172,112 @@ TEST_F(DecodeSchedulerTest, AbortAndValidation) {
     absl::SleepFor(absl::Milliseconds(5));
   }
   EXPECT_EQ(runner->pool().num_used_blocks(), 0);
+}
+
+// A host staging area in `runner`'s KV layout with `num_blocks` blocks.
+std::unique_ptr<KvStagingArea> StagingFor(const engine::ModelRunner& runner, int num_blocks) {
+  std::vector<Tensor> layers;
+  const model::PagedKvCacheShape& shape = runner.cache().shape();
+  for (int l = 0; l < shape.num_layers; ++l) {
+    layers.push_back(Tensor::Zeros(
+        runner.cache().dtype(),
+        Shape{int64_t{2} * num_blocks, shape.block_tokens, shape.num_kv_heads, shape.head_dim}));
+  }
+  auto area = KvStagingArea::Create(std::move(layers));
+  EXPECT_TRUE(area.ok()) << area.status();
+  return area.ok() ? *std::move(area) : nullptr;
+}
+
+TEST_F(DecodeSchedulerTest, StagedKvIsCopiedIntoThePoolAndItsStagingBlocksReturn) {
+  // A "prefill worker" runner computes the prompt; its KV reaches the decode runner the way a
+  // staged transfer does: block 0 as if cached on the decode side, the rest through staging.
+  std::vector<int32_t> prompt;
+  for (const auto& p : Prompts(4)) prompt.insert(prompt.end(), p.begin(), p.end());
+  ASSERT_GT(prompt.size(), 32u);  // at least three 16-token blocks
+  auto prefill = Runner(0);
+  engine::SequenceKv prefilled;
+  auto logits = prefill->Prefill(prompt, prefilled);
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  const int vocab = prefill->config().vocab_size;
+  const float* row = logits->data<float>();
+  const auto first = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+
+  auto runner = Runner(0);
+  auto staging = StagingFor(*runner, 8);
+  ASSERT_NE(staging, nullptr);
+  const int num_blocks = static_cast<int>(prefilled.block_ids.size());
+  auto pool_blocks = runner->mutable_pool().Allocate(num_blocks);
+  ASSERT_TRUE(pool_blocks.ok());
+  auto lease = staging->Allocate(num_blocks - 1);
+  ASSERT_TRUE(lease.ok());
+  const std::vector<int32_t> remote(prefilled.block_ids.begin() + 1, prefilled.block_ids.end());
+  for (int l = 0; l < runner->cache().shape().num_layers; ++l) {
+    ASSERT_TRUE(engine::CopyKvBlocksToHost(backend_, prefill->cache().layer(l),
+                                           {prefilled.block_ids[0]}, runner->cache().layer(l),
+                                           {(*pool_blocks)[0]})
+                    .ok());
+    ASSERT_TRUE(engine::CopyKvBlocksToHost(backend_, prefill->cache().layer(l), remote,
+                                           staging->layer(l), lease->block_ids())
+                    .ok());
+  }
+  EXPECT_EQ(staging->num_free_blocks(), 8 - (num_blocks - 1));
+
+  auto sink = std::make_shared<CollectingSink>();
+  {
+    DecodeScheduler scheduler(runner.get(), {});
+    DecodeJob job = Job("staged", prompt, 19, sink);
+    job.prefilled_blocks = *pool_blocks;
+    job.first_token = first;
+    job.staged_kv = *std::move(lease);
+    job.first_staged_block = 1;
+    ASSERT_TRUE(scheduler.Submit(std::move(job)).ok());
+    ASSERT_TRUE(sink->Wait());
+  }
+  ASSERT_TRUE(sink->status_.ok()) << sink->status_;
+  std::vector<int32_t> expected = Reference(prompt, 20);
+  ASSERT_EQ(expected.front(), first);
+  expected.erase(expected.begin());  // the first token was the prefill worker's
+  EXPECT_EQ(sink->tokens_, expected);
+  EXPECT_EQ(staging->num_free_blocks(), 8);
+  EXPECT_EQ(runner->pool().num_used_blocks(), 0);
+  prefill->Release(prefilled);
+}
+
+TEST_F(DecodeSchedulerTest, StagedKvThatDoesNotMatchItsBlocksFailsAndReturnsEverything) {
+  auto runner = Runner(0);
+  auto staging = StagingFor(*runner, 4);
+  ASSERT_NE(staging, nullptr);
+  const std::vector<int32_t> prompt = Prompts(1)[0];  // fits in one 16-token block
+  auto pool_blocks = runner->mutable_pool().Allocate(1);
+  ASSERT_TRUE(pool_blocks.ok());
+  auto lease = staging->Allocate(2);  // two staged blocks for one pool block
+  ASSERT_TRUE(lease.ok());
+  auto sink = std::make_shared<CollectingSink>();
+  {
+    DecodeScheduler scheduler(runner.get(), {});
+    DecodeJob job = Job("mismatch", prompt, 5, sink);
+    job.prefilled_blocks = *pool_blocks;
+    job.first_token = 1;
+    job.staged_kv = *std::move(lease);
+    ASSERT_TRUE(scheduler.Submit(std::move(job)).ok());
+    ASSERT_TRUE(sink->Wait());
+  }
+  EXPECT_EQ(sink->status_.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(staging->num_free_blocks(), 4);
+  EXPECT_EQ(runner->pool().num_used_blocks(), 0);
+}
+
+TEST_F(DecodeSchedulerTest, RejectedStagedJobReturnsItsStagingBlocks) {
+  auto runner = Runner(0);
+  auto staging = StagingFor(*runner, 4);
+  ASSERT_NE(staging, nullptr);
+  DecodeScheduler scheduler(runner.get(), {});
+  auto sink = std::make_shared<CollectingSink>();
+  DecodeJob job = Job("bad", {}, 5, sink);  // empty prompt: refused by Submit
+  job.staged_kv = std::move(*staging->Allocate(3));
+  EXPECT_EQ(staging->num_free_blocks(), 1);
+  EXPECT_EQ(scheduler.Submit(std::move(job)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(staging->num_free_blocks(), 4);
 }
 
 }  // namespace

@@ -115,6 +115,7 @@ TEST(ServingMetricsTest, RegistersEveryArchitectureFamily) {
                              "e2e_request_latency_seconds histogram",
                              "request_queue_time_seconds histogram",
                              "kv_transfer_seconds histogram",
+                             "kv_staging_copy_seconds histogram",
                              "num_requests_running gauge",
                              "num_requests_waiting gauge",
                              "kv_cache_usage_ratio gauge",

@@ -1,0 +1,37 @@
+#include "common/transfer/kv_staging_mode.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace sparseserve::transfer {
+
+absl::StatusOr<KvStagingMode> ParseKvStagingMode(absl::string_view name) {
+  if (name == "auto") return KvStagingMode::kAuto;
+  if (name == "on") return KvStagingMode::kOn;
+  if (name == "off") return KvStagingMode::kOff;
+  return absl::InvalidArgumentError(
+      absl::StrCat("KV staging mode '", name, "' is not one of auto, on, off"));
+}
+
+absl::string_view KvStagingModeName(KvStagingMode mode) {
+  switch (mode) {
+    case KvStagingMode::kAuto: return "auto";
+    case KvStagingMode::kOn: return "on";
+    case KvStagingMode::kOff: return "off";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<bool> UsesKvStaging(KvStagingMode mode, bool kv_in_host_memory) {
+  switch (mode) {
+    case KvStagingMode::kAuto: return !kv_in_host_memory;
+    case KvStagingMode::kOn: return true;
+    case KvStagingMode::kOff:
+      if (kv_in_host_memory) return false;
+      return absl::FailedPreconditionError(
+          "KV staging is off but the KV cache is in GPU memory, which this UCX build cannot move "
+          "(it has no CUDA transport): use KV staging auto or on, or turn KV transfer off");
+  }
+  return absl::InvalidArgumentError("unknown KV staging mode");
+}
+
+}  // namespace sparseserve::transfer
