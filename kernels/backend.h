@@ -84,7 +84,9 @@ class Backend {
   virtual absl::Status Rope(const Tensor& q, const Tensor& k, const Tensor& positions,
                             const Tensor& inv_freq) = 0;
 
-  // out = silu(gate) * up. gate, up, out [n, ffn]; out may alias gate.
+  // out = silu(gate) * up. gate, up, out [n, ffn]; out may alias gate. gate and up may be column
+  // ranges of a wider tensor (rows strided, columns contiguous): the model reads them from the
+  // fused gate/up projection's output.
   virtual absl::Status SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
 
   // Writes new keys and values into their KV slots. k, v [n, kv_heads, head_dim]; slots i32 [n]

@@ -25,7 +25,7 @@ absl::StatusOr<std::vector<int32_t>> LlamaModel::ForwardArgMax(
   return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + host.numel());
 }
 
-absl::Status LlamaModel::StackQkvProjections() {
+absl::Status LlamaModel::StackProjections() {
   kernels::Backend& be = *backend_;
   for (LayerWeights& w : layers_) {
     // Stacks parts along dim 0 into one new tensor and re-points each part at its rows.
@@ -48,6 +48,7 @@ absl::Status LlamaModel::StackQkvProjections() {
     if (!w.bq.empty()) {
       SS_ASSIGN_OR_RETURN(w.bqkv, stack({&w.bq, &w.bk, &w.bv}));
     }
+    SS_ASSIGN_OR_RETURN(w.w_gate_up, stack({&w.w_gate, &w.w_up}));
   }
   return absl::OkStatus();
 }
@@ -205,7 +206,8 @@ absl::Status LlamaModel::RunLayers(
   const int64_t hd = c.head_dim;
   // Activations. `h` is the residual stream; `x` its normalised copy fed to each sub-block.
   const Tensor &h = v.h, &x = v.x, &q = v.q, &attn_out = v.attn_out;
-  const Tensor &gate = v.gate, &up = v.up;
+  const int64_t ffn = c.intermediate_size;
+  const Tensor gate = v.gate_up.Slice(1, 0, ffn), up = v.gate_up.Slice(1, ffn, 2 * ffn);
   const Tensor& branch = v.branch;  // sub-block output
   SS_ASSIGN_OR_RETURN(Tensor attn2, attn_out.Reshape({n, c.num_heads * hd}));
 
@@ -223,10 +225,9 @@ absl::Status LlamaModel::RunLayers(
     SS_RETURN_IF_ERROR(be.Attention(q, cache.layer(l), attn, attn_out));
     SS_RETURN_IF_ERROR(be.Linear(attn2, w.wo, w.bo, branch));
     SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, w.ffn_norm, c.rms_norm_eps, x));
-    SS_RETURN_IF_ERROR(be.Linear(x, w.w_gate, Tensor(), gate));
-    SS_RETURN_IF_ERROR(be.Linear(x, w.w_up, Tensor(), up));
-    SS_RETURN_IF_ERROR(be.SiluMul(gate, up, gate));
-    SS_RETURN_IF_ERROR(be.Linear(gate, w.w_down, Tensor(), branch));
+    SS_RETURN_IF_ERROR(be.Linear(x, w.w_gate_up, Tensor(), v.gate_up));
+    SS_RETURN_IF_ERROR(be.SiluMul(gate, up, v.act));
+    SS_RETURN_IF_ERROR(be.Linear(v.act, w.w_down, Tensor(), branch));
   }
   SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, final_norm_, c.rms_norm_eps, x));
   SS_RETURN_IF_ERROR(be.GatherRows(x, v.logit_rows, v.last));
@@ -248,8 +249,8 @@ absl::StatusOr<LlamaModel::StepBuffers> LlamaModel::AllocateStepBuffers(int64_t 
   SS_ASSIGN_OR_RETURN(b.qkv, be.Allocate(dt, {n, (c.num_heads + 2 * c.num_kv_heads) * hd}));
   SS_ASSIGN_OR_RETURN(b.q, be.Allocate(dt, {n, c.num_heads, hd}));
   SS_ASSIGN_OR_RETURN(b.attn_out, be.Allocate(dt, {n, c.num_heads, hd}));
-  SS_ASSIGN_OR_RETURN(b.gate, be.Allocate(dt, {n, c.intermediate_size}));
-  SS_ASSIGN_OR_RETURN(b.up, be.Allocate(dt, {n, c.intermediate_size}));
+  SS_ASSIGN_OR_RETURN(b.gate_up, be.Allocate(dt, {n, 2 * c.intermediate_size}));
+  SS_ASSIGN_OR_RETURN(b.act, be.Allocate(dt, {n, c.intermediate_size}));
   SS_ASSIGN_OR_RETURN(b.branch, be.Allocate(dt, {n, hidden}));
   SS_ASSIGN_OR_RETURN(b.last, be.Allocate(dt, {logit_rows, hidden}));
   // f32 logits: sampling and greedy argmax must not see bf16 rounding ties.
@@ -272,8 +273,8 @@ LlamaModel::StepViews LlamaModel::Views(const StepBuffers& b, int64_t n, int64_t
                               {&v.qkv, &b.qkv},
                               {&v.q, &b.q},
                               {&v.attn_out, &b.attn_out},
-                              {&v.gate, &b.gate},
-                              {&v.up, &b.up},
+                              {&v.gate_up, &b.gate_up},
+                              {&v.act, &b.act},
                               {&v.branch, &b.branch}}) {
     *view = buffer->Slice(0, 0, n);
   }

@@ -41,10 +41,10 @@ struct LayerWeights {
   Tensor attn_norm, wq, wk, wv, wo;
   Tensor bq, bk, bv, bo;  // empty without attention bias; bo only for Llama's attention_bias
   Tensor ffn_norm, w_gate, w_up, w_down;
-  // wq, wk, wv stacked [q_dim + 2 kv_dim, hidden] (and bq, bk, bv likewise): one projection
-  // instead of three (a decode step pays a launch and a ramp per GEMM). wq, wk, wv (bq, bk, bv)
-  // are row views of it.
-  Tensor wqkv, bqkv;
+  // wq, wk, wv stacked [q_dim + 2 kv_dim, hidden] (and bq, bk, bv likewise), and w_gate, w_up
+  // stacked [2 ffn, hidden]: one projection instead of three and two (a decode step pays a launch
+  // and a ramp per GEMM). The separate tensors are row views of them.
+  Tensor wqkv, bqkv, w_gate_up;
 };
 
 class LlamaModel {
@@ -103,9 +103,10 @@ class LlamaModel {
   // Sets inv_freq_ from the config's rope_theta and rope_scaling (computed on the host, uploaded);
   // shared by Load and CreateRandom so both rotate identically.
   absl::Status UploadInverseFrequencies();
-  // Stacks each layer's wq, wk, wv (and their biases) into wqkv (bqkv); the separate tensors
-  // become views of it. Run by Load and CreateRandom once the weights are in.
-  absl::Status StackQkvProjections();
+  // Stacks each layer's wq, wk, wv (and their biases) into wqkv (bqkv) and w_gate, w_up into
+  // w_gate_up; the separate tensors become views of them. Run by Load and CreateRandom once the
+  // weights are in.
+  absl::Status StackProjections();
 
   // A step's batch flattened on the host: what its index tensors and attention plan hold.
   struct StepInputs {
@@ -123,13 +124,13 @@ class LlamaModel {
     int64_t rows = -1, logit_rows = -1;
     // i32 [3 * rows + logit_rows]: token ids, positions, KV slots (`rows` each), logit rows.
     Tensor indices;
-    Tensor h, x, qkv, q, attn_out, gate, up, branch, last, logits;
+    Tensor h, x, qkv, q, attn_out, gate_up, act, branch, last, logits;
     Tensor argmax;  // i32 [logit_rows]
   };
   // A step's first n rows and m logits rows of some StepBuffers.
   struct StepViews {
     Tensor ids, positions, slots, logit_rows;
-    Tensor h, x, qkv, q, attn_out, gate, up, branch, last, logits, argmax;
+    Tensor h, x, qkv, q, attn_out, gate_up, act, branch, last, logits, argmax;
   };
   absl::StatusOr<StepBuffers> AllocateStepBuffers(int64_t rows, int64_t logit_rows) const;
   static StepViews Views(const StepBuffers& buffers, int64_t n, int64_t m);

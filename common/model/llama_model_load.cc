@@ -132,7 +132,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& 
     model->layers_.push_back(std::move(w));
   }
 
-  SS_RETURN_IF_ERROR(model->StackQkvProjections());
+  SS_RETURN_IF_ERROR(model->StackProjections());
   SS_RETURN_IF_ERROR(model->UploadInverseFrequencies());
   return model;
 }

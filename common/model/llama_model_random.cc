@@ -104,7 +104,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::CreateRandom(const Model
     SS_ASSIGN_OR_RETURN(w.w_down, make.Projection(n("w_down"), hidden, ffn));
     model->layers_.push_back(std::move(w));
   }
-  SS_RETURN_IF_ERROR(model->StackQkvProjections());
+  SS_RETURN_IF_ERROR(model->StackProjections());
   SS_RETURN_IF_ERROR(model->UploadInverseFrequencies());
   return model;
 }

@@ -184,17 +184,26 @@ absl::Status CpuBackend::Rope(const Tensor& q, const Tensor& k, const Tensor& po
 }
 
 absl::Status CpuBackend::SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) {
-  SS_RETURN_IF_ERROR(CheckTensor(gate, DType::kF32, 2, "SiluMul", "gate"));
-  SS_RETURN_IF_ERROR(CheckTensor(up, DType::kF32, 2, "SiluMul", "up"));
   SS_RETURN_IF_ERROR(CheckTensor(out, DType::kF32, 2, "SiluMul", "out"));
+  for (const auto& [t, name] : {std::pair{&gate, "gate"}, {&up, "up"}}) {
+    if (t->device() != Device::kHost || t->dtype() != DType::kF32 || t->ndim() != 2 ||
+        t->stride(1) != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SiluMul: ", name, " must be a host f32 matrix with contiguous rows, got ",
+                       t->DebugString()));
+    }
+  }
   if (!(gate.shape() == up.shape()) || !(out.shape() == up.shape())) {
     return absl::InvalidArgumentError("SiluMul: shape mismatch");
   }
-  const float* g = gate.data<float>();
-  const float* u = up.data<float>();
-  float* o = out.data<float>();
-  pool_->ParallelFor(gate.numel(), 4096, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  const int64_t cols = out.dim(1);
+  pool_->ParallelFor(out.dim(0), 1, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* g = gate.data<float>() + r * gate.stride(0);
+      const float* u = up.data<float>() + r * up.stride(0);
+      float* o = out.data<float>() + r * cols;
+      for (int64_t i = 0; i < cols; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    }
   });
   return absl::OkStatus();
 }

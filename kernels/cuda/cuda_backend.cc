@@ -293,14 +293,20 @@ absl::Status CudaBackend::Rope(const Tensor& q, const Tensor& k, const Tensor& p
 }
 
 absl::Status CudaBackend::SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) {
-  SS_RETURN_IF_ERROR(CheckCuda(gate, DType::kBf16, 2, "SiluMul", "gate"));
-  SS_RETURN_IF_ERROR(CheckCuda(up, DType::kBf16, 2, "SiluMul", "up"));
   SS_RETURN_IF_ERROR(CheckCuda(out, DType::kBf16, 2, "SiluMul", "out"));
+  for (const auto& [t, name] : {std::pair{&gate, "gate"}, {&up, "up"}}) {
+    if (t->device() != Device::kCuda || t->dtype() != DType::kBf16 || t->ndim() != 2 ||
+        t->stride(1) != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SiluMul: ", name, " must be a CUDA bf16 matrix with contiguous rows, got ",
+                       t->DebugString()));
+    }
+  }
   SS_RETURN_IF_ERROR(CheckShape(up, gate.shape(), "SiluMul", "up"));
   SS_RETURN_IF_ERROR(CheckShape(out, gate.shape(), "SiluMul", "out"));
-  return CudaStatus(
-      cuda::LaunchSiluMul(Bf16(gate), Bf16(up), gate.numel(), MutableBf16(out), stream()),
-      "SiluMul");
+  return CudaStatus(cuda::LaunchSiluMul(Bf16(gate), gate.stride(0), Bf16(up), up.stride(0),
+                                        gate.dim(0), gate.dim(1), MutableBf16(out), stream()),
+                    "SiluMul");
 }
 
 absl::Status CudaBackend::WriteKv(const Tensor& k, const Tensor& v, const Tensor& slots,

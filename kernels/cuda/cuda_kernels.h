@@ -35,8 +35,10 @@ cudaError_t LaunchRmsNorm(void* residual, bool residual_f32, const void* x, bool
 cudaError_t LaunchRope(bf16_t* q, bf16_t* k, int64_t n, int heads, int kv_heads, int head_dim,
                        const int32_t* positions, const float* inv_freq, cudaStream_t stream);
 
-// out = silu(gate) * up over n elements.
-cudaError_t LaunchSiluMul(const bf16_t* gate, const bf16_t* up, int64_t n, bf16_t* out,
+// out [rows, cols] = silu(gate) * up; gate and up rows start every gate_stride / up_stride
+// elements.
+cudaError_t LaunchSiluMul(const bf16_t* gate, int64_t gate_stride, const bf16_t* up,
+                          int64_t up_stride, int64_t rows, int64_t cols, bf16_t* out,
                           cudaStream_t stream);
 
 // out[r, c] += bias[c] for a [rows, cols] matrix in bf16 or f32.

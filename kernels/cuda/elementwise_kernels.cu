@@ -204,17 +204,21 @@ __global__ void RopeKernel(bf16_t* q, bf16_t* k, int64_t n, int heads, int kv_he
   }
 }
 
-__global__ void SiluMulKernel(const bf16_t* gate, const bf16_t* up, int64_t n, bf16_t* out) {
+// gate and up rows start every *_stride elements (column ranges of the fused projection's
+// output); out is contiguous [rows, cols].
+__global__ void SiluMulKernel(const bf16_t* gate, int64_t gate_stride, const bf16_t* up,
+                              int64_t up_stride, int64_t rows, int64_t cols, bf16_t* out) {
   WaitForPrecedingKernels();
   AllowNextKernelLaunch();
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (n % 8 == 0) {  // 16-byte accesses: one load of each input, one store per 8 elements
-    const auto* g8 = reinterpret_cast<const uint4*>(gate);
-    const auto* u8 = reinterpret_cast<const uint4*>(up);
-    auto* o8 = reinterpret_cast<uint4*>(out);
-    for (int64_t i = first; i < n / 8; i += stride) {
-      const uint4 graw = g8[i], uraw = u8[i];
+  if (cols % 8 == 0 && gate_stride % 8 == 0 && up_stride % 8 == 0) {
+    // 16-byte accesses: one load of each input, one store per 8 elements.
+    const int64_t row_chunks = cols / 8;
+    for (int64_t i = first; i < rows * row_chunks; i += stride) {
+      const int64_t row = i / row_chunks, chunk = i % row_chunks;
+      const uint4 graw = reinterpret_cast<const uint4*>(gate + row * gate_stride)[chunk];
+      const uint4 uraw = reinterpret_cast<const uint4*>(up + row * up_stride)[chunk];
       const auto* gp = reinterpret_cast<const __nv_bfloat162*>(&graw);
       const auto* upp = reinterpret_cast<const __nv_bfloat162*>(&uraw);
       uint4 oraw;
@@ -226,13 +230,14 @@ __global__ void SiluMulKernel(const bf16_t* gate, const bf16_t* up, int64_t n, b
         op[j] = __floats2bfloat162_rn(g.x / (1.0f + __expf(-g.x)) * u.x,
                                       g.y / (1.0f + __expf(-g.y)) * u.y);
       }
-      o8[i] = oraw;
+      reinterpret_cast<uint4*>(out)[i] = oraw;
     }
     return;
   }
-  for (int64_t i = first; i < n; i += stride) {
-    const float g = Load(gate, i);
-    Store(out, i, g / (1.0f + __expf(-g)) * Load(up, i));
+  for (int64_t i = first; i < rows * cols; i += stride) {
+    const int64_t row = i / cols, col = i % cols;
+    const float g = Load(gate, row * gate_stride + col);
+    Store(out, i, g / (1.0f + __expf(-g)) * Load(up, row * up_stride + col));
   }
 }
 
@@ -400,11 +405,13 @@ cudaError_t LaunchRope(bf16_t* q, bf16_t* k, int64_t n, int heads, int kv_heads,
                            kv_heads, head_dim, positions, inv_freq);
 }
 
-cudaError_t LaunchSiluMul(const bf16_t* gate, const bf16_t* up, int64_t n, bf16_t* out,
+cudaError_t LaunchSiluMul(const bf16_t* gate, int64_t gate_stride, const bf16_t* up,
+                          int64_t up_stride, int64_t rows, int64_t cols, bf16_t* out,
                           cudaStream_t stream) {
+  const int64_t n = rows * cols;
   if (n == 0) return cudaSuccess;
   return LaunchOverlapping(SiluMulKernel, GridFor(n % 8 == 0 ? n / 8 : n, 256), 256, 0, stream,
-                           gate, up, n, out);
+                           gate, gate_stride, up, up_stride, rows, cols, out);
 }
 
 cudaError_t LaunchAddBias(void* out, bool out_f32, const bf16_t* bias, int64_t rows, int64_t cols,

@@ -118,6 +118,21 @@ TEST_F(CudaBackendTest, RopeWriteKvMatchesCpu) {
   }
 }
 
+// gate and up as the column halves of one fused projection output (strided rows), as the model
+// passes them; odd widths take the scalar path.
+TEST_F(CudaBackendTest, SiluMulOnColumnRangesMatchesCpu) {
+  for (int64_t ffn : {517, 1024}) {
+    const int64_t n = 7;
+    Tensor gate_up = RandomHost({n, 2 * ffn}, 4.0f);
+    Tensor ref = Tensor::Zeros(DType::kF32, {n, ffn});
+    ASSERT_TRUE(cpu_.SiluMul(gate_up.Slice(1, 0, ffn), gate_up.Slice(1, ffn, 2 * ffn), ref).ok());
+    Tensor g = ToGpu(gate_up);
+    Tensor out = Poisoned(DType::kBf16, {n, ffn});
+    ASSERT_TRUE(gpu_->SiluMul(g.Slice(1, 0, ffn), g.Slice(1, ffn, 2 * ffn), out).ok());
+    EXPECT_LT(RelError(ToHost(out), ref), kBf16Tolerance) << "ffn " << ffn;
+  }
+}
+
 TEST_F(CudaBackendTest, SiluMulEmbeddingGatherRows) {
   Tensor gate = RandomHost({13, 517}, 4.0f), up = RandomHost({13, 517}, 2.0f);
   Tensor ref = Tensor::Zeros(DType::kF32, {13, 517});
