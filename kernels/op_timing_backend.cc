@@ -91,4 +91,9 @@ absl::Status OpTimingBackend::ArgMax(const Tensor& logits, const Tensor& out) {
   return Timed("ArgMax", [&] { return inner_->ArgMax(logits, out); });
 }
 
+absl::Status OpTimingBackend::Sample(const Tensor& logits, const SamplingBatch& batch,
+                                     const Tensor& out) {
+  return Timed("Sample", [&] { return inner_->Sample(logits, batch, out); });
+}
+
 }  // namespace sparseserve::kernels

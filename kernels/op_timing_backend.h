@@ -52,6 +52,7 @@ class OpTimingBackend final : public Backend {
                          const Tensor& out) override;
   absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
   absl::Status ArgMax(const Tensor& logits, const Tensor& out) override;
+  absl::Status Sample(const Tensor& logits, const SamplingBatch& batch, const Tensor& out) override;
 
  private:
   // Runs `op`, timing it under `name` when enabled.

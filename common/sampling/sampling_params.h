@@ -1,9 +1,11 @@
 // SamplingParams: how one sequence turns logits into tokens, and their validation.
 //
-// The pipeline (Sampler) is: repetition penalty over a window of the history, then greedy
-// argmax if temperature == 0, else temperature, top-k, top-p, min-p and a seeded draw. This is
-// the order of TokenSwift's contextual penalty (papers/tokenswift.md, "Contextual penalty")
-// and of HF transformers' logits processors. A value type; thread-safe when not mutated.
+// The pipeline is: repetition penalty over a window of the history, then greedy argmax if
+// temperature == 0, else temperature, top-k, top-p, min-p and a seeded draw. This is the order of
+// TokenSwift's contextual penalty (papers/tokenswift.md, "Contextual penalty") and of HF
+// transformers' logits processors. kernels/sampling_plan.h states it exactly; the host reference
+// (kernels/sampling_reference.h) and every backend's Backend::Sample compute it, fed per token by
+// the sequence's Sampler (sampler.h). A value type; thread-safe when not mutated.
 #ifndef SPARSESERVE_COMMON_SAMPLING_SAMPLING_PARAMS_H_
 #define SPARSESERVE_COMMON_SAMPLING_SAMPLING_PARAMS_H_
 

@@ -8,6 +8,7 @@
 
 #include "common/core/thread_pool.h"
 #include "kernels/backend.h"
+#include "kernels/sampling_reference.h"
 
 namespace sparseserve::kernels {
 
@@ -42,9 +43,11 @@ class CpuBackend final : public Backend {
                          const Tensor& out) override;
   absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
   absl::Status ArgMax(const Tensor& logits, const Tensor& out) override;
+  absl::Status Sample(const Tensor& logits, const SamplingBatch& batch, const Tensor& out) override;
 
  private:
   core::ThreadPool* pool_;
+  SamplingScratch sampling_scratch_;  // Sample's buffers, reused across calls
 };
 
 }  // namespace sparseserve::kernels

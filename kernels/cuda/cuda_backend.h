@@ -54,6 +54,7 @@ class CudaBackend final : public Backend {
                          const Tensor& out) override;
   absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
   absl::Status ArgMax(const Tensor& logits, const Tensor& out) override;
+  absl::Status Sample(const Tensor& logits, const SamplingBatch& batch, const Tensor& out) override;
 
   cudaStream_t stream() const { return stream_->stream; }
 
@@ -69,6 +70,7 @@ class CudaBackend final : public Backend {
   // forward step calls Attention once per layer with the same batch).
   struct AttentionMetadata;
   struct GemmCache;
+  struct SamplingState;
 
   explicit CudaBackend(std::shared_ptr<StreamHolder> stream);
   absl::Status UploadAttentionMetadata(const AttentionBatch& batch, int head_dim, int heads,
@@ -80,6 +82,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<AttentionMetadata> attn_;
   Tensor error_flag_;  // i32 [1]: set by kernels that meet invalid indices
   int sm_count_ = 0;
+  std::unique_ptr<SamplingState> sampling_;  // created by the first Sample call
 };
 
 // The backend on the first GPU (kernels::CreateBackend(kCuda) calls this).

@@ -1,5 +1,5 @@
 // Private state of CudaBackend shared by its source files: the cuBLASLt handle with its cached
-// matmul plans, and the device copy of the current attention plan.
+// matmul plans, the device copy of the current attention plan, and the sampling buffers.
 #ifndef SPARSESERVE_KERNELS_CUDA_CUDA_BACKEND_STATE_H_
 #define SPARSESERVE_KERNELS_CUDA_CUDA_BACKEND_STATE_H_
 
@@ -44,6 +44,14 @@ struct CudaBackend::AttentionMetadata {
   int decode_chunk_tokens = 0;
   int decode_max_chunks = 0;  // most split-KV chunks of one sequence
   bool generic = false;       // head_dim without a tensor-core kernel: every row on the generic one
+};
+
+// Sample's buffers, grown to the largest call so far and reused (work on them is ordered by the
+// backend's one stream).
+struct CudaBackend::SamplingState {
+  std::vector<uint8_t> host;  // the plan of one call: SampleRowParams [m], then int32 ids
+  Tensor plan;                // i32 words on the device holding `host`
+  Tensor scratch;             // f32 [>= m * vocab] penalised logits and weights
 };
 
 }  // namespace sparseserve::kernels
