@@ -30,6 +30,7 @@
 #include "common/engine/generator.h"
 #include "common/engine/model_runner.h"
 #include "common/sampling/sampling_params.h"
+#include "kernels/sampling_reference.h"
 
 namespace sparseserve::decode {
 
@@ -116,6 +117,7 @@ class DecodeScheduler {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
   std::vector<std::unique_ptr<Running>> running_;  // engine thread only
+  kernels::SamplingScratch host_sampling_;         // engine thread only: first tokens' sampling
   std::thread engine_;  // the one thread that drives `runner_` (see header comment)
 };
 

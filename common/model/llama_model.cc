@@ -34,6 +34,16 @@ absl::StatusOr<std::vector<int32_t>> LlamaModel::ForwardArgMax(
   return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + host.numel());
 }
 
+absl::StatusOr<std::vector<int32_t>> LlamaModel::ForwardSample(
+    const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
+    const kernels::SamplingBatch& sampling) {
+  SS_RETURN_IF_ERROR(ComputeLogits(batch, cache, nullptr));
+  SS_RETURN_IF_ERROR(backend_->Sample(step_.logits, sampling, step_.argmax));
+  Tensor host = Tensor::Zeros(DType::kI32, step_.argmax.shape());
+  SS_RETURN_IF_ERROR(backend_->CopyToHost(step_.argmax, host));
+  return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + host.numel());
+}
+
 absl::Status LlamaModel::ComputeLogits(
     const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
     const std::function<absl::Status(int layer)>& on_layer_kv_written) {

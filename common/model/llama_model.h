@@ -20,6 +20,7 @@
 #include "common/tensor/tensor.h"
 #include "kernels/attention_plan.h"
 #include "kernels/backend.h"
+#include "kernels/sampling_plan.h"
 
 namespace sparseserve::model {
 
@@ -85,6 +86,14 @@ class LlamaModel {
   absl::StatusOr<std::vector<int32_t>> ForwardArgMax(const std::vector<ForwardSequence>& batch,
                                                      PagedKvCache& cache);
 
+  // Forward, then Backend::Sample of each logits row under `sampling` (one SamplingRow per logits
+  // row): sampling on the backend without copying [rows, vocab] logits to the host. Returns one
+  // token id per logits row. Errors of Forward, and kInvalidArgument from Backend::Sample for a
+  // plan that does not match the rows.
+  absl::StatusOr<std::vector<int32_t>> ForwardSample(const std::vector<ForwardSequence>& batch,
+                                                     PagedKvCache& cache,
+                                                     const kernels::SamplingBatch& sampling);
+
  private:
   LlamaModel(ModelConfig config, kernels::Backend* backend)
       : config_(std::move(config)), backend_(backend) {}
@@ -98,7 +107,7 @@ class LlamaModel {
     int64_t rows = -1, logit_rows = -1;
     Tensor indices;  // i32 [3 * rows + logit_rows]: token ids, positions, KV slots, logit rows
     Tensor h, x, q, k, v, attn_out, gate, up, branch, last, logits;
-    Tensor argmax;  // i32 [logit_rows]
+    Tensor argmax;  // i32 [logit_rows] the picked token ids (ForwardArgMax, ForwardSample)
   };
   absl::Status PrepareStepBuffers(int64_t rows, int64_t logit_rows);
   // One step up to the logits, left in step_.logits on the backend.

@@ -42,12 +42,6 @@ struct SamplingParams {
 // penalty_window < 0.
 absl::Status Validate(const SamplingParams& params);
 
-// True when the next token is simply the argmax of the raw logits (temperature 0, no repetition
-// penalty): the engine can then pick it on the device (ModelRunner::DecodeGreedy).
-inline bool IsPlainGreedy(const SamplingParams& params) {
-  return params.temperature == 0.0f && params.repetition_penalty == 1.0f;
-}
-
 }  // namespace sparseserve::sampling
 
 #endif  // SPARSESERVE_COMMON_SAMPLING_SAMPLING_PARAMS_H_
