@@ -7,6 +7,7 @@
 #include "common/core/status.h"
 #include "common/engine/kv_block_copy.h"
 #include "common/sampling/sampler.h"
+#include "kernels/sampling_plan.h"
 
 namespace sparseserve::decode {
 
@@ -19,6 +20,19 @@ struct DecodeScheduler::Running {
   engine::SequenceKv seq;                      // empty while waiting
   int32_t next_token = -1;                     // emitted, not yet in the KV cache
   bool started = false;                        // sink->OnStart was called
+  // The next token's sampling row (its draw taken) and penalised ids, drawn once per token: a
+  // step that fails for want of blocks, or the recompute after a preemption, reuses them, so the
+  // random stream does not depend on pool pressure.
+  std::optional<kernels::SamplingRow> pending_row;
+  std::vector<int32_t> pending_penalized_ids;
+
+  const kernels::SamplingRow& PendingRow() {
+    if (!pending_row.has_value()) {
+      pending_penalized_ids.clear();
+      pending_row = sampler->NextRow(history, &pending_penalized_ids);
+    }
+    return *pending_row;
+  }
 };
 
 DecodeScheduler::DecodeScheduler(engine::ModelRunner* runner, DecodeSchedulerOptions options)
@@ -191,7 +205,11 @@ bool DecodeScheduler::AdmitOne(std::unique_ptr<Running>& r) {
       Finish(*r, logits.status(), engine::FinishReason::kAborted);
       return true;
     }
-    first = r->sampler->Sample(logits->data<float>(), runner_->config().vocab_size, r->history);
+    const kernels::SamplingRow& row = r->PendingRow();
+    first = kernels::SampleRow(
+        absl::MakeConstSpan(logits->data<float>(), static_cast<size_t>(logits->numel())), row,
+        r->pending_penalized_ids, &host_sampling_);
+    r->pending_row.reset();
   }
   if (!r->started) {
     r->started = true;
@@ -252,42 +270,33 @@ bool DecodeScheduler::Emit(Running& r, int32_t token) {
 }
 
 void DecodeScheduler::DecodeStep() {
+  // Every sequence picks its next token on the backend (greedy ones are temperature-0 rows), so
+  // only token ids come back from the step.
   std::vector<engine::SequenceKv*> seqs;
   std::vector<int32_t> tokens;
+  kernels::SamplingBatch sampling;
+  sampling.penalized_begin.push_back(0);
   for (auto& r : running_) {
     seqs.push_back(&r->seq);
     tokens.push_back(r->next_token);
+    sampling.rows.push_back(r->PendingRow());
+    sampling.penalized_ids.insert(sampling.penalized_ids.end(), r->pending_penalized_ids.begin(),
+                                  r->pending_penalized_ids.end());
+    sampling.penalized_begin.push_back(static_cast<int32_t>(sampling.penalized_ids.size()));
   }
-  // All greedy (the common serving case): the argmax runs on the backend and only token ids come
-  // back; otherwise every sequence samples from its logits row on the host.
-  const bool all_greedy = std::all_of(running_.begin(), running_.end(), [](const auto& r) {
-    return sampling::IsPlainGreedy(r->sampler->params());
-  });
-  absl::StatusOr<Tensor> logits;
-  absl::StatusOr<std::vector<int32_t>> greedy;
-  absl::Status status;
-  if (all_greedy) {
-    greedy = runner_->DecodeGreedy(seqs, tokens);
-    status = greedy.status();
-  } else {
-    logits = runner_->Decode(seqs, tokens);
-    status = logits.status();
-  }
-  if (status.code() == absl::StatusCode::kResourceExhausted) {
+  absl::StatusOr<std::vector<int32_t>> next = runner_->DecodeSampled(seqs, tokens, sampling);
+  if (next.status().code() == absl::StatusCode::kResourceExhausted) {
     Preempt(*running_.back());  // newest first, as vLLM does; retried next iteration
     running_.pop_back();
-  } else if (!status.ok()) {
-    SS_LOG_ERROR("decode step failed: {}", status.ToString());
-    for (auto& r : running_) Finish(*r, status, engine::FinishReason::kAborted);
+  } else if (!next.ok()) {
+    SS_LOG_ERROR("decode step failed: {}", next.status().ToString());
+    for (auto& r : running_) Finish(*r, next.status(), engine::FinishReason::kAborted);
     running_.clear();
   } else {
-    const int vocab = runner_->config().vocab_size;
     for (size_t i = 0; i < running_.size(); ++i) {
       Running& r = *running_[i];
-      const int32_t token =
-          all_greedy ? (*greedy)[i]
-                     : r.sampler->Sample(logits->data<float>() + i * vocab, vocab, r.history);
-      if (!Emit(r, token)) running_[i].reset();
+      r.pending_row.reset();
+      if (!Emit(r, (*next)[i])) running_[i].reset();
     }
     std::erase(running_, nullptr);
   }

@@ -32,6 +32,7 @@
 #include "common/metrics/serving_metrics.h"
 #include "common/sampling/sampling_params.h"
 #include "decode_svc/kv_staging_area.h"
+#include "kernels/sampling_reference.h"
 
 namespace sparseserve::decode {
 
@@ -128,6 +129,7 @@ class DecodeScheduler {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
   std::vector<std::unique_ptr<Running>> running_;  // engine thread only
+  kernels::SamplingScratch host_sampling_;         // engine thread only: first tokens' sampling
   std::thread engine_;  // the one thread that drives `runner_` (see header comment)
 };
 

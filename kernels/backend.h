@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "common/tensor/tensor.h"
 #include "kernels/attention_plan.h"
+#include "kernels/sampling_plan.h"
 
 namespace sparseserve::kernels {
 
@@ -137,6 +138,14 @@ class Backend {
   // kFailedPrecondition when the graph is stale: backend-owned memory it reads (the attention
   // plan's buffers) was reallocated since the capture; capture again.
   virtual absl::Status LaunchGraph(const StepGraph& graph) = 0;
+  // out[i] = the token row i of `logits` samples under batch.rows[i] (sampling_plan.h: penalty,
+  // greedy or temperature, top-k, top-p, min-p and the row's draw), the whole pipeline on the
+  // backend, so a step returns token ids instead of [rows, vocab] logits. Every backend picks the
+  // token kernels/sampling_reference.h's SampleRow picks. logits f32 [m, vocab] (not modified),
+  // out i32 [m]. kInvalidArgument for a shape or dtype mismatch and as ValidateSamplingBatch
+  // (kernels/sampling_plan_check.h): rows != m, bad offsets, ids outside [0, vocab), bad knobs.
+  virtual absl::Status Sample(const Tensor& logits, const SamplingBatch& batch,
+                              const Tensor& out) = 0;
 };
 
 // Creates the backend for `device`. Returns kUnimplemented for kCuda when the binary was built

@@ -116,4 +116,9 @@ absl::Status OpTimingBackend::RopeWriteKv(const Tensor& qkv, const Tensor& posit
                [&] { return inner_->RopeWriteKv(qkv, positions, inv_freq, slots, q, kv_layer); });
 }
 
+absl::Status OpTimingBackend::Sample(const Tensor& logits, const SamplingBatch& batch,
+                                     const Tensor& out) {
+  return Timed("Sample", [&] { return inner_->Sample(logits, batch, out); });
+}
+
 }  // namespace sparseserve::kernels

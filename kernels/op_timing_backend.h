@@ -59,6 +59,7 @@ class OpTimingBackend final : public Backend {
   absl::StatusOr<std::unique_ptr<StepGraph>> CaptureGraph(
       const std::function<absl::Status()>& record) override;
   absl::Status LaunchGraph(const StepGraph& graph) override;
+  absl::Status Sample(const Tensor& logits, const SamplingBatch& batch, const Tensor& out) override;
 
  private:
   // Runs `op`, timing it under `name` when enabled.

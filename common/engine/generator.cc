@@ -6,6 +6,7 @@
 #include "common/core/status.h"
 #include "common/sampling/sampler.h"
 #include "common/tokenizer/streaming_decoder.h"
+#include "kernels/sampling_plan.h"
 
 namespace sparseserve::engine {
 
@@ -54,11 +55,11 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
   std::vector<int32_t> history = result.prompt_tokens;  // for the repetition penalty
   const int vocab = runner_->config().vocab_size;
   absl::Status status;
-  const bool greedy = sampling::IsPlainGreedy(request.sampling);
-  int32_t greedy_next = -1;  // after the first token of a greedy run: picked on the backend
+  // The first token comes from the prefill's host logits; every later one is picked on the
+  // backend (DecodeSampled), from the same random stream.
+  int32_t token = sampler.Sample(logits.data<float>(), vocab, history);
+  kernels::SamplingBatch next_sampling;
   while (true) {
-    const int32_t token =
-        greedy_next >= 0 ? greedy_next : sampler.Sample(logits.data<float>(), vocab, history);
     if (result.output_tokens.empty()) result.time_to_first_token_s = seconds_since_start();
     if (!request.ignore_eos && tokenizer_->IsEndOfGeneration(token)) {
       result.finish_reason = FinishReason::kStop;
@@ -77,21 +78,16 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
       result.finish_reason = FinishReason::kContextFull;
       break;
     }
-    if (greedy) {
-      absl::StatusOr<std::vector<int32_t>> next = runner_->DecodeGreedy({&seq}, {token});
-      if (!next.ok()) {
-        status = next.status();
-        break;
-      }
-      greedy_next = next->front();
-      continue;
-    }
-    absl::StatusOr<Tensor> next = runner_->Decode({&seq}, {token});
+    next_sampling.penalized_ids.clear();
+    next_sampling.rows = {sampler.NextRow(history, &next_sampling.penalized_ids)};
+    next_sampling.penalized_begin = {0, static_cast<int32_t>(next_sampling.penalized_ids.size())};
+    absl::StatusOr<std::vector<int32_t>> next =
+        runner_->DecodeSampled({&seq}, {token}, next_sampling);
     if (!next.ok()) {
       status = next.status();
       break;
     }
-    logits = *std::move(next);
+    token = next->front();
   }
   runner_->Release(seq);
   SS_RETURN_IF_ERROR(status);

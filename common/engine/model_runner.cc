@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/core/status.h"
+#include "kernels/sampling_plan_check.h"
 
 namespace sparseserve::engine {
 namespace {
@@ -202,10 +203,14 @@ absl::StatusOr<Tensor> ModelRunner::Decode(const std::vector<SequenceKv*>& seqs,
   return logits;
 }
 
-absl::StatusOr<std::vector<int32_t>> ModelRunner::DecodeGreedy(const std::vector<SequenceKv*>& seqs,
-                                                               absl::Span<const int32_t> tokens) {
+absl::StatusOr<std::vector<int32_t>> ModelRunner::DecodeSampled(
+    const std::vector<SequenceKv*>& seqs, absl::Span<const int32_t> tokens,
+    const kernels::SamplingBatch& sampling) {
+  // Checked before any block is allocated; the backend checks the rest before sampling.
+  SS_RETURN_IF_ERROR(kernels::ValidateSamplingBatch(sampling, static_cast<int64_t>(seqs.size()),
+                                                    config().vocab_size));
   SS_ASSIGN_OR_RETURN(std::vector<model::ForwardSequence> batch, PrepareDecode(seqs, tokens));
-  SS_ASSIGN_OR_RETURN(std::vector<int32_t> next, model_->ForwardArgMax(batch, *cache_));
+  SS_ASSIGN_OR_RETURN(std::vector<int32_t> next, model_->ForwardSample(batch, *cache_, sampling));
   CommitDecode(seqs, tokens);
   return next;
 }

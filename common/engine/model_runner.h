@@ -21,6 +21,7 @@
 #include "common/model/llama_model.h"
 #include "common/model/paged_kv_cache.h"
 #include "kernels/backend.h"
+#include "kernels/sampling_plan.h"
 
 namespace sparseserve::engine {
 
@@ -74,10 +75,13 @@ class ModelRunner {
   absl::StatusOr<Tensor> Decode(const std::vector<SequenceKv*>& seqs,
                                 absl::Span<const int32_t> tokens);
 
-  // Decode for sequences that all pick greedily (temperature 0, no repetition penalty): the
-  // argmax runs on the backend and only the chosen token ids come back. Same errors as Decode.
-  absl::StatusOr<std::vector<int32_t>> DecodeGreedy(const std::vector<SequenceKv*>& seqs,
-                                                    absl::Span<const int32_t> tokens);
+  // Decode that also picks each sequence's next token on the backend (Backend::Sample: greedy
+  // rows are temperature 0), so only token ids come back, never logits. `sampling` holds one row
+  // per sequence, in order (sampling::Sampler::NextRow builds them). Same errors as Decode, and
+  // kInvalidArgument when `sampling` does not match the sequences (nothing changes then).
+  absl::StatusOr<std::vector<int32_t>> DecodeSampled(const std::vector<SequenceKv*>& seqs,
+                                                     absl::Span<const int32_t> tokens,
+                                                     const kernels::SamplingBatch& sampling);
 
   // Takes over a prompt whose K/V a prefill worker already wrote into `block_ids` (allocated
   // from pool() by the caller, references handed over to `seq`). Registers its full blocks in

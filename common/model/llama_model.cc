@@ -53,6 +53,16 @@ absl::Status LlamaModel::StackProjections() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<int32_t>> LlamaModel::ForwardSample(
+    const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
+    const kernels::SamplingBatch& sampling) {
+  SS_ASSIGN_OR_RETURN(const StepViews v, ComputeLogits(batch, cache, nullptr));
+  SS_RETURN_IF_ERROR(backend_->Sample(v.logits, sampling, v.argmax));
+  Tensor host = Tensor::Zeros(DType::kI32, v.argmax.shape());
+  SS_RETURN_IF_ERROR(backend_->CopyToHost(v.argmax, host));
+  return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + host.numel());
+}
+
 void LlamaModel::set_step_graph_rows(int rows) {
   step_graph_rows_ = std::max(rows, 0);
   graphs_.clear();

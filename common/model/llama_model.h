@@ -21,6 +21,7 @@
 #include "common/tensor/tensor.h"
 #include "kernels/attention_plan.h"
 #include "kernels/backend.h"
+#include "kernels/sampling_plan.h"
 
 namespace sparseserve::model {
 
@@ -90,6 +91,14 @@ class LlamaModel {
   absl::StatusOr<std::vector<int32_t>> ForwardArgMax(const std::vector<ForwardSequence>& batch,
                                                      PagedKvCache& cache);
 
+  // Forward, then Backend::Sample of each logits row under `sampling` (one SamplingRow per logits
+  // row): sampling on the backend without copying [rows, vocab] logits to the host. Returns one
+  // token id per logits row. Errors of Forward, and kInvalidArgument from Backend::Sample for a
+  // plan that does not match the rows.
+  absl::StatusOr<std::vector<int32_t>> ForwardSample(const std::vector<ForwardSequence>& batch,
+                                                     PagedKvCache& cache,
+                                                     const kernels::SamplingBatch& sampling);
+
   // Decode steps (one new token per sequence, dense attention, no per-layer hook) of at most
   // `rows` sequences run as step graphs on backends that have them (CUDA graphs): a batch size's
   // first step runs op by op, its second is captured, later ones replay the capture. 0 turns
@@ -125,7 +134,7 @@ class LlamaModel {
     // i32 [3 * rows + logit_rows]: token ids, positions, KV slots (`rows` each), logit rows.
     Tensor indices;
     Tensor h, x, qkv, q, attn_out, gate_up, act, branch, last, logits;
-    Tensor argmax;  // i32 [logit_rows]
+    Tensor argmax;  // i32 [logit_rows] the picked token ids (ForwardArgMax, ForwardSample)
   };
   // A step's first n rows and m logits rows of some StepBuffers.
   struct StepViews {

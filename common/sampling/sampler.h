@@ -1,11 +1,15 @@
-// Sampler: turns one sequence's logits into its next token (see sampling_params.h for the
-// pipeline and each knob's source).
+// Sampler: one sequence's side of sampling — its seeded random stream and its penalty window.
+// The math that turns a logits row into a token lives once, in kernels/sampling_reference.h
+// (the host reference every backend's Backend::Sample matches); see sampling_params.h for the
+// pipeline and each knob's source.
 //
 // Each sequence owns one Sampler: it keeps the sequence's RNG (std::mt19937_64 seeded from
 // SamplingParams::seed) across calls, so a run of draws is reproducible, and scratch buffers
-// sized to the vocabulary that are reused (no allocation per call after the first, or after
-// the vocabulary grows). Uniform variates are built from the raw 64-bit engine output, not a
-// std distribution, so draws are identical across standard libraries. Not thread-safe.
+// sized to the vocabulary that are reused (no allocation per call after the first, or after the
+// vocabulary grows). Uniform variates are built from the raw 64-bit engine output, not a std
+// distribution, so draws are identical across standard libraries. Every token drawn at a nonzero
+// temperature takes exactly one variate, whether it is sampled here (Sample) or on a backend
+// (NextRow + Backend::Sample). Not thread-safe.
 #ifndef SPARSESERVE_COMMON_SAMPLING_SAMPLER_H_
 #define SPARSESERVE_COMMON_SAMPLING_SAMPLER_H_
 
@@ -15,6 +19,8 @@
 
 #include "absl/types/span.h"
 #include "common/sampling/sampling_params.h"
+#include "kernels/sampling_plan.h"
+#include "kernels/sampling_reference.h"
 
 namespace sparseserve::sampling {
 
@@ -27,9 +33,17 @@ class Sampler {
 
   const SamplingParams& params() const { return params_; }
 
-  // Picks the next token. `logits`: f32 [vocab_size] (not modified); `history`: the token ids
-  // so far (prompt + generated), of which the last penalty_window (0 = all) are penalised,
-  // each distinct id once. Greedy when temperature == 0; otherwise advances the RNG once.
+  // The next token's sampling row, for Backend::Sample: the knobs, and a uniform draw that
+  // advances the RNG exactly as Sample would (once, unless greedy). Appends to `penalized_ids`
+  // the distinct ids of the last penalty_window (0 = all) tokens of `history` (prompt +
+  // generated) in order of first occurrence; none when repetition_penalty is 1.
+  // REQUIRES: every id in the penalty window is in [0, kernels::kMaxSamplingVocab) (checked: a
+  // violation is a caller bug); the backend checks them against the vocabulary.
+  kernels::SamplingRow NextRow(absl::Span<const int32_t> history,
+                               std::vector<int32_t>* penalized_ids);
+
+  // Picks the next token on the host: NextRow, then kernels::SampleRow on `logits` (f32
+  // [vocab_size], not modified). Greedy when temperature == 0; otherwise advances the RNG once.
   // REQUIRES: vocab_size > 0; every id in the penalty window is in [0, vocab_size).
   int32_t Sample(const float* logits, int vocab_size, absl::Span<const int32_t> history);
 
@@ -45,22 +59,18 @@ class Sampler {
                                    absl::Span<const int32_t> history);
 
  private:
-  // Copies logits into logits_ and applies the repetition penalty over the history window.
-  void PenalizeInto(const float* logits, int vocab_size, absl::Span<const int32_t> history);
-  // Lowest id among the largest of logits_[0, vocab_size).
-  int32_t Argmax(int vocab_size) const;
-  // Fills weights_ (unnormalised probabilities, max 1) and puts the surviving token ids in
-  // order_[0, return value) after temperature, top-k, top-p and min-p. Requires PenalizeInto.
-  int Filter(int vocab_size);
+  // The row's knobs without a draw.
+  kernels::SamplingRow Row() const;
+  // Appends the distinct ids of the history's penalty window to `ids` (see NextRow).
+  void AppendPenalizedIds(absl::Span<const int32_t> history, std::vector<int32_t>* ids);
   // Uniform double in [0, 1) from 53 bits of the engine.
   double NextUniform();
 
   SamplingParams params_;
   std::mt19937_64 rng_;
-  std::vector<float> logits_;   // f32 [vocab] penalised copy of the input logits
-  std::vector<float> weights_;  // f32 [vocab] exp((logit - max) / temperature)
-  std::vector<int32_t> order_;  // int32 [vocab] candidate token ids; prefix = survivors
-  std::vector<uint8_t> seen_;   // [vocab] 1 while a token is marked as penalised this call
+  kernels::SamplingScratch scratch_;
+  std::vector<int32_t> ids_;   // penalised ids of the current call
+  std::vector<uint8_t> seen_;  // 1 while an id is in ids_ (grown to the largest id seen)
 };
 
 }  // namespace sparseserve::sampling

@@ -1,9 +1,11 @@
 // SamplingParams: how one sequence turns logits into tokens, and their validation.
 //
-// The pipeline (Sampler) is: repetition penalty over a window of the history, then greedy
-// argmax if temperature == 0, else temperature, top-k, top-p, min-p and a seeded draw. This is
-// the order of TokenSwift's contextual penalty (papers/tokenswift.md, "Contextual penalty")
-// and of HF transformers' logits processors. A value type; thread-safe when not mutated.
+// The pipeline is: repetition penalty over a window of the history, then greedy argmax if
+// temperature == 0, else temperature, top-k, top-p, min-p and a seeded draw. This is the order of
+// TokenSwift's contextual penalty (papers/tokenswift.md, "Contextual penalty") and of HF
+// transformers' logits processors. kernels/sampling_plan.h states it exactly; the host reference
+// (kernels/sampling_reference.h) and every backend's Backend::Sample compute it, fed per token by
+// the sequence's Sampler (sampler.h). A value type; thread-safe when not mutated.
 #ifndef SPARSESERVE_COMMON_SAMPLING_SAMPLING_PARAMS_H_
 #define SPARSESERVE_COMMON_SAMPLING_SAMPLING_PARAMS_H_
 
@@ -39,12 +41,6 @@ struct SamplingParams {
 // top_p outside (0, 1]; min_p outside [0, 1]; repetition_penalty <= 0 or NaN;
 // penalty_window < 0.
 absl::Status Validate(const SamplingParams& params);
-
-// True when the next token is simply the argmax of the raw logits (temperature 0, no repetition
-// penalty): the engine can then pick it on the device (ModelRunner::DecodeGreedy).
-inline bool IsPlainGreedy(const SamplingParams& params) {
-  return params.temperature == 0.0f && params.repetition_penalty == 1.0f;
-}
 
 }  // namespace sparseserve::sampling
 

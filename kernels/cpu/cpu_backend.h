@@ -8,6 +8,7 @@
 
 #include "common/core/thread_pool.h"
 #include "kernels/backend.h"
+#include "kernels/sampling_reference.h"
 
 namespace sparseserve::kernels {
 
@@ -49,9 +50,11 @@ class CpuBackend final : public Backend {
   absl::StatusOr<std::unique_ptr<StepGraph>> CaptureGraph(
       const std::function<absl::Status()>& record) override;
   absl::Status LaunchGraph(const StepGraph& graph) override;
+  absl::Status Sample(const Tensor& logits, const SamplingBatch& batch, const Tensor& out) override;
 
  private:
   core::ThreadPool* pool_;
+  SamplingScratch sampling_scratch_;  // Sample's buffers, reused across calls
 };
 
 }  // namespace sparseserve::kernels

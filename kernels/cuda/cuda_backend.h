@@ -61,6 +61,7 @@ class CudaBackend final : public Backend {
   absl::StatusOr<std::unique_ptr<StepGraph>> CaptureGraph(
       const std::function<absl::Status()>& record) override;
   absl::Status LaunchGraph(const StepGraph& graph) override;
+  absl::Status Sample(const Tensor& logits, const SamplingBatch& batch, const Tensor& out) override;
 
   cudaStream_t stream() const { return stream_->stream; }
 
@@ -76,6 +77,7 @@ class CudaBackend final : public Backend {
   // forward step calls Attention once per layer with the same batch).
   struct AttentionMetadata;
   struct GemmCache;
+  struct SamplingState;
 
   explicit CudaBackend(std::shared_ptr<StreamHolder> stream);
   absl::Status UploadAttentionMetadata(const AttentionBatch& batch, int head_dim, int heads,
@@ -94,6 +96,7 @@ class CudaBackend final : public Backend {
   // Bumped whenever backend-owned memory that kernels read moves (the attention plan's buffers):
   // graphs captured under an older epoch are stale.
   uint64_t graph_epoch_ = 0;
+  std::unique_ptr<SamplingState> sampling_;  // created by the first Sample call
 };
 
 // The backend on the first GPU (kernels::CreateBackend(kCuda) calls this).

@@ -1,5 +1,5 @@
 // Private state of CudaBackend shared by its source files: the cuBLASLt handle with its cached
-// matmul plans, and the device copy of the current attention plan.
+// matmul plans, the device copy of the current attention plan, and the sampling buffers.
 #ifndef SPARSESERVE_KERNELS_CUDA_CUDA_BACKEND_STATE_H_
 #define SPARSESERVE_KERNELS_CUDA_CUDA_BACKEND_STATE_H_
 
@@ -43,6 +43,14 @@ struct CudaBackend::AttentionMetadata {
   int num_prefill_tiles = 0, num_merges = 0, total_q = 0;
   int max_decode_items = 0;  // the decode grid: a bound on split-KV chunks fixed by the batch
   bool generic = false;      // head_dim without a tensor-core kernel: every row on the generic one
+};
+
+// Sample's buffers, grown to the largest call so far and reused (work on them is ordered by the
+// backend's one stream).
+struct CudaBackend::SamplingState {
+  std::vector<uint8_t> host;  // the plan of one call: SampleRowParams [m], then int32 ids
+  Tensor plan;                // i32 words on the device holding `host`
+  Tensor scratch;             // f32 [>= m * vocab] penalised logits and weights
 };
 
 }  // namespace sparseserve::kernels

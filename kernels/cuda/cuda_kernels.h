@@ -56,6 +56,33 @@ cudaError_t LaunchSkinnyGemm(const bf16_t* x, const bf16_t* w, const bf16_t* bia
 cudaError_t LaunchArgMax(const float* logits, int64_t rows, int64_t vocab, int32_t* out,
                          cudaStream_t stream);
 
+// One logits row's sampling knobs on the device (kernels/sampling_plan.h), laid out by the host.
+struct SampleRowParams {
+  double uniform;            // the row's draw in [0, 1)
+  float inv_temperature;     // 1.0f / temperature, taken on the host as the reference does
+  float top_p;               // 1 = off
+  float min_p;               // 0 = off
+  float repetition_penalty;  // θ; 1 = off
+  int32_t top_k;             // 0 = off
+  int32_t greedy;            // 1 when temperature == 0
+  int32_t ids_begin;         // the row's penalised ids: penalized_ids[ids_begin, ids_end)
+  int32_t ids_end;
+};
+
+struct SampleParams {
+  const float* logits;           // f32 [num_rows, vocab] (not modified)
+  float* scratch;                // f32 [num_rows, vocab] work space (penalised logits, weights)
+  const SampleRowParams* rows;   // [num_rows]
+  const int32_t* penalized_ids;  // int32 [rows' ids], each in [0, vocab) (checked on the host)
+  int64_t num_rows;
+  int32_t vocab;  // 1 .. kMaxSamplingVocab
+  int32_t* out;   // int32 [num_rows] the sampled token ids
+};
+
+// out[r] = the token kernels::SampleRow picks for row r, bit for bit: one 1024-thread CTA per row
+// (radix selects over the weights for top-k and top-p, an id-ordered scan for the draw).
+cudaError_t LaunchSample(const SampleParams& params, cudaStream_t stream);
+
 // Scatters k, v [n, kv_heads, hd] into the paged layer at slots [n].
 // Rope + WriteKv on a fused QKV projection's output qkv [n, (heads + 2 kv_heads) * head_dim]:
 // rotated queries to q [n, heads, head_dim], rotated keys and values into their KV slots.

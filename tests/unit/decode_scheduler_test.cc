@@ -1,7 +1,8 @@
 // DecodeScheduler on stories260K: batched continuous decoding gives every request exactly the
-// tokens a lone Generator run gives; a tiny pool forces preemption without changing outputs;
-// aborts and queue limits return blocks and errors cleanly; KV staged in host memory is copied
-// into the pool on admission and its staging blocks come back on every path.
+// tokens a lone Generator run gives (greedy, and seeded sampling); a tiny pool forces preemption
+// without changing outputs; aborts and queue limits return blocks and errors cleanly; KV staged
+// in host memory is copied into the pool on admission and its staging blocks come back on every
+// path.
 #include "decode_svc/decode_scheduler.h"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/core/thread_pool.h"
 #include "common/engine/kv_block_copy.h"
+#include "common/sampling/sampling_params.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "tests/testing/test_model.h"
@@ -53,28 +55,49 @@ class DecodeSchedulerTest : public ::testing::Test {
     return std::move(*runner);
   }
 
-  // Greedy reference for one prompt, generated alone.
-  std::vector<int32_t> Reference(const std::vector<int32_t>& prompt, int max_tokens) {
+  static sampling::SamplingParams Greedy() {
+    sampling::SamplingParams params;
+    params.temperature = 0;
+    return params;
+  }
+
+  // Every knob on, a seed of its own per request.
+  static sampling::SamplingParams Seeded(int i) {
+    sampling::SamplingParams params;
+    params.temperature = 0.9f;
+    params.top_k = 50;
+    params.top_p = 0.95f;
+    params.min_p = 0.02f;
+    params.repetition_penalty = 1.15f;
+    params.penalty_window = 8;
+    params.seed = 1000 + static_cast<uint64_t>(i);
+    return params;
+  }
+
+  // Reference for one prompt, generated alone.
+  std::vector<int32_t> Reference(const std::vector<int32_t>& prompt, int max_tokens,
+                                 const sampling::SamplingParams& params = Greedy()) {
     auto runner = Runner(0);
     engine::Generator gen(runner.get(), source_.tokenizer.get());
     engine::GenerationRequest req;
     req.prompt_tokens = prompt;
     req.max_tokens = max_tokens;
     req.ignore_eos = true;
-    req.sampling.temperature = 0;
+    req.sampling = params;
     auto result = gen.Generate(req);
     EXPECT_TRUE(result.ok()) << result.status();
     return result->output_tokens;
   }
 
   DecodeJob Job(const std::string& id, std::vector<int32_t> prompt, int max_tokens,
-                std::shared_ptr<DecodeSink> sink) {
+                std::shared_ptr<DecodeSink> sink,
+                const sampling::SamplingParams& params = Greedy()) {
     DecodeJob job;
     job.request_id = id;
     job.prompt = std::move(prompt);
     job.max_tokens = max_tokens;
     job.ignore_eos = true;
-    job.sampling.temperature = 0;
+    job.sampling = params;
     job.sink = std::move(sink);
     return job;
   }
@@ -133,6 +156,34 @@ TEST_F(DecodeSchedulerTest, SmallPoolPreemptsWithoutChangingOutputs) {
     EXPECT_EQ(sinks[i]->tokens_, Reference(prompts[i], 40)) << "request " << i;
   }
   EXPECT_EQ(runner->pool().num_used_blocks(), 0);
+}
+
+// Seeded sampling (every knob on, on the backend for every decode step): batched with others, and
+// batched in a pool so small that sequences are preempted and recomputed, each request gets
+// exactly the tokens a lone Generator run with its seed gets.
+TEST_F(DecodeSchedulerTest, SeededSamplingIsReproducibleBatchedAndUnderPreemption) {
+  const auto prompts = Prompts(4);
+  for (const int kv_tokens : {0, 96}) {
+    auto runner = Runner(kv_tokens);
+    std::vector<std::shared_ptr<CollectingSink>> sinks;
+    {
+      DecodeScheduler scheduler(runner.get(), {});
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        sinks.push_back(std::make_shared<CollectingSink>());
+        DecodeJob job =
+            Job("s" + std::to_string(i), prompts[i], 40, sinks[i], Seeded(static_cast<int>(i)));
+        ASSERT_TRUE(scheduler.Submit(std::move(job)).ok());
+      }
+      for (auto& s : sinks) ASSERT_TRUE(s->Wait());
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_TRUE(sinks[i]->status_.ok()) << sinks[i]->status_;
+      const std::vector<int32_t> want = Reference(prompts[i], 40, Seeded(static_cast<int>(i)));
+      EXPECT_EQ(sinks[i]->tokens_, want) << "request " << i << ", pool " << kv_tokens;
+      EXPECT_NE(want, Reference(prompts[i], 40)) << "sampling should differ from greedy";
+    }
+    EXPECT_EQ(runner->pool().num_used_blocks(), 0);
+  }
 }
 
 TEST_F(DecodeSchedulerTest, PromptLargerThanThePoolFailsCleanly) {

@@ -1,10 +1,12 @@
 // ModelRunner on the real stories260K model: chunked prefill == one-shot prefill (paged KV
 // across block boundaries), prefix-cache reuse gives the same logits, decode == prefill of the
-// longer prompt, and pool exhaustion is an error, not a crash.
+// longer prompt, sampling on the backend == the host sampler on decode logits, and pool
+// exhaustion is an error, not a crash.
 #include <algorithm>
 #include "common/engine/model_runner.h"
 
 #include "common/core/thread_pool.h"
+#include "common/sampling/sampler.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "tests/testing/test_model.h"
@@ -82,7 +84,14 @@ TEST_F(ModelRunnerTest, SecondIdenticalPromptReusesEveryFullBlock) {
   EXPECT_EQ(runner->pool().num_used_blocks(), 0);
 }
 
-TEST_F(ModelRunnerTest, DecodeGreedyPicksTheArgmaxOfDecodeLogits) {
+// One greedy row per sequence, no penalised ids.
+kernels::SamplingBatch GreedyRows(size_t n) {
+  kernels::SamplingBatch batch;
+  batch.rows.resize(n);  // temperature 0
+  return batch;
+}
+
+TEST_F(ModelRunnerTest, DecodeSampledGreedyRowsPickTheArgmaxOfDecodeLogits) {
   ModelRunnerOptions options;
   options.enable_prefix_cache = false;
   auto runner = MakeRunner(options);
@@ -95,7 +104,7 @@ TEST_F(ModelRunnerTest, DecodeGreedyPicksTheArgmaxOfDecodeLogits) {
   for (int step = 0; step < 8; ++step) {  // crosses the 64-token block boundary
     auto logits = runner->Decode({&a, &c}, ta);
     ASSERT_TRUE(logits.ok()) << logits.status();
-    auto greedy = runner->DecodeGreedy({&b}, {tb[0]});
+    auto greedy = runner->DecodeSampled({&b}, {tb[0]}, GreedyRows(1));
     ASSERT_TRUE(greedy.ok()) << greedy.status();
     ASSERT_EQ(greedy->size(), 1u);
     const float* row = logits->data<float>();
@@ -108,6 +117,83 @@ TEST_F(ModelRunnerTest, DecodeGreedyPicksTheArgmaxOfDecodeLogits) {
   EXPECT_EQ(a.tokens, b.tokens);
   for (SequenceKv* s : {&a, &b, &c}) runner->Release(*s);
   EXPECT_EQ(runner->pool().num_used_blocks(), 0);
+}
+
+// Two sequences with different knobs in one batch: sampling on the backend (NextRow rows, their
+// penalised ids concatenated) picks what the host Sampler picks from Decode's logits, step by
+// step, with the same seeds.
+TEST_F(ModelRunnerTest, DecodeSampledEqualsHostSamplerOnDecodeLogits) {
+  ModelRunnerOptions options;
+  options.enable_prefix_cache = false;
+  auto runner = MakeRunner(options);
+  sampling::SamplingParams p0;
+  p0.temperature = 0.9f;
+  p0.top_k = 40;
+  p0.top_p = 0.9f;
+  p0.repetition_penalty = 1.3f;
+  p0.penalty_window = 16;
+  p0.seed = 11;
+  sampling::SamplingParams p1;
+  p1.temperature = 1.2f;
+  p1.min_p = 0.05f;
+  p1.repetition_penalty = 0.8f;  // < 1 favours repeats: penalised logits grow
+  p1.seed = 12;
+  sampling::Sampler host0(p0), host1(p1), dev0(p0), dev1(p1);
+  SequenceKv ha, hb, da, db;
+  const auto prompt_a = absl::MakeConstSpan(prompt_).first(60);
+  const auto prompt_b = absl::MakeConstSpan(prompt_).first(33);
+  for (auto [seq, prompt] : {std::pair{&ha, prompt_a}, std::pair{&hb, prompt_b},
+                             std::pair{&da, prompt_a}, std::pair{&db, prompt_b}}) {
+    ASSERT_TRUE(runner->Prefill(prompt, *seq).ok());
+  }
+  const int vocab = source_.config.vocab_size;
+  std::vector<int32_t> th = {prompt_[60], prompt_[33]}, td = th;
+  std::vector<int32_t> history_a(prompt_a.begin(), prompt_a.end());
+  std::vector<int32_t> history_b(prompt_b.begin(), prompt_b.end());
+  int distinct_from_greedy = 0;
+  for (int step = 0; step < 12; ++step) {
+    auto logits = runner->Decode({&ha, &hb}, th);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    history_a.push_back(th[0]);
+    history_b.push_back(th[1]);
+    th = {host0.Sample(logits->data<float>(), vocab, history_a),
+          host1.Sample(logits->data<float>() + vocab, vocab, history_b)};
+    const float* row = logits->data<float>();
+    distinct_from_greedy += th[0] != std::max_element(row, row + vocab) - row;
+
+    kernels::SamplingBatch batch;
+    batch.penalized_begin.push_back(0);
+    batch.rows.push_back(dev0.NextRow(history_a, &batch.penalized_ids));
+    batch.penalized_begin.push_back(static_cast<int32_t>(batch.penalized_ids.size()));
+    batch.rows.push_back(dev1.NextRow(history_b, &batch.penalized_ids));
+    batch.penalized_begin.push_back(static_cast<int32_t>(batch.penalized_ids.size()));
+    auto picked = runner->DecodeSampled({&da, &db}, td, batch);
+    ASSERT_TRUE(picked.ok()) << picked.status();
+    td = *picked;
+    EXPECT_EQ(td, th) << "step " << step;
+  }
+  EXPECT_GT(distinct_from_greedy, 0) << "the test should sample, not only take the argmax";
+  for (SequenceKv* s : {&ha, &hb, &da, &db}) runner->Release(*s);
+  EXPECT_EQ(runner->pool().num_used_blocks(), 0);
+}
+
+TEST_F(ModelRunnerTest, DecodeSampledRejectsAMismatchedPlanBeforeChangingAnything) {
+  ModelRunnerOptions options;
+  options.enable_prefix_cache = false;
+  auto runner = MakeRunner(options);
+  SequenceKv seq;
+  ASSERT_TRUE(runner->Prefill(absl::MakeConstSpan(prompt_).first(64), seq).ok());
+  const size_t blocks = seq.block_ids.size();
+  auto two_rows = runner->DecodeSampled({&seq}, {prompt_[64]}, GreedyRows(2));
+  EXPECT_EQ(two_rows.status().code(), absl::StatusCode::kInvalidArgument);
+  kernels::SamplingBatch bad_id = GreedyRows(1);
+  bad_id.penalized_ids = {source_.config.vocab_size};
+  bad_id.penalized_begin = {0, 1};
+  EXPECT_EQ(runner->DecodeSampled({&seq}, {prompt_[64]}, bad_id).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(seq.tokens.size(), 64u);
+  EXPECT_EQ(seq.block_ids.size(), blocks);  // position 64 would have needed a new block
+  runner->Release(seq);
 }
 
 TEST_F(ModelRunnerTest, DecodeStepEqualsPrefillOfLongerPrompt) {

@@ -99,6 +99,10 @@ class RecordingBackend final : public kernels::Backend {
   absl::Status ArgMax(const Tensor& logits, const Tensor& out) override {
     return Op([=, this] { return inner_->ArgMax(logits, out); });
   }
+  absl::Status Sample(const Tensor& logits, const kernels::SamplingBatch& batch,
+                      const Tensor& out) override {
+    return Op([=, this] { return inner_->Sample(logits, batch, out); });
+  }
 
   absl::StatusOr<std::unique_ptr<kernels::StepGraph>> CaptureGraph(
       const std::function<absl::Status()>& record) override {

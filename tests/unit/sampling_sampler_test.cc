@@ -3,10 +3,13 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "common/sampling/sampling_params.h"
 #include "gtest/gtest.h"
+#include "kernels/sampling_plan.h"
+#include "kernels/sampling_reference.h"
 
 namespace sparseserve::sampling {
 namespace {
@@ -239,6 +242,118 @@ TEST(SamplerTest, SkipDrawContinuesTheStreamOfAnotherSampler) {
   EXPECT_EQ(first.Sample(logits.data(), 5, {}), expected[0]);
   rest.SkipDraw();
   for (int i = 1; i < 20; ++i) EXPECT_EQ(rest.Sample(logits.data(), 5, {}), expected[i]) << i;
+}
+
+// The draw walks the kept ids in ascending id order, not in probability order: with
+// probabilities {0.2, 0.5, 0.3}, the thirds of [0, 1) below 0.2, 0.7 and 1 go to ids 0, 1, 2.
+TEST(SampleRowTest, DrawWalksKeptIdsInAscendingOrder) {
+  const std::vector<float> logits = LogitsOf({0.2f, 0.5f, 0.3f});
+  kernels::SamplingScratch scratch;
+  kernels::SamplingRow row;
+  row.temperature = 1.0f;
+  const auto pick = [&](double uniform) {
+    row.uniform = uniform;
+    return kernels::SampleRow(logits, row, {}, &scratch);
+  };
+  EXPECT_EQ(pick(0.0), 0);
+  EXPECT_EQ(pick(0.19), 0);
+  EXPECT_EQ(pick(0.21), 1);
+  EXPECT_EQ(pick(0.69), 1);
+  EXPECT_EQ(pick(0.71), 2);
+  EXPECT_EQ(pick(0.999999), 2);
+  row.top_k = 2;  // drops id 0: ids 1, 2 share [0, 1) as 0.625 / 0.375
+  EXPECT_EQ(pick(0.0), 1);
+  EXPECT_EQ(pick(0.62), 1);
+  EXPECT_EQ(pick(0.63), 2);
+}
+
+TEST(SampleRowTest, RepeatedPenalisedIdIsPenalisedOnce) {
+  kernels::SamplingScratch scratch;
+  kernels::SamplingRow row;  // greedy
+  row.repetition_penalty = 1.2f;
+  const std::vector<float> logits = {2.0f, 1.5f};  // 2 / 1.2 > 1.5, but 2 / 1.44 < 1.5
+  EXPECT_EQ(kernels::SampleRow(logits, row, std::vector<int32_t>{0}, &scratch), 0);
+  EXPECT_EQ(kernels::SampleRow(logits, row, std::vector<int32_t>{0, 0, 0}, &scratch), 0);
+}
+
+TEST(SampleRowTest, NanCountsAsNegativeInfinityAndNonFiniteMaxIsArgmax) {
+  kernels::SamplingScratch scratch;
+  kernels::SamplingRow row;
+  row.temperature = 1.0f;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const double u : {0.0, 0.3, 0.6, 0.99}) {
+    row.uniform = u;
+    EXPECT_EQ(kernels::SampleRow(std::vector<float>{nan, 0.0f, nan}, row, {}, &scratch), 1);
+    EXPECT_EQ(kernels::SampleRow(std::vector<float>{-inf, -inf, nan}, row, {}, &scratch), 0);
+    EXPECT_EQ(kernels::SampleRow(std::vector<float>{0.0f, inf, 5.0f, inf}, row, {}, &scratch), 1);
+  }
+}
+
+// Sample is NextRow (one draw) followed by the reference on the same row and penalised ids.
+TEST(SamplerTest, SampleIsNextRowThenTheReference) {
+  SamplingParams params;
+  params.temperature = 0.8f;
+  params.top_k = 20;
+  params.top_p = 0.95f;
+  params.repetition_penalty = 1.3f;
+  params.penalty_window = 8;
+  params.seed = 99;
+  Sampler whole(params), split(params);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> logit(-3.0f, 3.0f);
+  std::vector<int32_t> history = {1, 2, 3, 2, 1};
+  kernels::SamplingScratch scratch;
+  for (int step = 0; step < 200; ++step) {
+    std::vector<float> logits(64);
+    for (float& l : logits) l = logit(rng);
+    const int32_t want = whole.Sample(logits.data(), 64, history);
+    std::vector<int32_t> ids = {7};  // NextRow appends
+    const kernels::SamplingRow row = split.NextRow(history, &ids);
+    ASSERT_EQ(kernels::SampleRow(logits, row, absl::MakeConstSpan(ids).subspan(1), &scratch), want)
+        << "step " << step;
+    history.push_back(want);
+  }
+}
+
+TEST(SamplerTest, NextRowDrawsOncePerSampledTokenAndNeverWhenGreedy) {
+  SamplingParams params;
+  params.seed = 3;
+  Sampler a(params), b(params);
+  std::vector<int32_t> ids;
+  const double first = a.NextRow({}, &ids).uniform;
+  b.SkipDraw();
+  EXPECT_EQ(a.NextRow({}, &ids).uniform, b.NextRow({}, &ids).uniform);
+  EXPECT_NE(first, a.NextRow({}, &ids).uniform);
+  EXPECT_GE(first, 0.0);
+  EXPECT_LT(first, 1.0);
+
+  params.temperature = 0.0f;
+  Sampler greedy(params);
+  const kernels::SamplingRow row = greedy.NextRow({}, &ids);
+  EXPECT_EQ(row.temperature, 0.0f);
+  EXPECT_EQ(row.uniform, 0.0);
+  EXPECT_TRUE(ids.empty()) << "no penalty, no ids";
+}
+
+TEST(SamplerTest, NextRowListsTheWindowsDistinctIds) {
+  SamplingParams params;
+  params.repetition_penalty = 1.2f;
+  params.penalty_window = 4;
+  Sampler sampler(params);
+  std::vector<int32_t> ids = {42};
+  const std::vector<int32_t> history = {5, 9, 3, 5, 7, 3};  // window: 3 5 7 3
+  const kernels::SamplingRow row = sampler.NextRow(history, &ids);
+  EXPECT_EQ(ids, (std::vector<int32_t>{42, 3, 5, 7}));
+  EXPECT_EQ(row.repetition_penalty, 1.2f);
+  ids.clear();
+  sampler.NextRow(history, &ids);  // the marks of the previous call were cleared
+  EXPECT_EQ(ids, (std::vector<int32_t>{3, 5, 7}));
+  params.repetition_penalty = 1.0f;
+  Sampler off(params);
+  ids.clear();
+  off.NextRow(history, &ids);
+  EXPECT_TRUE(ids.empty());
 }
 
 }  // namespace
