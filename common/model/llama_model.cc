@@ -180,7 +180,7 @@ absl::Status LlamaModel::RunStepGraph(int64_t n, const StepViews& v,
   const void* kv_base = cache.layer(0).raw_data();
   if (slot.graph != nullptr && slot.kv_base != kv_base) slot.graph.reset();
   if (slot.graph != nullptr) {
-    const absl::Status launched = be.LaunchGraph(*slot.graph);
+    absl::Status launched = be.LaunchGraph(*slot.graph);
     // kUnimplemented: the backend wants this step op by op (per-op timing is on).
     if (absl::IsUnimplemented(launched)) return RunLayers(v, attn, cache, nullptr);
     if (!absl::IsFailedPrecondition(launched)) return launched;
