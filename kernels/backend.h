@@ -119,11 +119,6 @@ class Backend {
   // out[i, :] = x[rows[i], :]. x [n, d], rows i32 [m], out [m, d].
   virtual absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) = 0;
 
-  // out[i] = the column of row i's largest value (the lowest such column on ties): greedy
-  // decoding on the device, so a step returns token ids instead of [rows, vocab] logits.
-  // logits f32 [m, vocab], out i32 [m].
-  virtual absl::Status ArgMax(const Tensor& logits, const Tensor& out) = 0;
-
   // Step graphs: `record` queues a forward step's ops once and they are captured into a graph
   // instead of running; LaunchGraph then replays them in one launch (a decode step has ~15 small
   // ops per layer, and launching them one by one leaves the GPU idle between them). A replay

@@ -87,10 +87,6 @@ absl::Status OpTimingBackend::GatherRows(const Tensor& x, const Tensor& rows, co
   return Timed("GatherRows", [&] { return inner_->GatherRows(x, rows, out); });
 }
 
-absl::Status OpTimingBackend::ArgMax(const Tensor& logits, const Tensor& out) {
-  return Timed("ArgMax", [&] { return inner_->ArgMax(logits, out); });
-}
-
 absl::Status OpTimingBackend::PlanAttention(const Tensor& q, const Tensor& kv_layer,
                                             const AttentionBatch& batch) {
   return Timed("PlanAttention", [&] { return inner_->PlanAttention(q, kv_layer, batch); });

@@ -55,7 +55,6 @@ class OpTimingBackend final : public Backend {
   absl::Status PlanAttention(const Tensor& q, const Tensor& kv_layer,
                              const AttentionBatch& batch) override;
   absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
-  absl::Status ArgMax(const Tensor& logits, const Tensor& out) override;
   absl::StatusOr<std::unique_ptr<StepGraph>> CaptureGraph(
       const std::function<absl::Status()>& record) override;
   absl::Status LaunchGraph(const StepGraph& graph) override;

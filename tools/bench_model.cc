@@ -20,6 +20,7 @@
 #include "common/model/paged_kv_cache.h"
 #include "kernels/backend.h"
 #include "kernels/op_timing_backend.h"
+#include "kernels/sampling_plan.h"
 #include "tools/bench_roofline.h"
 
 namespace sparseserve::tools {
@@ -245,6 +246,8 @@ class ModelBench {
                             batch, " sequences");
     }
     std::vector<model::ForwardSequence> seqs(batch);
+    kernels::SamplingBatch greedy;
+    greedy.rows.resize(batch);  // default rows: temperature 0, no penalty
     for (int64_t s = 0; s < batch; ++s) {
       seqs[s].tokens = {SyntheticToken(s, o_.config.vocab_size)};
       seqs[s].start_pos = static_cast<int32_t>(context);
@@ -255,16 +258,16 @@ class ModelBench {
     }
     Progress(absl::StrCat(r.label, ": ", o_.warmup, " warm-up + ", o_.iters, " timed steps",
                           r.note.empty() ? "" : "; ", r.note));
-    // Steps end in a greedy pick on the device (ForwardArgMax), as a greedy serving step does.
-    // Every step rewrites the KV row at position C (shared copies: the same row from several
-    // sequences in one step; the values do not matter).
+    // Steps end in a greedy pick on the device (ForwardSample with temperature-0 rows), as a
+    // greedy serving step does. Every step rewrites the KV row at position C (shared copies: the
+    // same row from several sequences in one step; the values do not matter).
     for (int i = 0; i < o_.warmup; ++i) {
-      SS_RETURN_IF_ERROR(model_.ForwardArgMax(seqs, *cache_).status());
+      SS_RETURN_IF_ERROR(model_.ForwardSample(seqs, *cache_, greedy).status());
     }
     SS_RETURN_IF_ERROR(backend_.Synchronize());
     const Clock::time_point start = Clock::now();
     for (int i = 0; i < o_.iters; ++i) {
-      SS_RETURN_IF_ERROR(model_.ForwardArgMax(seqs, *cache_).status());
+      SS_RETURN_IF_ERROR(model_.ForwardSample(seqs, *cache_, greedy).status());
     }
     SS_ASSIGN_OR_RETURN(const double seconds, SecondsSince(backend_, start));
     r.tokens_per_s = static_cast<double>(batch * o_.iters) / seconds;
@@ -272,7 +275,7 @@ class ModelBench {
     if (o_.op_profile) {
       auto steps = [&]() -> absl::Status {
         for (int i = 0; i < o_.iters; ++i) {
-          SS_RETURN_IF_ERROR(model_.ForwardArgMax(seqs, *cache_).status());
+          SS_RETURN_IF_ERROR(model_.ForwardSample(seqs, *cache_, greedy).status());
         }
         return absl::OkStatus();
       };

@@ -16,15 +16,6 @@ absl::StatusOr<Tensor> LlamaModel::Forward(
   return host;
 }
 
-absl::StatusOr<std::vector<int32_t>> LlamaModel::ForwardArgMax(
-    const std::vector<ForwardSequence>& batch, PagedKvCache& cache) {
-  SS_ASSIGN_OR_RETURN(const StepViews v, ComputeLogits(batch, cache, nullptr));
-  SS_RETURN_IF_ERROR(backend_->ArgMax(v.logits, v.argmax));
-  Tensor host = Tensor::Zeros(DType::kI32, v.argmax.shape());
-  SS_RETURN_IF_ERROR(backend_->CopyToHost(v.argmax, host));
-  return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + host.numel());
-}
-
 absl::Status LlamaModel::StackProjections() {
   kernels::Backend& be = *backend_;
   for (LayerWeights& w : layers_) {
@@ -57,9 +48,9 @@ absl::StatusOr<std::vector<int32_t>> LlamaModel::ForwardSample(
     const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
     const kernels::SamplingBatch& sampling) {
   SS_ASSIGN_OR_RETURN(const StepViews v, ComputeLogits(batch, cache, nullptr));
-  SS_RETURN_IF_ERROR(backend_->Sample(v.logits, sampling, v.argmax));
-  Tensor host = Tensor::Zeros(DType::kI32, v.argmax.shape());
-  SS_RETURN_IF_ERROR(backend_->CopyToHost(v.argmax, host));
+  SS_RETURN_IF_ERROR(backend_->Sample(v.logits, sampling, v.tokens));
+  Tensor host = Tensor::Zeros(DType::kI32, v.tokens.shape());
+  SS_RETURN_IF_ERROR(backend_->CopyToHost(v.tokens, host));
   return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + host.numel());
 }
 
@@ -265,7 +256,7 @@ absl::StatusOr<LlamaModel::StepBuffers> LlamaModel::AllocateStepBuffers(int64_t 
   SS_ASSIGN_OR_RETURN(b.last, be.Allocate(dt, {logit_rows, hidden}));
   // f32 logits: sampling and greedy argmax must not see bf16 rounding ties.
   SS_ASSIGN_OR_RETURN(b.logits, be.Allocate(DType::kF32, {logit_rows, c.vocab_size}));
-  SS_ASSIGN_OR_RETURN(b.argmax, be.Allocate(DType::kI32, {logit_rows}));
+  SS_ASSIGN_OR_RETURN(b.tokens, be.Allocate(DType::kI32, {logit_rows}));
   b.rows = rows;
   b.logit_rows = logit_rows;
   return b;
@@ -290,7 +281,7 @@ LlamaModel::StepViews LlamaModel::Views(const StepBuffers& b, int64_t n, int64_t
   }
   v.last = b.last.Slice(0, 0, m);
   v.logits = b.logits.Slice(0, 0, m);
-  v.argmax = b.argmax.Slice(0, 0, m);
+  v.tokens = b.tokens.Slice(0, 0, m);
   return v;
 }
 

@@ -86,11 +86,6 @@ class LlamaModel {
       const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
       const std::function<absl::Status(int layer)>& on_layer_kv_written = nullptr);
 
-  // Forward, then the argmax of each logits row on the backend: greedy decoding without
-  // copying [rows, vocab] logits to the host. Returns one token id per logits row.
-  absl::StatusOr<std::vector<int32_t>> ForwardArgMax(const std::vector<ForwardSequence>& batch,
-                                                     PagedKvCache& cache);
-
   // Forward, then Backend::Sample of each logits row under `sampling` (one SamplingRow per logits
   // row): sampling on the backend without copying [rows, vocab] logits to the host. Returns one
   // token id per logits row. Errors of Forward, and kInvalidArgument from Backend::Sample for a
@@ -134,12 +129,12 @@ class LlamaModel {
     // i32 [3 * rows + logit_rows]: token ids, positions, KV slots (`rows` each), logit rows.
     Tensor indices;
     Tensor h, x, qkv, q, attn_out, gate_up, act, branch, last, logits;
-    Tensor argmax;  // i32 [logit_rows] the picked token ids (ForwardArgMax, ForwardSample)
+    Tensor tokens;  // i32 [logit_rows] the sampled token ids (ForwardSample)
   };
   // A step's first n rows and m logits rows of some StepBuffers.
   struct StepViews {
     Tensor ids, positions, slots, logit_rows;
-    Tensor h, x, qkv, q, attn_out, gate_up, act, branch, last, logits, argmax;
+    Tensor h, x, qkv, q, attn_out, gate_up, act, branch, last, logits, tokens;
   };
   absl::StatusOr<StepBuffers> AllocateStepBuffers(int64_t rows, int64_t logit_rows) const;
   static StepViews Views(const StepBuffers& buffers, int64_t n, int64_t m);

@@ -270,18 +270,6 @@ absl::Status CpuBackend::GatherRows(const Tensor& x, const Tensor& rows, const T
   return GatherRowsF32(x, rows, out, "GatherRows", "row");
 }
 
-absl::Status CpuBackend::ArgMax(const Tensor& logits, const Tensor& out) {
-  SS_RETURN_IF_ERROR(CheckTensor(logits, DType::kF32, 2, "ArgMax", "logits"));
-  SS_RETURN_IF_ERROR(CheckTensor(out, DType::kI32, 1, "ArgMax", "out"));
-  SS_RETURN_IF_ERROR(CheckDim(out, 0, logits.dim(0), "ArgMax", "out"));
-  const int64_t vocab = logits.dim(1);
-  for (int64_t r = 0; r < logits.dim(0); ++r) {
-    const float* row = logits.data<float>() + r * vocab;
-    out.data<int32_t>()[r] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::unique_ptr<StepGraph>> CpuBackend::CaptureGraph(
     const std::function<absl::Status()>& /*record*/) {
   return absl::UnimplementedError("CaptureGraph: the CPU backend runs ops as they are called");

@@ -235,15 +235,6 @@ absl::Status CudaBackend::GatherRows(const Tensor& x, const Tensor& rows, const 
       "GatherRows");
 }
 
-absl::Status CudaBackend::ArgMax(const Tensor& logits, const Tensor& out) {
-  SS_RETURN_IF_ERROR(CheckCuda(logits, DType::kF32, 2, "ArgMax", "logits"));
-  SS_RETURN_IF_ERROR(CheckCuda(out, DType::kI32, 1, "ArgMax", "out"));
-  SS_RETURN_IF_ERROR(CheckShape(out, {logits.dim(0)}, "ArgMax", "out"));
-  return CudaStatus(cuda::LaunchArgMax(logits.data<float>(), logits.dim(0), logits.dim(1),
-                                       out.data<int32_t>(), stream()),
-                    "ArgMax");
-}
-
 absl::Status CudaBackend::RmsNorm(const Tensor& x, const Tensor& weight, float eps,
                                   const Tensor& out) {
   SS_RETURN_IF_ERROR(CheckCuda(x, IsF32(x) ? DType::kF32 : DType::kBf16, 2, "RmsNorm", "x"));

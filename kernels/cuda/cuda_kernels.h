@@ -52,10 +52,6 @@ inline constexpr int kMaxSkinnyRows = 8;
 cudaError_t LaunchSkinnyGemm(const bf16_t* x, const bf16_t* w, const bf16_t* bias, int64_t n,
                              int64_t k, int64_t o, void* out, bool out_f32, cudaStream_t stream);
 
-// out[r] = argmax of logits row r (f32 [rows, vocab]); the lowest index on ties.
-cudaError_t LaunchArgMax(const float* logits, int64_t rows, int64_t vocab, int32_t* out,
-                         cudaStream_t stream);
-
 // One logits row's sampling knobs on the device (kernels/sampling_plan.h), laid out by the host.
 struct SampleRowParams {
   double uniform;            // the row's draw in [0, 1)

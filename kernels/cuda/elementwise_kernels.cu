@@ -318,51 +318,7 @@ __global__ void RopeWriteKvKernel(const bf16_t* qkv, int64_t n, int heads, int k
   }
 }
 
-// One block per row: each thread scans a strided slice, then the block reduces (value, index)
-// pairs, preferring the lower index on equal values (what std::max_element returns).
-__global__ void ArgMaxKernel(const float* logits, int64_t vocab, int32_t* out) {
-  WaitForPrecedingKernels();
-  AllowNextKernelLaunch();
-  __shared__ float best_v[32];
-  __shared__ int32_t best_i[32];
-  const float* row = logits + blockIdx.x * vocab;
-  float v = -INFINITY;
-  int32_t idx = 0;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-    if (row[i] > v) {
-      v = row[i];
-      idx = static_cast<int32_t>(i);
-    }
-  }
-  auto better = [](float v1, int32_t i1, float v2, int32_t i2) {
-    return v2 > v1 || (v2 == v1 && i2 < i1);
-  };
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int32_t oi = __shfl_xor_sync(0xffffffffu, idx, o);
-    if (better(v, idx, ov, oi)) v = ov, idx = oi;
-  }
-  if (threadIdx.x % 32 == 0) {
-    best_v[threadIdx.x / 32] = v;
-    best_i[threadIdx.x / 32] = idx;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) {
-      if (better(v, idx, best_v[w], best_i[w])) v = best_v[w], idx = best_i[w];
-    }
-    out[blockIdx.x] = idx;
-  }
-}
-
 }  // namespace
-
-cudaError_t LaunchArgMax(const float* logits, int64_t rows, int64_t vocab, int32_t* out,
-                         cudaStream_t stream) {
-  if (rows == 0) return cudaSuccess;
-  return LaunchOverlapping(ArgMaxKernel, static_cast<unsigned>(rows), 1024, 0, stream, logits,
-                           vocab, out);
-}
 
 cudaError_t LaunchFillUniform(void* data, bool is_bf16, int64_t n, uint64_t seed, float lo,
                               float hi, cudaStream_t stream) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/rope_frequencies.h"
+#include "kernels/sampling_plan.h"
 #include "tests/gpu/cuda_test_util.h"
 
 namespace sparseserve::testing {
@@ -166,16 +167,18 @@ TEST_F(CudaBackendTest, SiluMulEmbeddingGatherRows) {
   }
 }
 
-TEST_F(CudaBackendTest, ArgMaxMatchesCpuIncludingTies) {
+TEST_F(CudaBackendTest, GreedySampleMatchesCpuIncludingTies) {
   for (int64_t vocab : {128256, 511, 7}) {
     Tensor logits = RandomHost({9, vocab}, 4.0f);
     // Row 1: a tie between an early and a late column (the lower index wins on both backends).
     logits.data<float>()[vocab + 3] = 100.0f;
     logits.data<float>()[vocab + vocab - 1] = 100.0f;
+    kernels::SamplingBatch greedy;
+    greedy.rows.resize(9);  // temperature 0
     Tensor want = Tensor::Zeros(DType::kI32, {9});
-    ASSERT_TRUE(cpu_.ArgMax(logits, want).ok());
+    ASSERT_TRUE(cpu_.Sample(logits, greedy, want).ok());
     Tensor got_dev = *gpu_->Allocate(DType::kI32, {9});
-    ASSERT_TRUE(gpu_->ArgMax(ToGpu(logits, DType::kF32), got_dev).ok());
+    ASSERT_TRUE(gpu_->Sample(ToGpu(logits, DType::kF32), greedy, got_dev).ok());
     Tensor got = Tensor::Zeros(DType::kI32, {9});
     ASSERT_TRUE(gpu_->CopyToHost(got_dev, got).ok());
     for (int i = 0; i < 9; ++i) {

@@ -6,6 +6,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/rope_frequencies.h"
+#include "kernels/sampling_plan.h"
 
 namespace sparseserve::kernels {
 namespace {
@@ -150,18 +151,20 @@ TEST_F(CpuBackendTest, PagedAttentionEqualsContiguous) {
   for (int64_t i = 0; i < out.numel(); ++i) ASSERT_NEAR(out.data<float>()[i], ref[i], 1e-5) << i;
 }
 
-TEST_F(CpuBackendTest, ArgMaxPicksTheLowestIndexOfTheMaximum) {
+TEST_F(CpuBackendTest, GreedySamplePicksTheLowestIndexOfTheMaximum) {
   Tensor logits = Random({3, 1000}, rng_);
   logits.data<float>()[17] = 50.0f;          // row 0: a clear maximum
   logits.data<float>()[1000 + 999] = 50.0f;  // row 1: at the last column
   logits.data<float>()[2000 + 5] = 50.0f;    // row 2: a tie, the lower index wins
   logits.data<float>()[2000 + 900] = 50.0f;
+  kernels::SamplingBatch greedy;
+  greedy.rows.resize(3);  // temperature 0
   Tensor out = Tensor::Zeros(DType::kI32, {3});
-  ASSERT_TRUE(be_.ArgMax(logits, out).ok());
+  ASSERT_TRUE(be_.Sample(logits, greedy, out).ok());
   EXPECT_EQ(out.data<int32_t>()[0], 17);
   EXPECT_EQ(out.data<int32_t>()[1], 999);
   EXPECT_EQ(out.data<int32_t>()[2], 5);
-  EXPECT_EQ(be_.ArgMax(logits, Tensor::Zeros(DType::kI32, {2})).code(),
+  EXPECT_EQ(be_.Sample(logits, greedy, Tensor::Zeros(DType::kI32, {2})).code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -96,9 +96,6 @@ class RecordingBackend final : public kernels::Backend {
   absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override {
     return Op([=, this] { return inner_->GatherRows(x, rows, out); });
   }
-  absl::Status ArgMax(const Tensor& logits, const Tensor& out) override {
-    return Op([=, this] { return inner_->ArgMax(logits, out); });
-  }
   absl::Status Sample(const Tensor& logits, const kernels::SamplingBatch& batch,
                       const Tensor& out) override {
     return Op([=, this] { return inner_->Sample(logits, batch, out); });
