@@ -29,6 +29,7 @@
 #include "absl/time/time.h"
 #include "common/engine/generator.h"
 #include "common/engine/model_runner.h"
+#include "common/engine/request_options.h"
 #include "common/metrics/serving_metrics.h"
 #include "common/sampling/sampling_params.h"
 #include "decode_svc/kv_staging_area.h"
@@ -54,6 +55,7 @@ struct DecodeJob {
   int max_tokens = 256;                 // new tokens at most
   std::vector<int32_t> stop_token_ids;  // in addition to the tokenizer's end-of-generation ids
   bool ignore_eos = false;
+  engine::RequestOptions options;  // attention methods and speculation (validated by Submit)
   // Disaggregated prefill: KV of `prompt` is already in these blocks (references owned by the
   // job) and `first_token` was sampled by the prefill worker and already delivered to the
   // client by the router: it is fed to the first decode step, not emitted again, and not

@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/engine/model_runner.h"
+#include "common/engine/request_options.h"
 #include "common/kv/kv_layout.h"
 #include "common/sampling/sampling_params.h"
 #include "common/transfer/kv_transfer_source.h"
@@ -41,6 +42,7 @@ struct PrefillTask {
   std::string request_id;
   std::vector<int32_t> prompt;
   sampling::SamplingParams sampling;
+  engine::RequestOptions options;                // the prefill attention method is used here
   std::optional<PrefillTarget> target;           // none: compute only
   absl::Time deadline = absl::InfiniteFuture();  // the transfer is abandoned by then
 };

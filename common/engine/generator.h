@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/engine/model_runner.h"
+#include "common/engine/request_options.h"
 #include "common/sampling/sampling_params.h"
 #include "common/tokenizer/tokenizer.h"
 
@@ -24,6 +25,7 @@ struct GenerationRequest {
   int max_tokens = 256;                // new tokens at most
   bool ignore_eos = false;             // keep going past end-of-generation tokens
   sampling::SamplingParams sampling;
+  RequestOptions options;  // attention methods and speculation
 };
 
 enum class FinishReason { kLength, kStop, kContextFull, kAborted };

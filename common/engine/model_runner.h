@@ -33,7 +33,11 @@ struct ModelRunnerOptions {
   // Share of the GPU's total memory this process may fill (weights + activations + KV pool), as
   // vLLM's --gpu-memory-fraction; the KV pool gets what is left.
   double gpu_memory_fraction = 0.9;
-  int prefill_chunk_tokens = 512;   // tokens per prefill forward step (bounds activations)
+  int prefill_chunk_tokens = 512;  // one prompt's rows per forward step at most (--prefill-chunk)
+  // Rows of one forward step at most, all sequences together (--max-step-tokens): an engine step
+  // takes every running sequence's decode rows first, then chunks of waiting prompts, so running
+  // streams wait at most one step's budget behind a long prompt.
+  int max_step_tokens = 2048;
   bool enable_prefix_cache = true;  // reuse full blocks of earlier prompts
   // Decode batches of up to this many sequences run as step graphs (CUDA graphs) where the
   // backend has them; 0 = off. See LlamaModel::set_step_graph_rows.

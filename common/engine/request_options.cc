@@ -1,0 +1,119 @@
+#include "common/engine/request_options.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace sparseserve::engine {
+namespace {
+
+absl::Status ValidatePhase(const AttentionChoice& c, absl::string_view phase) {
+  switch (c.method) {
+    case AttentionMethod::kDense: return absl::OkStatus();
+    case AttentionMethod::kSlidingWindow:
+      if (c.window < 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            phase, " attention sliding-window needs a window >= 1, got ", c.window));
+      }
+      if (c.sink_tokens < -1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            phase, " attention sliding-window sink tokens must be >= 0, got ", c.sink_tokens));
+      }
+      return absl::OkStatus();
+    case AttentionMethod::kMInference:
+      if (phase != "prefill") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("minference is a prefill attention method, not a ", phase, " one"));
+      }
+      if (c.sparse_prefill_threshold < 0) {
+        return absl::InvalidArgumentError("sparse prefill threshold must be >= 0");
+      }
+      return absl::OkStatus();
+    case AttentionMethod::kTokenSelect:
+      if (phase != "decode") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tokenselect is a decode attention method, not a ", phase, " one"));
+      }
+      if (c.tokenselect_k < 1 || c.tokenselect_initial < 0 || c.tokenselect_local < 0 ||
+          !(c.tokenselect_theta >= -1.0f && c.tokenselect_theta <= 1.0f)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tokenselect needs k >= 1, initial >= 0, local >= 0 and theta in [-1, 1]; got k ",
+            c.tokenselect_k, ", initial ", c.tokenselect_initial, ", local ", c.tokenselect_local,
+            ", theta ", c.tokenselect_theta));
+      }
+      return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError("unknown attention method");
+}
+
+}  // namespace
+
+absl::StatusOr<AttentionMethod> ParseAttentionMethod(absl::string_view name) {
+  for (AttentionMethod m : {AttentionMethod::kDense, AttentionMethod::kSlidingWindow,
+                            AttentionMethod::kMInference, AttentionMethod::kTokenSelect}) {
+    if (name == AttentionMethodName(m)) return m;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown attention method '", name, "' (dense, sliding-window, minference, tokenselect)"));
+}
+
+absl::string_view AttentionMethodName(AttentionMethod method) {
+  switch (method) {
+    case AttentionMethod::kDense: return "dense";
+    case AttentionMethod::kSlidingWindow: return "sliding-window";
+    case AttentionMethod::kMInference: return "minference";
+    case AttentionMethod::kTokenSelect: return "tokenselect";
+  }
+  return "?";
+}
+
+absl::StatusOr<SpecMethod> ParseSpecMethod(absl::string_view name) {
+  for (SpecMethod m : {SpecMethod::kNone, SpecMethod::kPromptLookup, SpecMethod::kLookahead,
+                       SpecMethod::kTokenSwift, SpecMethod::kKangaroo, SpecMethod::kSparseSelf}) {
+    if (name == SpecMethodName(m)) return m;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown speculation method '", name,
+                   "' (none, prompt-lookup, lookahead, tokenswift, kangaroo, sparse-self)"));
+}
+
+absl::string_view SpecMethodName(SpecMethod method) {
+  switch (method) {
+    case SpecMethod::kNone: return "none";
+    case SpecMethod::kPromptLookup: return "prompt-lookup";
+    case SpecMethod::kLookahead: return "lookahead";
+    case SpecMethod::kTokenSwift: return "tokenswift";
+    case SpecMethod::kKangaroo: return "kangaroo";
+    case SpecMethod::kSparseSelf: return "sparse-self";
+  }
+  return "?";
+}
+
+absl::Status Validate(const RequestOptions& options) {
+  if (absl::Status s = ValidatePhase(options.prefill, "prefill"); !s.ok()) return s;
+  if (absl::Status s = ValidatePhase(options.decode, "decode"); !s.ok()) return s;
+  const SpeculationChoice& spec = options.spec;
+  if (spec.max_draft < 0 || spec.lookahead_window < 0 || spec.lookahead_ngram < 0 ||
+      spec.lookahead_guesses < 0) {
+    return absl::InvalidArgumentError("speculation parameters must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckImplemented(const RequestOptions& options) {
+  // The methods whose issues have not landed yet (MInference: issue 12, TokenSelect: issue 13,
+  // speculation: issues 14 and 15) are refused by name.
+  for (const AttentionChoice* c : {&options.prefill, &options.decode}) {
+    if (c->method == AttentionMethod::kMInference || c->method == AttentionMethod::kTokenSelect) {
+      return absl::UnimplementedError(absl::StrCat("attention method '",
+                                                   AttentionMethodName(c->method),
+                                                   "' is not implemented in this build yet"));
+    }
+  }
+  if (options.spec.method != SpecMethod::kNone) {
+    return absl::UnimplementedError(absl::StrCat("speculation method '",
+                                                 SpecMethodName(options.spec.method),
+                                                 "' is not implemented in this build yet"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sparseserve::engine

@@ -1,0 +1,74 @@
+// RequestOptions: the attention and speculation methods one request asks for, as the engine sees
+// them (the public API, the worker protos and the command-line flags all convert into this).
+//
+// A request chooses a *prefill* attention method (dense | sliding-window | minference) and a
+// *decode* attention method (dense | sliding-window | tokenselect), each with its parameters, and
+// a speculation method. The product's main path is MInference for the prompt and TokenSelect for
+// the decode of the same request (ARCHITECTURE.md). Names are the ones users type (flags, API
+// strings); parsing an unknown name is kInvalidArgument, and a known method that this build does
+// not have yet is kUnimplemented naming it (CheckImplemented) — never a silent fallback.
+// Value types; thread-safe when not mutated.
+#ifndef SPARSESERVE_COMMON_ENGINE_REQUEST_OPTIONS_H_
+#define SPARSESERVE_COMMON_ENGINE_REQUEST_OPTIONS_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace sparseserve::engine {
+
+enum class AttentionMethod { kDense, kSlidingWindow, kMInference, kTokenSelect };
+
+// One phase's attention method and its parameters. Fields of other methods are ignored.
+struct AttentionChoice {
+  AttentionMethod method = AttentionMethod::kDense;
+  // sliding-window: each query sees the last `window` positions (itself included); >= 1.
+  int window = 0;
+  // sliding-window: the first `sink_tokens` positions stay visible too (StreamingLLM's attention
+  // sinks, kept at their true RoPE positions). -1 = the default: 4 when chosen per request.
+  int sink_tokens = -1;
+  // minference (papers/minference.md): prompts shorter than this run dense (default 8192).
+  int sparse_prefill_threshold = 8192;
+  std::string minference_config;  // per-head pattern JSON; empty = VS(1000, 6096) everywhere
+  // tokenselect (papers/tokenselect.md §3): initial + k selected + local tokens per query,
+  // and the selection cache's cosine threshold θ.
+  int tokenselect_k = 2048;
+  int tokenselect_initial = 128;
+  int tokenselect_local = 512;
+  float tokenselect_theta = 0.9f;
+};
+
+enum class SpecMethod { kNone, kPromptLookup, kLookahead, kTokenSwift, kKangaroo, kSparseSelf };
+
+struct SpeculationChoice {
+  SpecMethod method = SpecMethod::kNone;
+  int max_draft = 0;          // draft tokens per step at most; 0 = the method's default
+  int lookahead_window = 0;   // Lookahead W; 0 = scaled to the model (papers/lookahead.md)
+  int lookahead_ngram = 0;    // Lookahead N; 0 = default
+  int lookahead_guesses = 0;  // Lookahead G; 0 = default
+};
+
+struct RequestOptions {
+  AttentionChoice prefill;  // dense | sliding-window | minference
+  AttentionChoice decode;   // dense | sliding-window | tokenselect
+  SpeculationChoice spec;
+};
+
+// "dense", "sliding-window", "minference", "tokenselect". kInvalidArgument otherwise.
+absl::StatusOr<AttentionMethod> ParseAttentionMethod(absl::string_view name);
+absl::string_view AttentionMethodName(AttentionMethod method);
+// "none", "prompt-lookup", "lookahead", "tokenswift", "kangaroo", "sparse-self".
+absl::StatusOr<SpecMethod> ParseSpecMethod(absl::string_view name);
+absl::string_view SpecMethodName(SpecMethod method);
+
+// kInvalidArgument when a method is used in the wrong phase (tokenselect for prefill,
+// minference for decode) or its parameters are out of range (a sliding window < 1, ...).
+absl::Status Validate(const RequestOptions& options);
+// kUnimplemented naming the first chosen method this build does not have yet.
+absl::Status CheckImplemented(const RequestOptions& options);
+
+}  // namespace sparseserve::engine
+
+#endif  // SPARSESERVE_COMMON_ENGINE_REQUEST_OPTIONS_H_
