@@ -6,6 +6,7 @@
 #include "common/core/logging.h"
 #include "common/core/status.h"
 #include "common/engine/kv_block_copy.h"
+#include "common/engine/request_options.h"
 #include "common/sampling/sampler.h"
 #include "kernels/sampling_plan.h"
 
@@ -20,6 +21,11 @@ struct DecodeScheduler::Running {
   engine::SequenceKv seq;                      // empty while waiting
   int32_t next_token = -1;                     // emitted, not yet in the KV cache
   bool started = false;                        // sink->OnStart was called
+  // A local prefill in progress: `input` (the prompt, plus the tokens generated before a
+  // preemption) is computed chunk by chunk; seq.tokens holds what is done.
+  bool prefilling = false;
+  std::vector<int32_t> input;
+  kernels::AttentionPattern prefill_pattern, decode_pattern;  // from job.options
   // The next token's sampling row (its draw taken) and penalised ids, drawn once per token: a
   // step that fails for want of blocks, or the recompute after a preemption, reuses them, so the
   // random stream does not depend on pool pressure.
@@ -71,8 +77,18 @@ absl::Status DecodeScheduler::Submit(DecodeJob job) {
   }
   if (job.max_tokens < 1) return absl::InvalidArgumentError("max_tokens must be >= 1");
   if (absl::Status s = sampling::Validate(job.sampling); !s.ok()) return s;
+  if (absl::Status s = engine::Validate(job.options); !s.ok()) return s;
+  if (absl::Status s = engine::CheckImplemented(job.options); !s.ok()) return s;
   if (job.sink == nullptr) return absl::InvalidArgumentError("no sink");
   auto r = std::make_unique<Running>();
+  r->prefill_pattern = engine::AttentionPatternOf(job.options.prefill);
+  r->decode_pattern = engine::AttentionPatternOf(job.options.decode);
+  for (const kernels::AttentionPattern* p : {&r->prefill_pattern, &r->decode_pattern}) {
+    if (absl::Status s = runner_->backend().SupportsAttention(*p, runner_->config().head_dim);
+        !s.ok()) {
+      return s;
+    }
+  }
   r->sampler = std::make_unique<sampling::Sampler>(job.sampling);
   r->history = job.prompt;
   r->job = std::move(job);
@@ -116,7 +132,7 @@ void DecodeScheduler::EngineLoop() {
     }
     ApplyAborts();
     AdmitWaiting();
-    if (!running_.empty()) DecodeStep();
+    if (!running_.empty()) EngineStep();
   }
 }
 
@@ -149,7 +165,8 @@ void DecodeScheduler::ApplyAborts() {
 }
 
 void DecodeScheduler::AdmitWaiting() {
-  while (static_cast<int>(running_.size()) < options_.max_running) {
+  const int cap = std::max(1, std::min(options_.max_running, options_.max_step_tokens));
+  while (static_cast<int>(running_.size()) < cap) {
     std::unique_ptr<Running> r;
     {
       absl::MutexLock lock(&mu_);
@@ -167,9 +184,22 @@ void DecodeScheduler::AdmitWaiting() {
   num_running_ = static_cast<int>(running_.size());
 }
 
+int DecodeScheduler::BlocksReserved() const {
+  const int bt = runner_->block_tokens();
+  int blocks = 0;
+  for (const auto& r : running_) {
+    if (!r->prefilling) {
+      ++blocks;  // a decoding sequence may start a new block next step
+      continue;
+    }
+    const int total = (static_cast<int>(r->input.size()) + 1 + bt - 1) / bt;
+    blocks += std::max(0, total - static_cast<int>(r->seq.block_ids.size()));
+  }
+  return blocks;
+}
+
 bool DecodeScheduler::AdmitOne(std::unique_ptr<Running>& r) {
   DecodeJob& job = r->job;
-  int32_t first = -1;
   if (job.prefilled_blocks.has_value()) {
     std::vector<int32_t> blocks = std::move(*job.prefilled_blocks);
     job.prefilled_blocks.reset();
@@ -193,30 +223,27 @@ bool DecodeScheduler::AdmitOne(std::unique_ptr<Running>& r) {
     }
     running_.push_back(std::move(r));
     return true;
-  } else {
-    // After a preemption the tokens generated so far are recomputed with the prompt.
-    std::vector<int32_t> input = job.prompt;
-    input.insert(input.end(), r->generated.begin(), r->generated.end());
-    absl::StatusOr<Tensor> logits = runner_->Prefill(input, r->seq);
-    if (logits.status().code() == absl::StatusCode::kResourceExhausted && !running_.empty()) {
-      return false;  // wait for running sequences to free blocks
-    }
-    if (!logits.ok()) {
-      Finish(*r, logits.status(), engine::FinishReason::kAborted);
-      return true;
-    }
-    const kernels::SamplingRow& row = r->PendingRow();
-    first = kernels::SampleRow(
-        absl::MakeConstSpan(logits->data<float>(), static_cast<size_t>(logits->numel())), row,
-        r->pending_penalized_ids, &host_sampling_);
-    r->pending_row.reset();
   }
-  if (!r->started) {
-    r->started = true;
-    job.sink->OnStart(r->seq.num_cached_prompt_tokens,
-                      absl::ToDoubleSeconds(absl::Now() - r->enqueued));
+  // A local prefill. After a preemption the tokens generated so far are recomputed with the
+  // prompt. It is admitted while the pool can hold it beside what the running sequences will
+  // take (the rest of their prompts, a block per decoder), so admitting it cannot make a step
+  // fail for blocks and preempt it again at once; when nothing runs it either fits or fails
+  // alone.
+  r->input = job.prompt;
+  r->input.insert(r->input.end(), r->generated.begin(), r->generated.end());
+  const int bt = runner_->block_tokens();
+  const int needed = (static_cast<int>(r->input.size()) + 1 + bt - 1) / bt;
+  if (!running_.empty() &&
+      runner_->pool().num_free_blocks() < BlocksReserved() + needed) {
+    return false;  // wait for running sequences to free blocks
   }
-  if (Emit(*r, first)) running_.push_back(std::move(r));
+  absl::StatusOr<int> cached = runner_->BeginPrefill(r->input, r->seq);
+  if (!cached.ok()) {
+    Finish(*r, cached.status(), engine::FinishReason::kAborted);
+    return true;
+  }
+  r->prefilling = true;
+  running_.push_back(std::move(r));
   return true;
 }
 
@@ -269,36 +296,89 @@ bool DecodeScheduler::Emit(Running& r, int32_t token) {
   return true;
 }
 
-void DecodeScheduler::DecodeStep() {
-  // Every sequence picks its next token on the backend (greedy ones are temperature-0 rows), so
-  // only token ids come back from the step.
-  std::vector<engine::SequenceKv*> seqs;
-  std::vector<int32_t> tokens;
+void DecodeScheduler::EngineStep() {
+  // Decode rows first (every decoding sequence, one row each), then prefill chunks in admission
+  // order while the budget lasts. Each row that ends a prompt, and every decode row, gets its
+  // next token sampled on the backend with the sequence's pending sampling row.
+  int budget = options_.max_step_tokens;
+  std::vector<engine::StepRows> rows;
+  std::vector<Running*> owners;
   kernels::SamplingBatch sampling;
   sampling.penalized_begin.push_back(0);
-  for (auto& r : running_) {
-    seqs.push_back(&r->seq);
-    tokens.push_back(r->next_token);
-    sampling.rows.push_back(r->PendingRow());
-    sampling.penalized_ids.insert(sampling.penalized_ids.end(), r->pending_penalized_ids.begin(),
-                                  r->pending_penalized_ids.end());
+  auto add_sampling_row = [&](Running& r) {
+    sampling.rows.push_back(r.PendingRow());
+    sampling.penalized_ids.insert(sampling.penalized_ids.end(), r.pending_penalized_ids.begin(),
+                                  r.pending_penalized_ids.end());
     sampling.penalized_begin.push_back(static_cast<int32_t>(sampling.penalized_ids.size()));
+  };
+  bool has_decode = false, has_prefill = false;
+  for (auto& r : running_) {
+    if (r->prefilling || budget == 0) continue;
+    engine::StepRows row;
+    row.seq = &r->seq;
+    row.tokens = {r->next_token};
+    row.pattern = r->decode_pattern;
+    rows.push_back(std::move(row));
+    owners.push_back(r.get());
+    add_sampling_row(*r);
+    --budget;
+    has_decode = true;
   }
-  absl::StatusOr<std::vector<int32_t>> next = runner_->DecodeSampled(seqs, tokens, sampling);
-  if (next.status().code() == absl::StatusCode::kResourceExhausted) {
+  for (auto& r : running_) {
+    if (!r->prefilling || budget == 0) continue;
+    const int done = static_cast<int>(r->seq.tokens.size());
+    const int remaining = static_cast<int>(r->input.size()) - done;
+    const int len = std::min({options_.prefill_chunk, remaining, budget});
+    engine::StepRows row;
+    row.seq = &r->seq;
+    row.tokens.assign(r->input.begin() + done, r->input.begin() + done + len);
+    row.pattern = r->prefill_pattern;
+    const bool last_chunk = len == remaining;
+    row.sample = last_chunk ? model::LogitRows::kLast : model::LogitRows::kNone;
+    if (last_chunk) add_sampling_row(*r);
+    rows.push_back(std::move(row));
+    owners.push_back(r.get());
+    budget -= len;
+    has_prefill = true;
+  }
+  absl::StatusOr<std::vector<int32_t>> next = runner_->Step(rows, sampling);
+  if (next.status().code() == absl::StatusCode::kResourceExhausted && running_.size() > 1) {
     Preempt(*running_.back());  // newest first, as vLLM does; retried next iteration
     running_.pop_back();
   } else if (!next.ok()) {
-    SS_LOG_ERROR("decode step failed: {}", next.status().ToString());
-    for (auto& r : running_) Finish(*r, next.status(), engine::FinishReason::kAborted);
-    running_.clear();
+    SS_LOG_ERROR("engine step failed: {}", next.status().ToString());
+    for (Running* r : owners) Finish(*r, next.status(), engine::FinishReason::kAborted);
+    std::erase_if(running_, [&](const std::unique_ptr<Running>& r) {
+      return std::find(owners.begin(), owners.end(), r.get()) != owners.end();
+    });
   } else {
-    for (size_t i = 0; i < running_.size(); ++i) {
-      Running& r = *running_[i];
-      r.pending_row.reset();
-      if (!Emit(r, (*next)[i])) running_[i].reset();
+    if (options_.metrics != nullptr) {
+      (has_decode && has_prefill ? options_.metrics->engine_steps_mixed()
+       : has_decode              ? options_.metrics->engine_steps_decode()
+                                 : options_.metrics->engine_steps_prefill())
+          .Increment();
     }
-    std::erase(running_, nullptr);
+    size_t k = 0;
+    std::vector<Running*> finished;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      Running& r = *owners[i];
+      if (rows[i].sample == model::LogitRows::kNone) continue;  // a prompt's middle chunk
+      const int32_t token = (*next)[k++];
+      r.pending_row.reset();
+      if (r.prefilling) {  // the prompt is done: this is its first token
+        r.prefilling = false;
+        r.input.clear();
+        if (!r.started) {
+          r.started = true;
+          r.job.sink->OnStart(r.seq.num_cached_prompt_tokens,
+                              absl::ToDoubleSeconds(absl::Now() - r.enqueued));
+        }
+      }
+      if (!Emit(r, token)) finished.push_back(&r);
+    }
+    std::erase_if(running_, [&](const std::unique_ptr<Running>& r) {
+      return std::find(finished.begin(), finished.end(), r.get()) != finished.end();
+    });
   }
   absl::MutexLock lock(&mu_);
   num_running_ = static_cast<int>(running_.size());
@@ -308,6 +388,8 @@ void DecodeScheduler::Preempt(Running& r) {
   SS_LOG_INFO("request {}: preempted (KV pool full), will recompute {} tokens", r.job.request_id,
               r.job.prompt.size() + r.generated.size());
   runner_->Release(r.seq);
+  r.prefilling = false;
+  r.input.clear();
   absl::MutexLock lock(&mu_);
   // Requeued at the front so it resumes first; its sink keeps streaming afterwards.
   auto requeued = std::make_unique<Running>(std::move(r));

@@ -1,11 +1,15 @@
 // DecodeScheduler: continuous batching of many sequences on one ModelRunner.
 //
-// Requests are queued (bounded); the scheduler's engine thread admits them while KV blocks are
-// free (prefilling locally, or adopting KV a prefill worker wrote), then runs one batched decode
-// step for every running sequence at a time, sampling each sequence's next token and handing it
-// to that request's DecodeSink. When a step needs a block and the pool is full, the most
-// recently admitted sequence is preempted (its KV released, the request requeued with its
-// tokens so far, recomputed later) so the pool never over-commits and nothing crashes.
+// Requests are queued (bounded); the scheduler's engine thread admits them while KV blocks allow
+// (adopting KV a prefill worker wrote, or starting a local prefill that takes the prefix cache's
+// blocks). Each engine step is built from a token budget (options.max_step_tokens): every
+// decoding sequence's next row first, then chunks of the prompts being prefilled (at most
+// prefill_chunk rows each), so a long local prompt never freezes the running streams — they get a
+// token every step while it is prefilled. Every token, a prompt's first included, is sampled on
+// the backend within the step and handed to the request's DecodeSink. When a step needs a block
+// and the pool is full, the most recently admitted sequence is preempted (its KV released, the
+// request requeued with its tokens so far, recomputed later) so the pool never over-commits and
+// nothing crashes.
 //
 // Thread-safety: Submit/Abort/stats may be called from any thread. Sinks are called on the
 // engine thread and must not block. The engine thread is the only one touching the runner
@@ -33,7 +37,6 @@
 #include "common/metrics/serving_metrics.h"
 #include "common/sampling/sampling_params.h"
 #include "decode_svc/kv_staging_area.h"
-#include "kernels/sampling_reference.h"
 
 namespace sparseserve::decode {
 
@@ -71,7 +74,11 @@ struct DecodeJob {
 };
 
 struct DecodeSchedulerOptions {
-  int max_running = 64;          // sequences decoded together in one batch step
+  int max_running = 64;          // sequences in flight (decoding or prefilling) at most
+  // Rows of one engine step at most (decode rows + prefill chunk rows). Running sequences are
+  // capped at this too, so a step always has room for every decode row.
+  int max_step_tokens = 2048;
+  int prefill_chunk = 512;  // one prompt's rows per step at most
   int max_waiting = 1024;        // queued requests beyond which Submit fails RESOURCE_EXHAUSTED
   std::vector<int32_t> eos_ids;  // the tokenizer's end-of-generation ids
   // Borrowed, may be null; must outlive the scheduler. Receives the KV staging copy times.
@@ -107,12 +114,17 @@ class DecodeScheduler {
   void EngineLoop();
   // Admits queued jobs while blocks allow. Runs on the engine thread.
   void AdmitWaiting();
-  // Prefills (or adopts) `r`. False when the pool is too full right now (r is untouched).
+  // Adopts `r`'s prefilled KV, or starts its local prefill. False when the pool is too full for
+  // it right now (r is untouched).
   bool AdmitOne(std::unique_ptr<Running>& r);
   // Copies the job's staged KV blocks into `blocks` (its pool blocks) and returns the staging
   // blocks. Runs on the engine thread.
   absl::Status CopyStagedKv(DecodeJob& job, absl::Span<const int32_t> blocks);
-  void DecodeStep();
+  // One engine step: decode rows and prefill chunks under the token budget.
+  void EngineStep();
+  // Blocks the running sequences may still take: the rest of the prompts being prefilled, and
+  // one per decoding sequence.
+  int BlocksReserved() const;
   // Emits `token` for `r` and applies the stop rules; false when `r` has finished.
   bool Emit(Running& r, int32_t token);
   void Finish(Running& r, const absl::Status& status, engine::FinishReason reason);
@@ -130,8 +142,7 @@ class DecodeScheduler {
   int num_running_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
-  std::vector<std::unique_ptr<Running>> running_;  // engine thread only
-  kernels::SamplingScratch host_sampling_;         // engine thread only: first tokens' sampling
+  std::vector<std::unique_ptr<Running>> running_;  // engine thread only, in admission order
   std::thread engine_;  // the one thread that drives `runner_` (see header comment)
 };
 

@@ -1,57 +1,58 @@
-// Attention plans: what each sequence of a batch attends to, for every attention kernel.
+// Attention plans: what each sequence of a batch attends to, planned once per forward step and run
+// per layer (FlashInfer's plan/run split).
 //
-// The model builds one AttentionBatch per forward step (host memory, owned by the caller) and
-// passes it to Backend::Attention for every layer. A sequence's pattern says which keys each query
-// sees; all patterns share one semantics on every backend:
-//   kDense      causal attention over the sequence's whole KV (cached blocks + this chunk).
-//   kBlockSparse MInference (papers/minference.md §3): per query block of 64 rows, runs of key
-//               blocks plus gathered key columns, per head; sinks/local window are part of the
-//               runs.
-//   kTokenIndex TokenSelect (papers/tokenselect.md §3): one sorted list of key positions per layer
-//               (shared by all heads) for single-token decode queries, plus the query's own token.
-//   kTreeMask   speculative verification: query rows carry explicit positions and an ancestor
-//               mask over the query rows themselves; every row sees the whole cached prefix.
-// Only kDense is implemented so far; the others are rejected with kUnimplemented by the kernels.
+// The model describes a step as an AttentionBatch (host memory, owned by the caller).
+// Backend::PlanAttention checks it and lays its index arrays into an AttentionWorkspace that the
+// caller owns (one upload on a GPU), returning a small AttentionPlan; Backend::Attention takes that
+// plan and the layer. There is no hidden "last plan" inside a backend: a plan is valid while its
+// batch and workspace live and the workspace is not planned into again.
+//
+// One semantics on every backend (kernels/attention_visibility.h states it as code). A sequence
+// has q_len new rows whose K/V occupy KV indices [kv_len - q_len, kv_len); row i sits at KV index
+// p_i = kv_len - q_len + i. Row i sees key k when
+//   - k is in the cached prefix [0, kv_len - q_len), or k is new row j = k - (kv_len - q_len) with
+//     mask[i][j] = 1 (no mask: j <= i, the causal case), and
+//   - the pattern's method admits it: kDense admits every key; kSlidingWindow admits the keys
+//     k > p_i - window and the sinks k < sink_tokens (Xiao et al., StreamingLLM §3; keys keep
+//     their true RoPE positions, no re-indexing).
+// A row that sees no key gets a zero output (never NaN). RoPE positions are not part of attention:
+// the model rotates Q and K at each row's own position before writing K (positions may repeat and
+// need not be monotone, as in tree verification and Lookahead's mask).
+// kMInference and kTokenSelect name the sparse methods of issues 12 and 13; until their kernels
+// exist every backend reports them unsupported (Backend::SupportsAttention).
 #ifndef SPARSESERVE_KERNELS_ATTENTION_PLAN_H_
 #define SPARSESERVE_KERNELS_ATTENTION_PLAN_H_
 
 #include <cstdint>
 #include <vector>
 
+#include "common/tensor/tensor.h"
+
 namespace sparseserve::kernels {
 
-enum class AttentionPatternKind { kDense, kBlockSparse, kTokenIndex, kTreeMask };
+enum class AttentionMethodKind { kDense, kSlidingWindow, kMInference, kTokenSelect };
 
-// MInference's per-head sparse index for one sequence of one layer.
-struct BlockSparseIndex {
-  int block_rows = 64;  // query/key block size (MInference default 64x64)
-  // int32 [num_heads][num_query_blocks + 1] offsets into `key_block_runs` (pairs begin,end).
-  std::vector<int32_t> run_indptr;
-  // int32 [num_runs][2] half-open ranges of key blocks.
-  std::vector<int32_t> key_block_runs;
-  // int32 [num_heads][num_query_blocks + 1] offsets into `key_columns`.
-  std::vector<int32_t> column_indptr;
-  // int32 [num_columns] individual key positions (vertical lines).
-  std::vector<int32_t> key_columns;
-};
-
+// A sequence's attention method and its parameters.
 struct AttentionPattern {
-  AttentionPatternKind kind = AttentionPatternKind::kDense;
-  BlockSparseIndex block_sparse;         // kBlockSparse
-  std::vector<int32_t> token_positions;  // kTokenIndex: sorted key positions
-  // kTreeMask: uint8 [q_len][q_len], 1 where row i may attend to query row j (j's own key).
-  std::vector<uint8_t> tree_mask;
+  AttentionMethodKind kind = AttentionMethodKind::kDense;
+  // kSlidingWindow: keys per query counting itself (>= 1), and leading positions that stay
+  // visible (>= 0). Mistral/Qwen2 configs give the window with 0 sinks; a request choosing
+  // sliding-window gets 4 sinks by default (engine::AttentionChoice).
+  int32_t window = 0;
+  int32_t sink_tokens = 0;
+
+  bool operator==(const AttentionPattern&) const = default;
 };
 
 // One sequence's slice of a batched attention call.
 struct SequenceAttention {
   int32_t q_begin = 0;  // first row of this sequence in the packed query tensor
-  int32_t q_len = 0;    // number of query rows (chunk length; 1 for plain decode)
-  int32_t kv_len = 0;   // tokens in its KV cache after this step's write (cached + new)
-  // int32 [q_len] positions of the query rows; empty = the last q_len positions of the KV
-  // (kv_len - q_len ... kv_len - 1), the ordinary causal case.
-  std::vector<int32_t> q_positions;
-  // int32 [ceil(kv_len / block_tokens)] KV block ids holding positions 0..kv_len-1 in order.
+  int32_t q_len = 0;    // new rows (chunk length; 1 for plain decode)
+  int32_t kv_len = 0;   // KV entries after this step's write (cached + new)
+  // uint8 [q_len * q_len] row-major, or empty: row i sees new row j where mask[i * q_len + j] is
+  // 1. Empty = causal among the new rows (j <= i).
+  std::vector<uint8_t> mask;
+  // int32 [ceil(kv_len / block_tokens)] KV block ids holding indices 0..kv_len-1 in order.
   std::vector<int32_t> block_table;
   AttentionPattern pattern;
 };
@@ -60,14 +61,44 @@ struct AttentionBatch {
   int block_tokens = 64;  // tokens per KV block
   float scale = 0.0f;     // softmax scale; 0 means 1/sqrt(head_dim)
   std::vector<SequenceAttention> sequences;
-  // Identity of this batch's contents: nonzero ids are unique per distinct batch (NewPlanId), so a
-  // backend may keep its per-batch work (validation, device metadata) across the layers of one
-  // forward step. 0 = no identity: the backend treats every call as a new batch.
-  uint64_t plan_id = 0;
 };
 
-// A process-wide unique nonzero AttentionBatch::plan_id. Thread-safe.
-uint64_t NewPlanId();
+// Caller-owned memory a plan lives in (in the backend's memory). PlanAttention grows its tensors
+// when a batch needs more and then bumps `generation`: a step graph captured with the old buffers
+// reads freed memory and must be captured again.
+struct AttentionWorkspace {
+  Tensor metadata;  // i32: the plan's index arrays (sequence records, block tables, work lists)
+  Tensor partial;   // f32: split-KV partial outputs and their log-sum-exps
+  uint64_t generation = 0;
+};
+
+// The shapes an attention call runs at.
+struct AttentionShape {
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int64_t num_rows = 0;    // query rows of the step
+  int64_t num_blocks = 0;  // blocks of the KV pool
+};
+
+// What PlanAttention made: a few numbers. The batch and the workspace are borrowed and must
+// outlive every Attention call with this plan.
+struct AttentionPlan {
+  const AttentionBatch* batch = nullptr;
+  AttentionWorkspace* workspace = nullptr;
+  AttentionShape shape;
+  float scale = 0;  // resolved softmax scale
+  // Where the backend put its index arrays: int32 offsets into workspace->metadata and counts,
+  // filled and read only by the backend that made the plan (the CPU reads `batch` instead).
+  struct Layout {
+    int64_t seqs = 0, tables = 0, masks = 0, decode_items = 0, merges = 0, merge_seqs = 0,
+            prefill_tiles = 0, row_seq = 0;
+    int num_decode_items = 0, max_decode_items = 0, num_merges = 0, num_prefill_tiles = 0;
+    int total_q = 0;
+    bool generic = false;  // every row on the generic kernel (head dims without a fast kernel)
+    bool operator==(const Layout&) const = default;
+  } layout;
+};
 
 }  // namespace sparseserve::kernels
 

@@ -1,50 +1,87 @@
 #include "kernels/attention_plan_check.h"
 
-#include <atomic>
+#include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
 namespace sparseserve::kernels {
 
-uint64_t NewPlanId() {
-  static std::atomic<uint64_t> next{1};
-  return next.fetch_add(1, std::memory_order_relaxed);
+absl::Status CheckPatternSupported(const AttentionPattern& pattern, absl::string_view backend) {
+  switch (pattern.kind) {
+    case AttentionMethodKind::kDense: return absl::OkStatus();
+    case AttentionMethodKind::kSlidingWindow:
+      if (pattern.window < 1 || pattern.sink_tokens < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Attention: sliding window needs window >= 1 and sink_tokens >= 0, got ",
+                         pattern.window, " and ", pattern.sink_tokens));
+      }
+      return absl::OkStatus();
+    case AttentionMethodKind::kMInference:
+      return absl::UnimplementedError(
+          absl::StrCat("Attention: MInference is not in the ", backend, " backend yet"));
+    case AttentionMethodKind::kTokenSelect:
+      return absl::UnimplementedError(
+          absl::StrCat("Attention: TokenSelect is not in the ", backend, " backend yet"));
+  }
+  return absl::InvalidArgumentError("Attention: unknown attention method");
 }
 
-absl::Status ValidateSequenceAttention(const SequenceAttention& seq, int64_t num_rows,
-                                       int block_tokens, int64_t num_blocks, size_t idx,
-                                       absl::string_view backend) {
-  if (seq.pattern.kind != AttentionPatternKind::kDense) {
-    return absl::UnimplementedError(absl::StrCat("Attention: sequence ", idx,
-                                                 " uses a sparse pattern the ", backend,
-                                                 " backend does not have yet"));
+absl::Status ValidateAttentionBatch(const AttentionBatch& batch, const AttentionShape& shape,
+                                    absl::string_view backend) {
+  if (batch.block_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Attention: block_tokens must be >= 1, got ", batch.block_tokens));
   }
-  if (seq.q_len < 0 || seq.q_begin < 0 || seq.q_begin + seq.q_len > num_rows ||
-      seq.kv_len < seq.q_len) {
-    return absl::InvalidArgumentError(absl::StrCat("Attention: sequence ", idx, " rows [",
-                                                   seq.q_begin, ", +", seq.q_len, ") kv_len ",
-                                                   seq.kv_len, " do not fit ", num_rows, " rows"));
+  if (shape.num_kv_heads < 1 || shape.num_heads % shape.num_kv_heads != 0 ||
+      shape.head_dim < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("Attention: ", shape.num_heads, " heads, ",
+                                                   shape.num_kv_heads, " KV heads, head_dim ",
+                                                   shape.head_dim, " is not a GQA shape"));
   }
-  const int64_t needed = (seq.kv_len + block_tokens - 1) / block_tokens;
-  if (static_cast<int64_t>(seq.block_table.size()) < needed) {
-    return absl::InvalidArgumentError(absl::StrCat("Attention: sequence ", idx, " needs ", needed,
-                                                   " blocks, block table has ",
-                                                   seq.block_table.size()));
-  }
-  for (int64_t b = 0; b < needed; ++b) {
-    if (seq.block_table[b] < 0 || seq.block_table[b] >= num_blocks) {
-      return absl::InvalidArgumentError(absl::StrCat("Attention: sequence ", idx, " block id ",
-                                                     seq.block_table[b], " outside pool"));
+  std::vector<std::pair<int64_t, int64_t>> row_ranges;
+  for (size_t idx = 0; idx < batch.sequences.size(); ++idx) {
+    const SequenceAttention& seq = batch.sequences[idx];
+    if (absl::Status s = CheckPatternSupported(seq.pattern, backend); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("sequence ", idx, ": ", s.message()));
     }
-  }
-  if (!seq.q_positions.empty()) {
-    if (static_cast<int32_t>(seq.q_positions.size()) != seq.q_len) {
-      return absl::InvalidArgumentError("Attention: q_positions length != q_len");
+    if (seq.q_len < 0 || seq.q_begin < 0 || int64_t{seq.q_begin} + seq.q_len > shape.num_rows ||
+        seq.kv_len < seq.q_len) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Attention: sequence ", idx, " rows [", seq.q_begin, ", +", seq.q_len, ") kv_len ",
+          seq.kv_len, " do not fit ", shape.num_rows, " rows"));
     }
-    for (int32_t p : seq.q_positions) {
-      if (p < 0 || p >= seq.kv_len) {
-        return absl::InvalidArgumentError("Attention: query position outside the KV");
+    if (seq.q_len > 0) row_ranges.push_back({seq.q_begin, int64_t{seq.q_begin} + seq.q_len});
+    const int64_t needed = (int64_t{seq.kv_len} + batch.block_tokens - 1) / batch.block_tokens;
+    if (static_cast<int64_t>(seq.block_table.size()) < needed) {
+      return absl::InvalidArgumentError(absl::StrCat("Attention: sequence ", idx, " needs ",
+                                                     needed, " blocks, block table has ",
+                                                     seq.block_table.size()));
+    }
+    for (int64_t b = 0; b < needed; ++b) {
+      if (seq.block_table[b] < 0 || seq.block_table[b] >= shape.num_blocks) {
+        return absl::InvalidArgumentError(absl::StrCat("Attention: sequence ", idx, " block id ",
+                                                       seq.block_table[b], " outside the pool of ",
+                                                       shape.num_blocks));
       }
+    }
+    if (!seq.mask.empty()) {
+      if (static_cast<int64_t>(seq.mask.size()) != int64_t{seq.q_len} * seq.q_len) {
+        return absl::InvalidArgumentError(absl::StrCat("Attention: sequence ", idx, " mask has ",
+                                                       seq.mask.size(), " entries for ",
+                                                       seq.q_len, " rows (q_len * q_len)"));
+      }
+      if (std::any_of(seq.mask.begin(), seq.mask.end(), [](uint8_t m) { return m > 1; })) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Attention: sequence ", idx, " mask entries must be 0 or 1"));
+      }
+    }
+  }
+  std::sort(row_ranges.begin(), row_ranges.end());
+  for (size_t i = 1; i < row_ranges.size(); ++i) {
+    if (row_ranges[i].first < row_ranges[i - 1].second) {
+      return absl::InvalidArgumentError("Attention: two sequences share query rows");
     }
   }
   return absl::OkStatus();

@@ -1,10 +1,7 @@
-// Validation of one sequence of an AttentionBatch against the query rows and the KV pool, shared
-// by every backend so that a bad plan fails the same way everywhere (before any kernel runs).
+// Validation of an AttentionBatch against a step's shapes, shared by every backend so that a bad
+// plan fails the same way everywhere (before any kernel runs).
 #ifndef SPARSESERVE_KERNELS_ATTENTION_PLAN_CHECK_H_
 #define SPARSESERVE_KERNELS_ATTENTION_PLAN_CHECK_H_
-
-#include <cstddef>
-#include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -12,12 +9,17 @@
 
 namespace sparseserve::kernels {
 
-// kUnimplemented for a pattern other than kDense (named after `backend`); kInvalidArgument when
-// the rows do not fit `num_rows`, kv_len < q_len, the block table is too short or names a block
-// outside [0, num_blocks), or q_positions are malformed.
-absl::Status ValidateSequenceAttention(const SequenceAttention& seq, int64_t num_rows,
-                                       int block_tokens, int64_t num_blocks, size_t idx,
-                                       absl::string_view backend);
+// kOk for the patterns both reference semantics and kernels exist for on every backend (dense,
+// sliding window with window >= 1 and sinks >= 0), kInvalidArgument for bad sliding-window
+// parameters, kUnimplemented (naming `backend`) for the sparse methods not built yet.
+absl::Status CheckPatternSupported(const AttentionPattern& pattern, absl::string_view backend);
+
+// kInvalidArgument, naming the sequence, when: block_tokens < 1; a sequence's rows fall outside
+// [0, shape.num_rows) or overlap another's; kv_len < q_len; the block table is too short or names
+// a block outside [0, shape.num_blocks); a mask is not q_len * q_len values of 0 or 1; the shape
+// is not a GQA shape. The pattern check as CheckPatternSupported.
+absl::Status ValidateAttentionBatch(const AttentionBatch& batch, const AttentionShape& shape,
+                                    absl::string_view backend);
 
 }  // namespace sparseserve::kernels
 

@@ -1,6 +1,7 @@
 #include "kernels/backend.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/core/status.h"
 #include "kernels/cpu/cpu_backend.h"
 #ifdef SPARSESERVE_WITH_CUDA
 #include "kernels/cuda/cuda_backend.h"
@@ -16,6 +17,26 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(Device device) {
   return absl::UnimplementedError(
       "this binary was built without CUDA (SPARSESERVE_CUDA=OFF or no nvcc); use --device cpu");
 #endif
+}
+
+absl::Status RunAttention(Backend& backend, const AttentionBatch& batch, const Tensor& q,
+                          const Tensor& kv_layer, const Tensor& out) {
+  if (q.ndim() != 3 || kv_layer.ndim() != 4) {
+    return absl::InvalidArgumentError(absl::StrCat("Attention: q ", q.DebugString(),
+                                                   " and kv_layer ", kv_layer.DebugString(),
+                                                   " must be 3- and 4-dimensional"));
+  }
+  AttentionShape shape;
+  shape.num_heads = static_cast<int>(q.dim(1));
+  shape.num_kv_heads = static_cast<int>(kv_layer.dim(2));
+  shape.head_dim = static_cast<int>(q.dim(2));
+  shape.num_rows = q.dim(0);
+  shape.num_blocks = kv_layer.dim(0) / 2;
+  AttentionWorkspace workspace;
+  SS_ASSIGN_OR_RETURN(const AttentionPlan plan, backend.PlanAttention(batch, shape, workspace));
+  SS_RETURN_IF_ERROR(backend.BuildAttentionIndex(plan, q, kv_layer, 0));
+  // The workspace dies here; its memory is freed in stream order on a GPU, after the kernels.
+  return backend.Attention(plan, q, kv_layer, 0, out);
 }
 
 }  // namespace sparseserve::kernels

@@ -104,17 +104,36 @@ class Backend {
                                    const Tensor& inv_freq, const Tensor& slots, const Tensor& q,
                                    const Tensor& kv_layer) = 0;
 
-  // Multi-head attention with GQA over the paged KV of each sequence in `batch`.
-  // q [n, heads, head_dim], out [n, heads, head_dim]; kv_layer as in WriteKv.
-  virtual absl::Status Attention(const Tensor& q, const Tensor& kv_layer,
-                                 const AttentionBatch& batch, const Tensor& out) = 0;
+  // kOk when this backend runs `pattern` at `head_dim`; kUnimplemented naming the method or the
+  // size it lacks. The engine asks before it builds a step, so an unsupported request fails
+  // with a clear error instead of deep inside a forward.
+  virtual absl::Status SupportsAttention(const AttentionPattern& pattern, int head_dim) const = 0;
 
-  // Attention's per-batch work done ahead (FlashInfer's plan/run split): the checks, and on a
-  // GPU the work lists uploaded to the device. Later Attention calls with the same nonzero
-  // batch.plan_id reuse it. A step graph's replay runs no host code, so its plan must be made
-  // before each LaunchGraph. q and kv_layer give the shapes only. Same errors as Attention.
-  virtual absl::Status PlanAttention(const Tensor& q, const Tensor& kv_layer,
-                                     const AttentionBatch& batch) = 0;
+  // Attention's per-step work (attention_plan.h): checks `batch` against `shape` (sizes, block
+  // ids, masks, pattern parameters; kInvalidArgument naming the sequence, kUnimplemented as
+  // SupportsAttention) and lays its index arrays into `workspace` (growing it, outside a graph
+  // capture only). Runs on the host before a step (before LaunchGraph for a replayed step).
+  virtual absl::StatusOr<AttentionPlan> PlanAttention(const AttentionBatch& batch,
+                                                      const AttentionShape& shape,
+                                                      AttentionWorkspace& workspace) = 0;
+
+  // The per-layer index-building step the model runs between RopeWriteKv and Attention: methods
+  // whose indices depend on the layer's queries and keys (MInference, TokenSelect) compute them
+  // here, on the device, into the plan's workspace. Dense and sliding-window attention need no
+  // index, so for them this only checks the tensors. Graph-safe.
+  virtual absl::Status BuildAttentionIndex(const AttentionPlan& plan, const Tensor& q,
+                                           const Tensor& kv_layer, int layer) = 0;
+
+  // Multi-head attention with GQA over the paged KV of each planned sequence, for layer `layer`.
+  // q [n, heads, head_dim], out [n, heads, head_dim]; kv_layer as in WriteKv. Allocation-free
+  // and graph-safe. kInvalidArgument when the tensors do not match the plan's shape.
+  virtual absl::Status Attention(const AttentionPlan& plan, const Tensor& q,
+                                 const Tensor& kv_layer, int layer, const Tensor& out) = 0;
+
+  // WriteKv's inverse: k, v [n, kv_heads, head_dim] = the keys and values at slots i32 [n].
+  // With WriteKv it moves KV between slots (a commit keeps accepted draft rows).
+  virtual absl::Status ReadKv(const Tensor& kv_layer, const Tensor& slots, const Tensor& k,
+                              const Tensor& v) = 0;
 
   // out[i, :] = x[rows[i], :]. x [n, d], rows i32 [m], out [m, d].
   virtual absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) = 0;
@@ -123,15 +142,16 @@ class Backend {
   // instead of running; LaunchGraph then replays them in one launch (a decode step has ~15 small
   // ops per layer, and launching them one by one leaves the GPU idle between them). A replay
   // reads the same tensors the capture saw, so the caller rewrites their contents (token ids,
-  // positions, slots, via CopyFromHost) and plans the attention before each launch. Inside
+  // positions, slots, via CopyFromHost) and plans the attention into the same workspace before
+  // each launch. Inside
   // `record` no op may allocate, copy to or from the host or synchronise (they fail with
   // kFailedPrecondition, and so does the capture). kUnimplemented on backends without graphs
   // (the CPU) and on the CUDA backend's legacy-stream mode.
   virtual absl::StatusOr<std::unique_ptr<StepGraph>> CaptureGraph(
       const std::function<absl::Status()>& record) = 0;
-  // Replays `graph` (from this backend's CaptureGraph) after the work queued so far.
-  // kFailedPrecondition when the graph is stale: backend-owned memory it reads (the attention
-  // plan's buffers) was reallocated since the capture; capture again.
+  // Replays `graph` (from this backend's CaptureGraph) after the work queued so far. The caller
+  // keeps every buffer the capture read alive and in place (an attention workspace that grew,
+  // see AttentionWorkspace::generation, means capturing again).
   virtual absl::Status LaunchGraph(const StepGraph& graph) = 0;
   // out[i] = the token row i of `logits` samples under batch.rows[i] (sampling_plan.h: penalty,
   // greedy or temperature, top-k, top-p, min-p and the row's draw), the whole pipeline on the
@@ -142,6 +162,11 @@ class Backend {
   virtual absl::Status Sample(const Tensor& logits, const SamplingBatch& batch,
                               const Tensor& out) = 0;
 };
+
+// Plans `batch` into a workspace of its own and runs it for one layer: for tests and one-off
+// calls (a forward step plans once and runs every layer with one plan).
+absl::Status RunAttention(Backend& backend, const AttentionBatch& batch, const Tensor& q,
+                          const Tensor& kv_layer, const Tensor& out);
 
 // Creates the backend for `device`. Returns kUnimplemented for kCuda when the binary was built
 // without the CUDA backend or it does not exist yet, kUnavailable when no GPU is present.

@@ -78,18 +78,41 @@ absl::Status OpTimingBackend::WriteKv(const Tensor& k, const Tensor& v, const Te
   return Timed("WriteKv", [&] { return inner_->WriteKv(k, v, slots, kv_layer); });
 }
 
-absl::Status OpTimingBackend::Attention(const Tensor& q, const Tensor& kv_layer,
-                                        const AttentionBatch& batch, const Tensor& out) {
-  return Timed("Attention", [&] { return inner_->Attention(q, kv_layer, batch, out); });
+absl::Status OpTimingBackend::SupportsAttention(const AttentionPattern& pattern,
+                                                int head_dim) const {
+  return inner_->SupportsAttention(pattern, head_dim);
+}
+
+absl::Status OpTimingBackend::BuildAttentionIndex(const AttentionPlan& plan, const Tensor& q,
+                                                  const Tensor& kv_layer, int layer) {
+  return Timed("BuildAttentionIndex",
+               [&] { return inner_->BuildAttentionIndex(plan, q, kv_layer, layer); });
+}
+
+absl::Status OpTimingBackend::Attention(const AttentionPlan& plan, const Tensor& q,
+                                        const Tensor& kv_layer, int layer, const Tensor& out) {
+  return Timed("Attention", [&] { return inner_->Attention(plan, q, kv_layer, layer, out); });
+}
+
+absl::Status OpTimingBackend::ReadKv(const Tensor& kv_layer, const Tensor& slots, const Tensor& k,
+                                     const Tensor& v) {
+  return Timed("ReadKv", [&] { return inner_->ReadKv(kv_layer, slots, k, v); });
 }
 
 absl::Status OpTimingBackend::GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) {
   return Timed("GatherRows", [&] { return inner_->GatherRows(x, rows, out); });
 }
 
-absl::Status OpTimingBackend::PlanAttention(const Tensor& q, const Tensor& kv_layer,
-                                            const AttentionBatch& batch) {
-  return Timed("PlanAttention", [&] { return inner_->PlanAttention(q, kv_layer, batch); });
+absl::StatusOr<AttentionPlan> OpTimingBackend::PlanAttention(const AttentionBatch& batch,
+                                                             const AttentionShape& shape,
+                                                             AttentionWorkspace& workspace) {
+  absl::StatusOr<AttentionPlan> plan;
+  const absl::Status timed = Timed("PlanAttention", [&] {
+    plan = inner_->PlanAttention(batch, shape, workspace);
+    return plan.status();
+  });
+  if (!timed.ok()) return timed;
+  return plan;
 }
 
 absl::StatusOr<std::unique_ptr<StepGraph>> OpTimingBackend::CaptureGraph(

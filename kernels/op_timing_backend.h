@@ -50,10 +50,16 @@ class OpTimingBackend final : public Backend {
                        const Tensor& kv_layer) override;
   absl::Status RopeWriteKv(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
                            const Tensor& slots, const Tensor& q, const Tensor& kv_layer) override;
-  absl::Status Attention(const Tensor& q, const Tensor& kv_layer, const AttentionBatch& batch,
-                         const Tensor& out) override;
-  absl::Status PlanAttention(const Tensor& q, const Tensor& kv_layer,
-                             const AttentionBatch& batch) override;
+  absl::Status SupportsAttention(const AttentionPattern& pattern, int head_dim) const override;
+  absl::Status BuildAttentionIndex(const AttentionPlan& plan, const Tensor& q,
+                                   const Tensor& kv_layer, int layer) override;
+  absl::Status Attention(const AttentionPlan& plan, const Tensor& q, const Tensor& kv_layer,
+                         int layer, const Tensor& out) override;
+  absl::Status ReadKv(const Tensor& kv_layer, const Tensor& slots, const Tensor& k,
+                      const Tensor& v) override;
+  absl::StatusOr<AttentionPlan> PlanAttention(const AttentionBatch& batch,
+                                              const AttentionShape& shape,
+                                              AttentionWorkspace& workspace) override;
   absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
   absl::StatusOr<std::unique_ptr<StepGraph>> CaptureGraph(
       const std::function<absl::Status()>& record) override;

@@ -134,10 +134,24 @@ absl::StatusOr<PrefillResult> PrefillEngine::Run(const PrefillTask& task) {
     if (put_delay_ > absl::ZeroDuration()) absl::SleepFor(put_delay_);  // fault injection
     return absl::OkStatus();
   };
-  // The hook sees the blocks of `seq` once Prefill has allocated them (before any forward).
-  absl::StatusOr<Tensor> logits = runner_->Prefill(task.prompt, seq, put_layer);
+  // The first token is sampled on the backend, from the seeded stream the decode worker then
+  // continues (it skips this draw).
+  sampling::Sampler sampler(task.sampling);
+  kernels::SamplingBatch first_row;
+  first_row.rows = {sampler.NextRow(task.prompt, &first_row.penalized_ids)};
+  first_row.penalized_begin = {0, static_cast<int32_t>(first_row.penalized_ids.size())};
+  absl::Status status = engine::Validate(task.options);
+  if (status.ok()) status = engine::CheckImplemented(task.options);
+  // The hook sees the blocks of `seq` once the step has allocated them (before any forward).
+  absl::StatusOr<int32_t> first = absl::UnknownError("not run");
+  if (!status.ok()) {
+    first = status;
+  } else {
+    first = runner_->PrefillSampled(task.prompt, seq, first_row,
+                                    engine::AttentionPatternOf(task.options.prefill), put_layer);
+  }
   PrefillResult result;
-  absl::Status status = logits.status();
+  status = first.status();
   if (status.ok() && session != nullptr) {
     const absl::Duration left = task.deadline - absl::Now();
     status = session->Flush(left > absl::ZeroDuration() ? left : absl::Milliseconds(1));
@@ -151,9 +165,7 @@ absl::StatusOr<PrefillResult> PrefillEngine::Run(const PrefillTask& task) {
   // Destroying the session closes the endpoint: no PUT of ours lands after this point.
   session.reset();
   if (status.ok()) {
-    sampling::Sampler sampler(task.sampling);
-    result.first_token =
-        sampler.Sample(logits->data<float>(), runner_->config().vocab_size, task.prompt);
+    result.first_token = *first;
     result.cached_tokens = seq.num_cached_prompt_tokens;
     result.computed_tokens = static_cast<int>(task.prompt.size()) - result.cached_tokens;
   }

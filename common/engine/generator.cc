@@ -46,19 +46,32 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
     }
   }
 
-  SequenceKv seq;
-  SS_ASSIGN_OR_RETURN(Tensor logits, runner_->Prefill(result.prompt_tokens, seq));
-  result.num_cached_prompt_tokens = seq.num_cached_prompt_tokens;
+  SS_RETURN_IF_ERROR(Validate(request.options));
+  SS_RETURN_IF_ERROR(CheckImplemented(request.options));
+  const kernels::AttentionPattern prefill_pattern = AttentionPatternOf(request.options.prefill);
+  const kernels::AttentionPattern decode_pattern = AttentionPatternOf(request.options.decode);
+  for (const kernels::AttentionPattern* p : {&prefill_pattern, &decode_pattern}) {
+    SS_RETURN_IF_ERROR(runner_->backend().SupportsAttention(*p, runner_->config().head_dim));
+  }
+
   sampling::Sampler sampler(request.sampling);
+  std::vector<int32_t> history = result.prompt_tokens;  // for the repetition penalty
+  // Every token, the first included, is picked on the backend from the sequence's one random
+  // stream (Backend::Sample).
+  kernels::SamplingBatch next_sampling;
+  auto next_row = [&] {
+    next_sampling.penalized_ids.clear();
+    next_sampling.rows = {sampler.NextRow(history, &next_sampling.penalized_ids)};
+    next_sampling.penalized_begin = {0, static_cast<int32_t>(next_sampling.penalized_ids.size())};
+  };
+  SequenceKv seq;
+  next_row();
+  SS_ASSIGN_OR_RETURN(int32_t token, runner_->PrefillSampled(result.prompt_tokens, seq,
+                                                             next_sampling, prefill_pattern));
+  result.num_cached_prompt_tokens = seq.num_cached_prompt_tokens;
   // Only generated tokens go through it: the first one keeps its leading space.
   tokenizer::StreamingDecoder decoder(*tokenizer_, /*at_sequence_start=*/false);
-  std::vector<int32_t> history = result.prompt_tokens;  // for the repetition penalty
-  const int vocab = runner_->config().vocab_size;
   absl::Status status;
-  // The first token comes from the prefill's host logits; every later one is picked on the
-  // backend (DecodeSampled), from the same random stream.
-  int32_t token = sampler.Sample(logits.data<float>(), vocab, history);
-  kernels::SamplingBatch next_sampling;
   while (true) {
     if (result.output_tokens.empty()) result.time_to_first_token_s = seconds_since_start();
     if (!request.ignore_eos && tokenizer_->IsEndOfGeneration(token)) {
@@ -78,11 +91,13 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
       result.finish_reason = FinishReason::kContextFull;
       break;
     }
-    next_sampling.penalized_ids.clear();
-    next_sampling.rows = {sampler.NextRow(history, &next_sampling.penalized_ids)};
-    next_sampling.penalized_begin = {0, static_cast<int32_t>(next_sampling.penalized_ids.size())};
+    next_row();
+    StepRows rows;
+    rows.seq = &seq;
+    rows.tokens = {token};
+    rows.pattern = decode_pattern;
     absl::StatusOr<std::vector<int32_t>> next =
-        runner_->DecodeSampled({&seq}, {token}, next_sampling);
+        runner_->Step(absl::MakeConstSpan(&rows, 1), next_sampling);
     if (!next.ok()) {
       status = next.status();
       break;

@@ -84,15 +84,6 @@ ModelRunner::ModelRunner(std::unique_ptr<model::LlamaModel> model,
 
 ModelRunner::~ModelRunner() = default;
 
-absl::Status ModelRunner::EnsureBlocks(SequenceKv& seq, int total_tokens) {
-  const int needed = (total_tokens + options_.block_tokens - 1) / options_.block_tokens;
-  const int missing = needed - static_cast<int>(seq.block_ids.size());
-  if (missing <= 0) return absl::OkStatus();
-  SS_ASSIGN_OR_RETURN(std::vector<int32_t> ids, pool_.Allocate(missing));
-  seq.block_ids.insert(seq.block_ids.end(), ids.begin(), ids.end());
-  return absl::OkStatus();
-}
-
 void ModelRunner::RegisterFullBlocks(SequenceKv& seq) {
   const int bt = options_.block_tokens;
   const size_t full = seq.tokens.size() / bt;
@@ -107,10 +98,17 @@ void ModelRunner::RegisterFullBlocks(SequenceKv& seq) {
   }
 }
 
-absl::StatusOr<Tensor> ModelRunner::Prefill(
-    absl::Span<const int32_t> prompt, SequenceKv& seq,
-    const std::function<absl::Status(int layer)>& on_layer_done) {
-  if (!seq.tokens.empty() || !seq.block_ids.empty()) {
+void ModelRunner::TrimBlocks(SequenceKv& seq) {
+  const int bt = options_.block_tokens;
+  const size_t rows = seq.tokens.size() + seq.pending_tokens.size();
+  const size_t needed = (rows + bt - 1) / bt;
+  if (seq.block_ids.size() <= needed) return;
+  pool_.Release(absl::MakeConstSpan(seq.block_ids).subspan(needed));
+  seq.block_ids.resize(needed);
+}
+
+absl::StatusOr<int> ModelRunner::BeginPrefill(absl::Span<const int32_t> prompt, SequenceKv& seq) {
+  if (!seq.tokens.empty() || !seq.block_ids.empty() || !seq.pending_tokens.empty()) {
     return absl::FailedPreconditionError("Prefill: sequence already has KV state");
   }
   const int n = static_cast<int>(prompt.size());
@@ -119,100 +117,252 @@ absl::StatusOr<Tensor> ModelRunner::Prefill(
     return absl::InvalidArgumentError(absl::StrCat("prompt of ", n, " tokens does not fit the ",
                                                    "model's context of ", max_context()));
   }
+  for (int32_t t : prompt) {
+    if (t < 0 || t >= config().vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Prefill: token id ", t, " outside the vocabulary of ", config().vocab_size));
+    }
+  }
+  if (!options_.enable_prefix_cache) return 0;
   const int bt = options_.block_tokens;
-  if (options_.enable_prefix_cache) {
-    std::vector<kv::BlockHash> hashes = kv::ComputeBlockHashes(prompt, bt);
-    // Never reuse the block holding the last prompt token: its logits must be computed.
-    hashes.resize(std::min<size_t>(hashes.size(), (n - 1) / bt));
-    std::vector<int32_t> hit = pool_.Match(hashes);
-    seq.block_ids = hit;
-    seq.block_hashes.assign(hashes.begin(), hashes.begin() + hit.size());
-    seq.tokens.assign(prompt.begin(), prompt.begin() + hit.size() * bt);
-    seq.num_cached_prompt_tokens = static_cast<int>(hit.size()) * bt;
+  std::vector<kv::BlockHash> hashes = kv::ComputeBlockHashes(prompt, bt);
+  // Never reuse the block holding the last prompt token: its logits must be computed.
+  hashes.resize(std::min<size_t>(hashes.size(), (n - 1) / bt));
+  std::vector<int32_t> hit = pool_.Match(hashes);
+  seq.block_ids = hit;
+  seq.block_hashes.assign(hashes.begin(), hashes.begin() + hit.size());
+  seq.tokens.assign(prompt.begin(), prompt.begin() + hit.size() * bt);
+  seq.num_cached_prompt_tokens = static_cast<int>(hit.size()) * bt;
+  return seq.num_cached_prompt_tokens;
+}
+
+absl::StatusOr<std::vector<model::ForwardSequence>> ModelRunner::PrepareStep(
+    absl::Span<const StepRows> rows) {
+  if (rows.empty()) return absl::InvalidArgumentError("Step: no rows");
+  const int bt = options_.block_tokens;
+  int new_blocks = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const StepRows& r = rows[i];
+    if (r.seq == nullptr || r.tokens.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("Step: entry ", i, " has no rows"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (rows[j].seq == r.seq) {
+        return absl::InvalidArgumentError("Step: a sequence appears twice in one step");
+      }
+    }
+    if (!r.seq->pending_tokens.empty()) {
+      return absl::InvalidArgumentError(
+          "Step: the sequence has speculative rows that were not committed");
+    }
+    const int64_t total = static_cast<int64_t>(r.seq->tokens.size() + r.tokens.size());
+    if (total > max_context()) {
+      return absl::InvalidArgumentError(absl::StrCat("Step: KV index ", total - 1,
+                                                     " is past the context of ", max_context()));
+    }
+    const int64_t needed = (total + bt - 1) / bt;
+    new_blocks += static_cast<int>(
+        std::max<int64_t>(0, needed - static_cast<int64_t>(r.seq->block_ids.size())));
   }
-  if (absl::Status s = EnsureBlocks(seq, n); !s.ok()) {
-    Release(seq);
-    return s;
+  // Every new block first, so a shortage leaves all sequences untouched.
+  SS_ASSIGN_OR_RETURN(std::vector<int32_t> fresh, pool_.Allocate(new_blocks));
+  std::vector<model::ForwardSequence> batch(rows.size());
+  size_t next_fresh = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const StepRows& r = rows[i];
+    SequenceKv& s = *r.seq;
+    const size_t total = s.tokens.size() + r.tokens.size();
+    while (s.block_ids.size() * bt < total) s.block_ids.push_back(fresh[next_fresh++]);
+    model::ForwardSequence& f = batch[i];
+    f.tokens = r.tokens;
+    f.start_pos = static_cast<int32_t>(s.tokens.size());
+    f.positions = r.positions;
+    f.mask = r.mask;
+    f.block_table = s.block_ids;
+    f.logits = r.sample;
+    f.pattern = r.pattern;
   }
+  return batch;
+}
+
+void ModelRunner::FinishStep(absl::Span<const StepRows> rows) {
+  for (const StepRows& r : rows) {
+    if (r.speculative) {
+      r.seq->pending_tokens = r.tokens;
+    } else {
+      r.seq->tokens.insert(r.seq->tokens.end(), r.tokens.begin(), r.tokens.end());
+      RegisterFullBlocks(*r.seq);
+    }
+  }
+}
+
+void ModelRunner::UndoStep(absl::Span<const StepRows> rows) {
+  for (const StepRows& r : rows) TrimBlocks(*r.seq);
+}
+
+std::vector<StepRows> ModelRunner::DecodeRows(const std::vector<SequenceKv*>& seqs,
+                                              absl::Span<const int32_t> tokens) {
+  std::vector<StepRows> rows(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    rows[i].seq = seqs[i];
+    rows[i].tokens = {tokens[i]};
+  }
+  return rows;
+}
+
+absl::StatusOr<std::vector<int32_t>> ModelRunner::Step(
+    absl::Span<const StepRows> rows, const kernels::SamplingBatch& sampling,
+    const std::function<absl::Status(int layer)>& on_layer_done) {
+  int64_t sampled = 0;
+  for (const StepRows& r : rows) {
+    sampled += r.sample == model::LogitRows::kAll    ? static_cast<int64_t>(r.tokens.size())
+               : r.sample == model::LogitRows::kLast ? 1
+                                                     : 0;
+  }
+  // Checked before any block is allocated; the backend checks the rest before sampling.
+  SS_RETURN_IF_ERROR(kernels::ValidateSamplingBatch(sampling, sampled, config().vocab_size));
+  for (const StepRows& r : rows) {
+    SS_RETURN_IF_ERROR(backend().SupportsAttention(r.pattern, config().head_dim));
+  }
+  SS_ASSIGN_OR_RETURN(std::vector<model::ForwardSequence> batch, PrepareStep(rows));
+  absl::StatusOr<std::vector<int32_t>> next =
+      model_->ForwardSample(batch, *cache_, sampling, on_layer_done);
+  if (!next.ok()) {
+    UndoStep(rows);
+    return next.status();
+  }
+  FinishStep(rows);
+  return next;
+}
+
+absl::Status ModelRunner::Commit(SequenceKv& seq, absl::Span<const int32_t> keep) {
+  const int n = static_cast<int>(seq.pending_tokens.size());
+  for (size_t j = 0; j < keep.size(); ++j) {
+    if (keep[j] < 0 || keep[j] >= n || (j > 0 && keep[j] <= keep[j - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Commit: kept rows must be ascending indices below ", n, ", got ", keep[j]));
+    }
+  }
+  const int bt = options_.block_tokens;
+  const int base = static_cast<int>(seq.tokens.size());
+  auto slot_of = [&](int index) { return seq.block_ids[index / bt] * bt + index % bt; };
+  std::vector<int32_t> src, dst;
+  for (size_t j = 0; j < keep.size(); ++j) {
+    if (keep[j] != static_cast<int32_t>(j)) {
+      src.push_back(slot_of(base + keep[j]));
+      dst.push_back(slot_of(base + static_cast<int>(j)));
+    }
+  }
+  if (!src.empty()) {
+    // Every moved row is read before any is written: a destination may be another's source.
+    kernels::Backend& be = backend();
+    const int64_t m = static_cast<int64_t>(src.size());
+    const Shape kv_shape{m, config().num_kv_heads, config().head_dim};
+    Tensor host_slots = Tensor::Zeros(DType::kI32, {2, m});
+    std::copy(src.begin(), src.end(), host_slots.data<int32_t>());
+    std::copy(dst.begin(), dst.end(), host_slots.data<int32_t>() + m);
+    SS_ASSIGN_OR_RETURN(Tensor slots, be.Allocate(DType::kI32, {2, m}));
+    SS_RETURN_IF_ERROR(be.CopyFromHost(host_slots, slots));
+    const Tensor src_slots = slots.Slice(0, 0, 1), dst_slots = slots.Slice(0, 1, 2);
+    SS_ASSIGN_OR_RETURN(const Tensor src_flat, src_slots.Reshape({m}));
+    SS_ASSIGN_OR_RETURN(const Tensor dst_flat, dst_slots.Reshape({m}));
+    SS_ASSIGN_OR_RETURN(Tensor k, be.Allocate(be.compute_dtype(), kv_shape));
+    SS_ASSIGN_OR_RETURN(Tensor v, be.Allocate(be.compute_dtype(), kv_shape));
+    for (int l = 0; l < config().num_layers; ++l) {
+      SS_RETURN_IF_ERROR(be.ReadKv(cache_->layer(l), src_flat, k, v));
+      SS_RETURN_IF_ERROR(be.WriteKv(k, v, dst_flat, cache_->layer(l)));
+    }
+  }
+  for (int32_t j : keep) seq.tokens.push_back(seq.pending_tokens[j]);
+  seq.pending_tokens.clear();
+  TrimBlocks(seq);
+  RegisterFullBlocks(seq);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int32_t> ModelRunner::PrefillSampled(
+    absl::Span<const int32_t> prompt, SequenceKv& seq, const kernels::SamplingBatch& sampling,
+    const kernels::AttentionPattern& pattern,
+    const std::function<absl::Status(int layer)>& on_layer_done) {
+  SS_RETURN_IF_ERROR(BeginPrefill(prompt, seq).status());
+  const int n = static_cast<int>(prompt.size());
+  const kernels::SamplingBatch no_rows;
+  while (static_cast<int>(seq.tokens.size()) < n) {
+    const int start = static_cast<int>(seq.tokens.size());
+    const int len = std::min(options_.prefill_chunk_tokens, n - start);
+    const bool last_chunk = start + len == n;
+    StepRows rows;
+    rows.seq = &seq;
+    rows.tokens.assign(prompt.begin() + start, prompt.begin() + start + len);
+    rows.sample = last_chunk ? model::LogitRows::kLast : model::LogitRows::kNone;
+    rows.pattern = pattern;
+    absl::StatusOr<std::vector<int32_t>> out = Step(absl::MakeConstSpan(&rows, 1),
+                                                    last_chunk ? sampling : no_rows,
+                                                    last_chunk ? on_layer_done : nullptr);
+    if (!out.ok()) {
+      Release(seq);
+      return out.status();
+    }
+    if (last_chunk) return out->front();
+  }
+  Release(seq);
+  return absl::InternalError("Prefill: no chunk computed the last prompt token");
+}
+
+absl::StatusOr<Tensor> ModelRunner::Prefill(
+    absl::Span<const int32_t> prompt, SequenceKv& seq,
+    const std::function<absl::Status(int layer)>& on_layer_done) {
+  SS_RETURN_IF_ERROR(BeginPrefill(prompt, seq).status());
+  const int n = static_cast<int>(prompt.size());
   Tensor logits;
   while (static_cast<int>(seq.tokens.size()) < n) {
     const int start = static_cast<int>(seq.tokens.size());
     const int len = std::min(options_.prefill_chunk_tokens, n - start);
-    model::ForwardSequence fs;
-    fs.tokens.assign(prompt.begin() + start, prompt.begin() + start + len);
-    fs.start_pos = start;
-    fs.block_table = seq.block_ids;
     const bool last_chunk = start + len == n;
+    StepRows rows;
+    rows.seq = &seq;
+    rows.tokens.assign(prompt.begin() + start, prompt.begin() + start + len);
+    absl::StatusOr<std::vector<model::ForwardSequence>> batch =
+        PrepareStep(absl::MakeConstSpan(&rows, 1));
+    if (!batch.ok()) {
+      Release(seq);
+      return batch.status();
+    }
     absl::StatusOr<Tensor> out =
-        model_->Forward({fs}, *cache_, last_chunk ? on_layer_done : nullptr);
+        model_->Forward(*batch, *cache_, last_chunk ? on_layer_done : nullptr);
     if (!out.ok()) {
       Release(seq);
       return out.status();
     }
     logits = *std::move(out);
-    seq.tokens.insert(seq.tokens.end(), fs.tokens.begin(), fs.tokens.end());
-    RegisterFullBlocks(seq);
+    FinishStep(absl::MakeConstSpan(&rows, 1));
   }
   return logits;
 }
 
-absl::StatusOr<std::vector<model::ForwardSequence>> ModelRunner::PrepareDecode(
-    const std::vector<SequenceKv*>& seqs, absl::Span<const int32_t> tokens) {
+absl::StatusOr<Tensor> ModelRunner::Decode(const std::vector<SequenceKv*>& seqs,
+                                           absl::Span<const int32_t> tokens) {
   if (seqs.empty() || seqs.size() != tokens.size()) {
     return absl::InvalidArgumentError("Decode: one token per sequence required");
   }
-  // Allocate every new block first so a shortage leaves all sequences untouched.
-  const int bt = options_.block_tokens;
-  int new_blocks = 0;
-  for (SequenceKv* s : seqs) {
-    const int total = static_cast<int>(s->tokens.size()) + 1;
-    if (total > max_context()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Decode: position ", total - 1, " is past the context of ", max_context()));
-    }
-    if (total > static_cast<int>(s->block_ids.size()) * bt) ++new_blocks;
+  const std::vector<StepRows> rows = DecodeRows(seqs, tokens);
+  SS_ASSIGN_OR_RETURN(std::vector<model::ForwardSequence> batch, PrepareStep(rows));
+  absl::StatusOr<Tensor> logits = model_->Forward(batch, *cache_);
+  if (!logits.ok()) {
+    UndoStep(rows);
+    return logits.status();
   }
-  SS_ASSIGN_OR_RETURN(std::vector<int32_t> fresh, pool_.Allocate(new_blocks));
-  std::vector<model::ForwardSequence> batch(seqs.size());
-  size_t next_fresh = 0;
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    SequenceKv& s = *seqs[i];
-    if (static_cast<int>(s.tokens.size()) + 1 > static_cast<int>(s.block_ids.size()) * bt) {
-      s.block_ids.push_back(fresh[next_fresh++]);
-    }
-    batch[i].tokens = {tokens[i]};
-    batch[i].start_pos = static_cast<int32_t>(s.tokens.size());
-    batch[i].block_table = s.block_ids;
-  }
-  return batch;
-}
-
-void ModelRunner::CommitDecode(const std::vector<SequenceKv*>& seqs,
-                               absl::Span<const int32_t> tokens) {
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    seqs[i]->tokens.push_back(tokens[i]);
-    RegisterFullBlocks(*seqs[i]);
-  }
-}
-
-absl::StatusOr<Tensor> ModelRunner::Decode(const std::vector<SequenceKv*>& seqs,
-                                           absl::Span<const int32_t> tokens) {
-  SS_ASSIGN_OR_RETURN(std::vector<model::ForwardSequence> batch, PrepareDecode(seqs, tokens));
-  SS_ASSIGN_OR_RETURN(Tensor logits, model_->Forward(batch, *cache_));
-  CommitDecode(seqs, tokens);
+  FinishStep(rows);
   return logits;
 }
 
 absl::StatusOr<std::vector<int32_t>> ModelRunner::DecodeSampled(
     const std::vector<SequenceKv*>& seqs, absl::Span<const int32_t> tokens,
     const kernels::SamplingBatch& sampling) {
-  // Checked before any block is allocated; the backend checks the rest before sampling.
-  SS_RETURN_IF_ERROR(kernels::ValidateSamplingBatch(sampling, static_cast<int64_t>(seqs.size()),
-                                                    config().vocab_size));
-  SS_ASSIGN_OR_RETURN(std::vector<model::ForwardSequence> batch, PrepareDecode(seqs, tokens));
-  SS_ASSIGN_OR_RETURN(std::vector<int32_t> next, model_->ForwardSample(batch, *cache_, sampling));
-  CommitDecode(seqs, tokens);
-  return next;
+  if (seqs.empty() || seqs.size() != tokens.size()) {
+    return absl::InvalidArgumentError("Decode: one token per sequence required");
+  }
+  return Step(DecodeRows(seqs, tokens), sampling);
 }
 
 absl::Status ModelRunner::AdoptPrefilledKv(absl::Span<const int32_t> prompt,

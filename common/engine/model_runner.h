@@ -1,10 +1,14 @@
 // ModelRunner: one model instance with its paged KV cache, block pool and prefix cache — the
 // unit every worker (offline generate, prefill, decode) drives.
 //
-// A sequence's KV state is a `SequenceKv` owned by the caller; the runner fills it by chunked
-// prefill (reusing prefix-cached blocks) and single-token decode steps, registers every full
-// block in the prefix cache, and returns its blocks to the pool on Release. Not thread-safe: one
-// engine thread drives a runner (the block pool itself is thread-safe for observers).
+// A sequence's KV state is a `SequenceKv` owned by the caller. The runner's unit of work is a
+// Step: a mixed batch of sequences, each adding rows — one decode token, a prompt chunk, or k
+// speculative rows with explicit positions and a mask — with the rows that need a token sampled
+// on the backend (Backend::Sample, the one sampling path). Committed rows register every block
+// they fill in the prefix cache; speculative rows stay pending until Commit keeps a subset
+// (moving their KV to consecutive slots) and frees the rest, so they never reach the prefix
+// cache. Release returns a sequence's blocks. Not thread-safe: one engine thread drives a runner
+// (the block pool itself is thread-safe for observers).
 #ifndef SPARSESERVE_COMMON_ENGINE_MODEL_RUNNER_H_
 #define SPARSESERVE_COMMON_ENGINE_MODEL_RUNNER_H_
 
@@ -50,6 +54,19 @@ struct SequenceKv {
   std::vector<int32_t> block_ids;           // blocks holding them (pool references owned here)
   std::vector<kv::BlockHash> block_hashes;  // chained hashes of the full blocks so far
   int num_cached_prompt_tokens = 0;         // prompt tokens served by the prefix cache
+  // The speculative rows of its last step, at KV indices tokens.size() ...: Commit keeps some.
+  std::vector<int32_t> pending_tokens;
+};
+
+// One sequence's rows in a ModelRunner step.
+struct StepRows {
+  SequenceKv* seq = nullptr;       // borrowed
+  std::vector<int32_t> tokens;     // new rows, after seq->tokens
+  std::vector<int32_t> positions;  // RoPE positions; empty = consecutive after seq->tokens
+  std::vector<uint8_t> mask;       // uint8 [n * n]; empty = causal (kernels/attention_plan.h)
+  model::LogitRows sample = model::LogitRows::kLast;  // rows that get a sampled token
+  bool speculative = false;  // rows stay pending until Commit (and out of the prefix cache)
+  kernels::AttentionPattern pattern;
 };
 
 class ModelRunner {
@@ -62,6 +79,38 @@ class ModelRunner {
   ~ModelRunner();
   ModelRunner(const ModelRunner&) = delete;
   ModelRunner& operator=(const ModelRunner&) = delete;
+
+  // Starts a sequence on `prompt`: takes its leading full blocks from the prefix cache (never the
+  // block holding the last prompt token, whose logits must be computed) and returns how many
+  // prompt tokens they hold; the rest is computed by Steps, chunk by chunk. kInvalidArgument for
+  // an empty prompt or one that fills the context, kFailedPrecondition when `seq` is not empty.
+  absl::StatusOr<int> BeginPrefill(absl::Span<const int32_t> prompt, SequenceKv& seq);
+
+  // One forward step over `rows` (several sequences, each at most once): allocates the blocks
+  // they need (all or nothing), writes their KV, and returns one token per sampled row, in
+  // order, sampled on the backend under `sampling` (one SamplingRow per sampled row; sampling
+  // rows are built by sampling::Sampler::NextRow). Non-speculative rows are committed (appended
+  // to their sequence, full blocks registered in the prefix cache). `on_layer_done(layer)` as in
+  // Prefill. kResourceExhausted when the pool lacks blocks; kInvalidArgument for a bad row
+  // (empty, past the context, a sequence with uncommitted rows) or a sampling plan that does not
+  // match the sampled rows; nothing changes on error.
+  absl::StatusOr<std::vector<int32_t>> Step(
+      absl::Span<const StepRows> rows, const kernels::SamplingBatch& sampling,
+      const std::function<absl::Status(int layer)>& on_layer_done = nullptr);
+
+  // Keeps the pending rows `keep` (ascending indices into seq.pending_tokens) of a speculative
+  // step: their KV moves to consecutive slots after the committed tokens (Backend::ReadKv +
+  // WriteKv), their tokens are appended, blocks past the new end return to the pool and full
+  // blocks are registered. kInvalidArgument for indices out of range or not ascending.
+  absl::Status Commit(SequenceKv& seq, absl::Span<const int32_t> keep);
+
+  // Prefills `prompt` into `seq` (which must be empty) in chunks of prefill_chunk_tokens and
+  // samples its first token on the backend (`sampling`: one row). Errors as BeginPrefill and
+  // Step; `seq` is released on error.
+  absl::StatusOr<int32_t> PrefillSampled(
+      absl::Span<const int32_t> prompt, SequenceKv& seq, const kernels::SamplingBatch& sampling,
+      const kernels::AttentionPattern& pattern = {},
+      const std::function<absl::Status(int layer)>& on_layer_done = nullptr);
 
   // Computes the prompt's KV into `seq` (which must be empty) and returns host f32 logits
   // [1, vocab] of its last token. Leading full blocks found in the prefix cache are reused; at
@@ -108,15 +157,18 @@ class ModelRunner {
  private:
   ModelRunner(std::unique_ptr<model::LlamaModel> model, std::unique_ptr<model::PagedKvCache> cache,
               const ModelRunnerOptions& options);
-  // Ensures `seq` has blocks for `total_tokens`; allocation is all-or-nothing.
-  absl::Status EnsureBlocks(SequenceKv& seq, int total_tokens);
-  // Decode's halves: block allocation + the forward batch (nothing changes on failure), and
-  // recording the appended tokens once the step succeeded.
-  absl::StatusOr<std::vector<model::ForwardSequence>> PrepareDecode(
-      const std::vector<SequenceKv*>& seqs, absl::Span<const int32_t> tokens);
-  void CommitDecode(const std::vector<SequenceKv*>& seqs, absl::Span<const int32_t> tokens);
+  // A step's halves: checks, block allocation (all or nothing) and the forward batch; then, once
+  // the forward pass succeeded, recording the rows (FinishStep) or, if it failed, giving the new
+  // blocks back (UndoStep).
+  absl::StatusOr<std::vector<model::ForwardSequence>> PrepareStep(absl::Span<const StepRows> rows);
+  void FinishStep(absl::Span<const StepRows> rows);
+  void UndoStep(absl::Span<const StepRows> rows);
+  static std::vector<StepRows> DecodeRows(const std::vector<SequenceKv*>& seqs,
+                                          absl::Span<const int32_t> tokens);
   // Hashes and registers the blocks of `seq` that became full.
   void RegisterFullBlocks(SequenceKv& seq);
+  // Returns the blocks of `seq` past what its committed and pending rows need.
+  void TrimBlocks(SequenceKv& seq);
 
   ModelRunnerOptions options_;
   std::unique_ptr<model::LlamaModel> model_;

@@ -116,4 +116,19 @@ absl::Status CheckImplemented(const RequestOptions& options) {
   return absl::OkStatus();
 }
 
+kernels::AttentionPattern AttentionPatternOf(const AttentionChoice& choice) {
+  kernels::AttentionPattern p;
+  switch (choice.method) {
+    case AttentionMethod::kDense: break;
+    case AttentionMethod::kSlidingWindow:
+      p.kind = kernels::AttentionMethodKind::kSlidingWindow;
+      p.window = choice.window;
+      p.sink_tokens = choice.sink_tokens < 0 ? kDefaultRequestSinkTokens : choice.sink_tokens;
+      break;
+    case AttentionMethod::kMInference: p.kind = kernels::AttentionMethodKind::kMInference; break;
+    case AttentionMethod::kTokenSelect: p.kind = kernels::AttentionMethodKind::kTokenSelect; break;
+  }
+  return p;
+}
+
 }  // namespace sparseserve::engine

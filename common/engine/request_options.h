@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "kernels/attention_plan.h"
 
 namespace sparseserve::engine {
 
@@ -68,6 +69,14 @@ absl::string_view SpecMethodName(SpecMethod method);
 absl::Status Validate(const RequestOptions& options);
 // kUnimplemented naming the first chosen method this build does not have yet.
 absl::Status CheckImplemented(const RequestOptions& options);
+
+// The kernel-level pattern of one phase's choice (a per-request sliding window gets 4 sinks unless
+// it names its own). REQUIRES: Validate passed.
+kernels::AttentionPattern AttentionPatternOf(const AttentionChoice& choice);
+
+// Sinks a sliding window chosen per request keeps when it does not say (StreamingLLM §3: four
+// initial tokens hold most of the attention mass that a pure window would lose).
+inline constexpr int kDefaultRequestSinkTokens = 4;
 
 }  // namespace sparseserve::engine
 

@@ -128,6 +128,17 @@ void ServingMetrics::Register() {
       AddCounter(r, "generated_tokens_total", "Tokens generated (output tokens).", labels);
   prompt_tokens_ =
       AddCounter(r, "prompt_tokens_total", "Prompt tokens processed (input tokens).", labels);
+  auto& steps = AddCounterFamily(
+      r, "engine_steps_total",
+      "Engine forward steps, by what they held: decode rows only, prefill chunks only, or both "
+      "(a mixed step: running streams advanced while a prompt was prefilled).");
+  for (auto [counter, kind] : {std::pair{&engine_steps_decode_, "decode"},
+                               {&engine_steps_prefill_, "prefill"},
+                               {&engine_steps_mixed_, "mixed"}}) {
+    prometheus::Labels step_labels = labels;
+    step_labels["kind"] = kind;
+    *counter = &steps.Add(step_labels);
+  }
   requests_family_ = &AddCounterFamily(r, "requests_total", "Finished requests, by finish reason.");
   // Series for the standard reasons exist from the start, so rate() sees them go 0 -> 1.
   for (absl::string_view reason : {"length", "stop", "context", "aborted", "error"}) {

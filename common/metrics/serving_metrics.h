@@ -85,6 +85,11 @@ class ServingMetrics {
   prometheus::Counter& selection_cache_queries() { return *selection_cache_queries_; }
   prometheus::Counter& generated_tokens() { return *generated_tokens_; }
   prometheus::Counter& prompt_tokens() { return *prompt_tokens_; }
+  // `engine_steps_total{kind=...}`: forward steps of the engine that held decode rows only,
+  // prefill chunks only, or both.
+  prometheus::Counter& engine_steps_decode() { return *engine_steps_decode_; }
+  prometheus::Counter& engine_steps_prefill() { return *engine_steps_prefill_; }
+  prometheus::Counter& engine_steps_mixed() { return *engine_steps_mixed_; }
   // `requests_total{finish_reason=...}`. The series "length", "stop", "context", "aborted" (the
   // proto FinishReason values) and "error" exist from the start; the first use of any other
   // reason creates its series. Each call looks the series up under the family's mutex.
@@ -121,6 +126,9 @@ class ServingMetrics {
   prometheus::Counter* selection_cache_queries_ = nullptr;
   prometheus::Counter* generated_tokens_ = nullptr;
   prometheus::Counter* prompt_tokens_ = nullptr;
+  prometheus::Counter* engine_steps_decode_ = nullptr;
+  prometheus::Counter* engine_steps_prefill_ = nullptr;
+  prometheus::Counter* engine_steps_mixed_ = nullptr;
   prometheus::Family<prometheus::Counter>* requests_family_ = nullptr;
 };
 

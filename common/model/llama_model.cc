@@ -46,8 +46,10 @@ absl::Status LlamaModel::StackProjections() {
 
 absl::StatusOr<std::vector<int32_t>> LlamaModel::ForwardSample(
     const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
-    const kernels::SamplingBatch& sampling) {
-  SS_ASSIGN_OR_RETURN(const StepViews v, ComputeLogits(batch, cache, nullptr));
+    const kernels::SamplingBatch& sampling,
+    const std::function<absl::Status(int layer)>& on_layer_kv_written) {
+  SS_ASSIGN_OR_RETURN(const StepViews v, ComputeLogits(batch, cache, on_layer_kv_written));
+  if (v.logits.dim(0) == 0) return std::vector<int32_t>();  // no row asked for a token
   SS_RETURN_IF_ERROR(backend_->Sample(v.logits, sampling, v.tokens));
   Tensor host = Tensor::Zeros(DType::kI32, v.tokens.shape());
   SS_RETURN_IF_ERROR(backend_->CopyToHost(v.tokens, host));
@@ -67,37 +69,44 @@ absl::StatusOr<LlamaModel::StepInputs> LlamaModel::FlattenBatch(
   if (batch.empty()) return absl::InvalidArgumentError("Forward: empty batch");
   StepInputs in;
   in.attn.block_tokens = block_tokens;
-  in.attn.plan_id = kernels::NewPlanId();  // every layer of this step passes the same batch
   for (size_t s = 0; s < batch.size(); ++s) {
     const ForwardSequence& seq = batch[s];
     const int32_t n = static_cast<int32_t>(seq.tokens.size());
-    const int64_t end_pos = int64_t{seq.start_pos} + n;
+    const int64_t end = int64_t{seq.start_pos} + n;
     if (n == 0 || seq.start_pos < 0) {
       return absl::InvalidArgumentError(absl::StrCat("Forward: sequence ", s, " has no tokens"));
     }
-    if (end_pos > c.max_position_embeddings) {
-      return absl::InvalidArgumentError(absl::StrCat("Forward: sequence ", s, " reaches position ",
-                                                     end_pos, " beyond the model's context of ",
-                                                     c.max_position_embeddings));
+    if (!seq.positions.empty() && static_cast<int32_t>(seq.positions.size()) != n) {
+      return absl::InvalidArgumentError(absl::StrCat("Forward: sequence ", s, " has ",
+                                                     seq.positions.size(), " positions for ", n,
+                                                     " tokens"));
     }
-    const int64_t blocks_needed = (end_pos + block_tokens - 1) / block_tokens;
+    const int64_t blocks_needed = (end + block_tokens - 1) / block_tokens;
     if (static_cast<int64_t>(seq.block_table.size()) < blocks_needed) {
       return absl::InvalidArgumentError(absl::StrCat("Forward: sequence ", s, " needs ",
                                                      blocks_needed, " KV blocks, has ",
                                                      seq.block_table.size()));
     }
-    in.decode_only =
-        in.decode_only && n == 1 && seq.pattern.kind == kernels::AttentionPatternKind::kDense;
+    in.decode_only = in.decode_only && n == 1 && seq.mask.empty() &&
+                     (seq.pattern.kind == kernels::AttentionMethodKind::kDense ||
+                      seq.pattern.kind == kernels::AttentionMethodKind::kSlidingWindow);
     kernels::SequenceAttention sa;
     sa.q_begin = static_cast<int32_t>(in.ids.size());
     sa.q_len = n;
-    sa.kv_len = static_cast<int32_t>(end_pos);
+    sa.kv_len = static_cast<int32_t>(end);
+    sa.mask = seq.mask;
     sa.block_table = seq.block_table;
     sa.pattern = seq.pattern;
     in.attn.sequences.push_back(std::move(sa));
     for (int32_t i = 0; i < n; ++i) {
-      const int32_t pos = seq.start_pos + i;
-      const int32_t block = seq.block_table[pos / block_tokens];
+      const int32_t index = seq.start_pos + i;  // KV index of the row
+      const int32_t pos = seq.positions.empty() ? index : seq.positions[i];
+      if (pos < 0 || pos >= c.max_position_embeddings) {
+        return absl::InvalidArgumentError(absl::StrCat("Forward: sequence ", s, " reaches position ",
+                                                       pos, " outside the model's context of ",
+                                                       c.max_position_embeddings));
+      }
+      const int32_t block = seq.block_table[index / block_tokens];
       if (block < 0 || block >= cache.shape().num_blocks) {
         return absl::InvalidArgumentError(absl::StrCat(
             "Forward: block id ", block, " outside the KV cache of ", cache.shape().num_blocks));
@@ -106,12 +115,12 @@ absl::StatusOr<LlamaModel::StepInputs> LlamaModel::FlattenBatch(
         return absl::InvalidArgumentError(absl::StrCat(
             "Forward: token id ", seq.tokens[i], " outside the vocabulary of ", c.vocab_size));
       }
-      if (seq.all_logits || i == n - 1) {
+      if (seq.logits == LogitRows::kAll || (seq.logits == LogitRows::kLast && i == n - 1)) {
         in.logit_rows.push_back(static_cast<int32_t>(in.ids.size()));
       }
       in.ids.push_back(seq.tokens[i]);
       in.positions.push_back(pos);
-      in.slots.push_back(block * block_tokens + pos % block_tokens);
+      in.slots.push_back(block * block_tokens + index % block_tokens);
     }
   }
   return in;
@@ -135,10 +144,16 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
   SS_ASSIGN_OR_RETURN(const StepInputs in, FlattenBatch(batch, cache));
   const int64_t n = static_cast<int64_t>(in.ids.size());
   const int64_t m = static_cast<int64_t>(in.logit_rows.size());
+  kernels::AttentionShape shape;
+  shape.num_heads = config_.num_heads;
+  shape.num_kv_heads = config_.num_kv_heads;
+  shape.head_dim = config_.head_dim;
+  shape.num_rows = n;
+  shape.num_blocks = cache.shape().num_blocks;
 
   // Decode steps take the step graph of their batch size where the backend has graphs; a probe
   // capture of nothing finds out once.
-  bool graph = in.decode_only && on_layer_kv_written == nullptr && n <= step_graph_rows_;
+  bool graph = in.decode_only && on_layer_kv_written == nullptr && n <= step_graph_rows_ && m > 0;
   if (graph && graph_support_ == GraphSupport::kUnknown) {
     graph_support_ = be.CaptureGraph([] { return absl::OkStatus(); }).ok() ? GraphSupport::kYes
                                                                            : GraphSupport::kNo;
@@ -150,8 +165,9 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
     }
     const StepViews v = Views(graph_step_, n, m);
     SS_RETURN_IF_ERROR(UploadIndices(in, graph_step_));
-    SS_RETURN_IF_ERROR(be.PlanAttention(v.q, cache.layer(0), in.attn));
-    SS_RETURN_IF_ERROR(RunStepGraph(n, v, in.attn, cache));
+    SS_ASSIGN_OR_RETURN(const kernels::AttentionPlan plan,
+                        be.PlanAttention(in.attn, shape, graph_workspace_));
+    SS_RETURN_IF_ERROR(RunStepGraph(n, v, plan, cache));
     return v;
   }
   if (step_.rows != n || step_.logit_rows != m) {
@@ -160,46 +176,53 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
   }
   const StepViews v = Views(step_, n, m);
   SS_RETURN_IF_ERROR(UploadIndices(in, step_));
-  SS_RETURN_IF_ERROR(RunLayers(v, in.attn, cache, on_layer_kv_written));
+  SS_ASSIGN_OR_RETURN(const kernels::AttentionPlan plan,
+                      be.PlanAttention(in.attn, shape, step_workspace_));
+  SS_RETURN_IF_ERROR(RunLayers(v, plan, cache, on_layer_kv_written));
   return v;
 }
 
 absl::Status LlamaModel::RunStepGraph(int64_t n, const StepViews& v,
-                                      const kernels::AttentionBatch& attn, PagedKvCache& cache) {
+                                      const kernels::AttentionPlan& plan, PagedKvCache& cache) {
   kernels::Backend& be = *backend_;
   GraphSlot& slot = graphs_[n];
   const void* kv_base = cache.layer(0).raw_data();
-  if (slot.graph != nullptr && slot.kv_base != kv_base) slot.graph.reset();
+  if (slot.graph != nullptr &&
+      (slot.kv_base != kv_base || slot.workspace_generation != plan.workspace->generation ||
+       !(slot.layout == plan.layout))) {
+    slot.graph.reset();  // captured with other buffers or offsets
+  }
   if (slot.graph != nullptr) {
     absl::Status launched = be.LaunchGraph(*slot.graph);
     // kUnimplemented: the backend wants this step op by op (per-op timing is on).
-    if (absl::IsUnimplemented(launched)) return RunLayers(v, attn, cache, nullptr);
-    if (!absl::IsFailedPrecondition(launched)) return launched;
-    slot.graph.reset();  // stale: captured before the attention plan's buffers grew
+    if (absl::IsUnimplemented(launched)) return RunLayers(v, plan, cache, nullptr);
+    return launched;
   }
   // A size's first step runs op by op: what ops create lazily (GEMM plans, workspaces) must
   // exist before a capture, which may not allocate.
   if (!slot.warmed || slot.failed) {
     slot.warmed = true;
-    return RunLayers(v, attn, cache, nullptr);
+    return RunLayers(v, plan, cache, nullptr);
   }
   absl::StatusOr<std::unique_ptr<kernels::StepGraph>> captured =
-      be.CaptureGraph([&] { return RunLayers(v, attn, cache, nullptr); });
+      be.CaptureGraph([&] { return RunLayers(v, plan, cache, nullptr); });
   if (!captured.ok()) {
     if (!absl::IsUnimplemented(captured.status())) {
       SS_LOG_WARNING("decode steps of {} sequences run op by op: graph capture failed: {}", n,
                      captured.status().ToString());
       slot.failed = true;
     }
-    return RunLayers(v, attn, cache, nullptr);
+    return RunLayers(v, plan, cache, nullptr);
   }
   slot.graph = *std::move(captured);
   slot.kv_base = kv_base;
+  slot.workspace_generation = plan.workspace->generation;
+  slot.layout = plan.layout;
   return be.LaunchGraph(*slot.graph);
 }
 
 absl::Status LlamaModel::RunLayers(
-    const StepViews& v, const kernels::AttentionBatch& attn, PagedKvCache& cache,
+    const StepViews& v, const kernels::AttentionPlan& plan, PagedKvCache& cache,
     const std::function<absl::Status(int layer)>& on_layer_kv_written) {
   const ModelConfig& c = config_;
   kernels::Backend& be = *backend_;
@@ -223,7 +246,9 @@ absl::Status LlamaModel::RunLayers(
     SS_RETURN_IF_ERROR(be.Linear(x, w.wqkv, w.bqkv, v.qkv));
     SS_RETURN_IF_ERROR(be.RopeWriteKv(v.qkv, v.positions, inv_freq_, v.slots, q, cache.layer(l)));
     if (on_layer_kv_written) SS_RETURN_IF_ERROR(on_layer_kv_written(l));
-    SS_RETURN_IF_ERROR(be.Attention(q, cache.layer(l), attn, attn_out));
+    // Sparse methods build this layer's index from its queries and keys (attention_plan.h).
+    SS_RETURN_IF_ERROR(be.BuildAttentionIndex(plan, q, cache.layer(l), l));
+    SS_RETURN_IF_ERROR(be.Attention(plan, q, cache.layer(l), l, attn_out));
     SS_RETURN_IF_ERROR(be.Linear(attn2, w.wo, w.bo, branch));
     SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, w.ffn_norm, c.rms_norm_eps, x));
     SS_RETURN_IF_ERROR(be.Linear(x, w.w_gate_up, Tensor(), v.gate_up));
@@ -231,6 +256,7 @@ absl::Status LlamaModel::RunLayers(
     SS_RETURN_IF_ERROR(be.Linear(v.act, w.w_down, Tensor(), branch));
   }
   SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, final_norm_, c.rms_norm_eps, x));
+  if (v.logit_rows.numel() == 0) return absl::OkStatus();  // no row asked for logits
   SS_RETURN_IF_ERROR(be.GatherRows(x, v.logit_rows, v.last));
   return be.Linear(v.last, lm_head_, Tensor(), v.logits);
 }

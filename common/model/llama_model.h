@@ -28,14 +28,23 @@ namespace sparseserve::model {
 // How tensors are named in the checkpoint.
 enum class WeightNaming { kHuggingFace, kGguf };
 
+// Which rows of a sequence's chunk a step computes logits for.
+enum class LogitRows { kNone, kLast, kAll };
+
 // One sequence's part of a forward step.
 struct ForwardSequence {
-  std::vector<int32_t> tokens;  // new tokens, at positions start_pos, start_pos + 1, ...
-  int32_t start_pos = 0;        // tokens already in this sequence's KV cache
-  // Block ids covering positions [0, start_pos + tokens.size()).
+  std::vector<int32_t> tokens;  // new rows; their K/V go to KV indices start_pos, start_pos + 1...
+  int32_t start_pos = 0;        // KV entries already in this sequence's cache
+  // int32 [tokens.size()] RoPE positions of the new rows; empty = start_pos + i. Positions may
+  // repeat and need not be monotone (draft trees, Lookahead's branches).
+  std::vector<int32_t> positions;
+  // uint8 [n * n]: row i attends to new row j where mask[i * n + j] = 1 (plus the whole cached
+  // prefix); empty = causal. kernels/attention_plan.h states the semantics.
+  std::vector<uint8_t> mask;
+  // Block ids covering KV indices [0, start_pos + tokens.size()).
   std::vector<int32_t> block_table;
-  bool all_logits = false;            // logits for every new token, else only for the last one
-  kernels::AttentionPattern pattern;  // dense unless a sparse method says otherwise
+  LogitRows logits = LogitRows::kLast;
+  kernels::AttentionPattern pattern;  // dense unless a method says otherwise
 };
 
 struct LayerWeights {
@@ -74,10 +83,10 @@ class LlamaModel {
   const ModelConfig& config() const { return config_; }
   kernels::Backend& backend() const { return *backend_; }
 
-  // Runs one step. Returns host f32 logits [rows, vocab]: for each sequence in order, one row
-  // per new token if all_logits else one row for its last token.
-  // kInvalidArgument for empty sequences, positions beyond max_position_embeddings, token ids
-  // outside the vocabulary or block tables too short for the cache.
+  // Runs one step. Returns host f32 logits [rows, vocab]: for each sequence in order, the rows
+  // its `logits` asks for. kInvalidArgument for empty sequences, positions outside [0,
+  // max_position_embeddings), token ids outside the vocabulary, block tables too short for the
+  // cache or bad masks; kUnimplemented for an attention pattern the backend lacks.
   //
   // `on_layer_kv_written(layer)`, when given, runs right after each layer's K/V are in the cache
   // (before that layer's attention): a prefill worker starts that layer's KV transfer there.
@@ -90,14 +99,17 @@ class LlamaModel {
   // row): sampling on the backend without copying [rows, vocab] logits to the host. Returns one
   // token id per logits row. Errors of Forward, and kInvalidArgument from Backend::Sample for a
   // plan that does not match the rows.
-  absl::StatusOr<std::vector<int32_t>> ForwardSample(const std::vector<ForwardSequence>& batch,
-                                                     PagedKvCache& cache,
-                                                     const kernels::SamplingBatch& sampling);
+  // `on_layer_kv_written` as in Forward.
+  absl::StatusOr<std::vector<int32_t>> ForwardSample(
+      const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
+      const kernels::SamplingBatch& sampling,
+      const std::function<absl::Status(int layer)>& on_layer_kv_written = nullptr);
 
-  // Decode steps (one new token per sequence, dense attention, no per-layer hook) of at most
-  // `rows` sequences run as step graphs on backends that have them (CUDA graphs): a batch size's
-  // first step runs op by op, its second is captured, later ones replay the capture. 0 turns
-  // graphs off. Default kDefaultStepGraphRows. Drops the graphs captured so far.
+  // Decode steps (one new token per sequence, dense or sliding-window attention, no mask, no
+  // per-layer hook) of at most `rows` sequences run as step graphs on backends that have them
+  // (CUDA graphs): a batch size's first step runs op by op, its second is captured, later ones
+  // replay the capture. 0 turns graphs off. Default kDefaultStepGraphRows. Drops the graphs
+  // captured so far.
   void set_step_graph_rows(int rows);
   static constexpr int kDefaultStepGraphRows = 64;
 
@@ -116,7 +128,7 @@ class LlamaModel {
   struct StepInputs {
     std::vector<int32_t> ids, positions, slots, logit_rows;
     kernels::AttentionBatch attn;
-    bool decode_only = true;  // every sequence adds one token with dense attention
+    bool decode_only = true;  // every sequence adds one unmasked token (graph-able)
   };
   absl::StatusOr<StepInputs> FlattenBatch(const std::vector<ForwardSequence>& batch,
                                           const PagedKvCache& cache) const;
@@ -146,18 +158,22 @@ class LlamaModel {
       const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
       const std::function<absl::Status(int layer)>& on_layer_kv_written);
   // The step's device ops, embedding to logits: what a step graph records.
-  absl::Status RunLayers(const StepViews& v, const kernels::AttentionBatch& attn,
+  absl::Status RunLayers(const StepViews& v, const kernels::AttentionPlan& plan,
                          PagedKvCache& cache,
                          const std::function<absl::Status(int layer)>& on_layer_kv_written);
   // RunLayers through the step graph of batch size `n` (capturing it on its second use).
-  absl::Status RunStepGraph(int64_t n, const StepViews& v, const kernels::AttentionBatch& attn,
+  absl::Status RunStepGraph(int64_t n, const StepViews& v, const kernels::AttentionPlan& plan,
                             PagedKvCache& cache);
 
   struct GraphSlot {
     std::unique_ptr<kernels::StepGraph> graph;
-    const void* kv_base = nullptr;  // the KV cache it was captured with
-    bool warmed = false;            // one step of this size ran op by op
-    bool failed = false;            // capture failed: this size stays op by op
+    // What the capture baked in: the KV cache, the attention workspace's buffers and the plan's
+    // offsets into them. A step that differs in any of them captures again.
+    const void* kv_base = nullptr;
+    uint64_t workspace_generation = 0;
+    kernels::AttentionPlan::Layout layout;
+    bool warmed = false;  // one step of this size ran op by op
+    bool failed = false;  // capture failed: this size stays op by op
   };
   enum class GraphSupport { kUnknown, kYes, kNo };
 
@@ -165,6 +181,9 @@ class LlamaModel {
   kernels::Backend* backend_;  // borrowed
   StepBuffers step_;           // steps that run op by op, sized to the last such step
   StepBuffers graph_step_;     // decode steps under graphs: step_graph_rows_ rows, views per size
+  // Where each step's attention plan lives: op-by-op steps plan into one, graph steps into the
+  // other, so a prefill chunk that grows its workspace does not invalidate the graphs.
+  kernels::AttentionWorkspace step_workspace_, graph_workspace_;
   int step_graph_rows_ = kDefaultStepGraphRows;
   GraphSupport graph_support_ = GraphSupport::kUnknown;
   absl::flat_hash_map<int64_t, GraphSlot> graphs_;  // by batch size

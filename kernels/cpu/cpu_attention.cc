@@ -1,11 +1,14 @@
-// CpuBackend::Attention — the reference paged GQA attention (fp32, exact softmax per row).
+// CpuBackend attention — the reference paged GQA attention (fp32, exact softmax per row) with the
+// visibility rule of kernels/attention_visibility.h. Each (row, KV head) item is computed alone,
+// keys in index order, so a row's result does not depend on the other rows of its step (batch
+// invariance: a verify step's rows equal the single-token steps they replace, bit for bit).
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include "common/core/status.h"
 #include "kernels/attention_plan_check.h"
+#include "kernels/attention_visibility.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_checks.h"
 
@@ -13,39 +16,53 @@ namespace sparseserve::kernels {
 
 using cpu_internal::CheckTensor;
 
-absl::Status CpuBackend::PlanAttention(const Tensor& q, const Tensor& kv_layer,
-                                       const AttentionBatch& batch) {
-  SS_RETURN_IF_ERROR(CheckTensor(q, DType::kF32, 3, "Attention", "q"));
-  SS_RETURN_IF_ERROR(CheckTensor(kv_layer, DType::kF32, 4, "Attention", "kv_layer"));
-  const int64_t kv_heads = kv_layer.dim(2);
-  if (kv_layer.dim(3) != q.dim(2) || kv_heads == 0 || q.dim(1) % kv_heads != 0 ||
-      kv_layer.dim(1) != batch.block_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("Attention: shape mismatch q ", q.DebugString(),
-                                                   " kv_layer ", kv_layer.DebugString(),
-                                                   " block_tokens ", batch.block_tokens));
-  }
-  const int64_t num_blocks = kv_layer.dim(0) / 2;
-  for (size_t i = 0; i < batch.sequences.size(); ++i) {
-    SS_RETURN_IF_ERROR(ValidateSequenceAttention(batch.sequences[i], q.dim(0), batch.block_tokens,
-                                                 num_blocks, i, "CPU"));
-  }
-  return absl::OkStatus();
+absl::Status CpuBackend::SupportsAttention(const AttentionPattern& pattern, int head_dim) const {
+  if (head_dim < 1) return absl::InvalidArgumentError("Attention: head_dim must be >= 1");
+  return CheckPatternSupported(pattern, "CPU");
 }
 
-absl::Status CpuBackend::Attention(const Tensor& q, const Tensor& kv_layer,
-                                   const AttentionBatch& batch, const Tensor& out) {
-  // The reference re-checks every call: it has no device plan to keep.
-  SS_RETURN_IF_ERROR(PlanAttention(q, kv_layer, batch));
+absl::StatusOr<AttentionPlan> CpuBackend::PlanAttention(const AttentionBatch& batch,
+                                                        const AttentionShape& shape,
+                                                        AttentionWorkspace& workspace) {
+  SS_RETURN_IF_ERROR(ValidateAttentionBatch(batch, shape, "CPU"));
+  AttentionPlan plan;
+  plan.batch = &batch;  // the reference reads the host batch directly
+  plan.workspace = &workspace;
+  plan.shape = shape;
+  plan.scale =
+      batch.scale > 0 ? batch.scale : 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
+  return plan;
+}
+
+absl::Status CpuBackend::BuildAttentionIndex(const AttentionPlan& plan, const Tensor& q,
+                                             const Tensor& kv_layer, int layer) {
+  if (plan.batch == nullptr) return absl::InvalidArgumentError("Attention: empty plan");
+  SS_RETURN_IF_ERROR(CheckTensor(q, DType::kF32, 3, "Attention", "q"));
+  SS_RETURN_IF_ERROR(CheckTensor(kv_layer, DType::kF32, 4, "Attention", "kv_layer"));
+  if (layer < 0) return absl::InvalidArgumentError("Attention: negative layer");
+  return absl::OkStatus();  // dense and sliding-window attention have no index to build
+}
+
+absl::Status CpuBackend::Attention(const AttentionPlan& plan, const Tensor& q,
+                                   const Tensor& kv_layer, int layer, const Tensor& out) {
+  SS_RETURN_IF_ERROR(BuildAttentionIndex(plan, q, kv_layer, layer));
   SS_RETURN_IF_ERROR(CheckTensor(out, DType::kF32, 3, "Attention", "out"));
-  if (!(out.shape() == q.shape())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Attention: out ", out.DebugString(), " differs from q ", q.DebugString()));
+  const AttentionShape& shape = plan.shape;
+  const AttentionBatch& batch = *plan.batch;
+  if (q.dim(0) != shape.num_rows || q.dim(1) != shape.num_heads || q.dim(2) != shape.head_dim ||
+      !(out.shape() == q.shape()) || kv_layer.dim(0) != 2 * shape.num_blocks ||
+      kv_layer.dim(1) != batch.block_tokens || kv_layer.dim(2) != shape.num_kv_heads ||
+      kv_layer.dim(3) != shape.head_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Attention: q ", q.DebugString(), ", out ", out.DebugString(), " and kv_layer ",
+        kv_layer.DebugString(), " do not match the plan (", shape.num_rows, " rows, ",
+        shape.num_heads, "/", shape.num_kv_heads, " heads, head_dim ", shape.head_dim, ")"));
   }
-  const int64_t num_heads = q.dim(1);
-  const int64_t hd = q.dim(2);
-  const int64_t kv_heads = kv_layer.dim(2);
+  const int64_t num_heads = shape.num_heads;
+  const int64_t hd = shape.head_dim;
+  const int64_t kv_heads = shape.num_kv_heads;
   const int64_t group = num_heads / kv_heads;
-  const float scale = batch.scale > 0 ? batch.scale : 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = plan.scale;
   const int64_t bt = batch.block_tokens;
   const int64_t token_stride = kv_heads * hd;  // floats between consecutive tokens of a block
   const float* kv = kv_layer.data<float>();
@@ -58,11 +75,13 @@ absl::Status CpuBackend::Attention(const Tensor& q, const Tensor& kv_layer,
   };
   std::vector<Item> items;
   for (size_t s = 0; s < batch.sequences.size(); ++s) {
-    for (int32_t r = 0; r < batch.sequences[s].q_len; ++r)
+    for (int32_t r = 0; r < batch.sequences[s].q_len; ++r) {
       items.push_back({static_cast<int32_t>(s), r});
+    }
   }
   const int64_t num_items = static_cast<int64_t>(items.size()) * kv_heads;
   pool_->ParallelFor(num_items, 1, [&](int64_t begin, int64_t end) {
+    std::vector<int32_t> keys;  // visible key indices, ascending
     std::vector<float> scores;
     std::vector<float> acc(group * hd);
     std::vector<float> qs(group * hd);
@@ -70,51 +89,57 @@ absl::Status CpuBackend::Attention(const Tensor& q, const Tensor& kv_layer,
       const Item item = items[it / kv_heads];
       const int64_t kvh = it % kv_heads;
       const SequenceAttention& seq = batch.sequences[item.seq];
-      const int32_t pos =
-          seq.q_positions.empty() ? seq.kv_len - seq.q_len + item.row : seq.q_positions[item.row];
-      const int64_t num_keys = pos + 1;  // causal: keys 0..pos
-      const int64_t row = seq.q_begin + item.row;
-      scores.resize(group * num_keys);
-      // The group's query heads, pre-scaled, contiguous [group][hd].
-      for (int64_t g = 0; g < group; ++g) {
-        const float* qh = q.data<float>() + (row * num_heads + kvh * group + g) * hd;
-        for (int64_t d = 0; d < hd; ++d) qs[g * hd + d] = qh[d] * scale;
+      KeyVisibility vis;
+      vis.q_len = seq.q_len;
+      vis.kv_len = seq.kv_len;
+      vis.mask = seq.mask.empty() ? nullptr : seq.mask.data();
+      if (seq.pattern.kind == AttentionMethodKind::kSlidingWindow) {
+        vis.window = seq.pattern.window;
+        vis.sink_tokens = seq.pattern.sink_tokens;
       }
-      // Walk the block table block by block (no per-key division).
-      for (int64_t b0 = 0; b0 < num_keys; b0 += bt) {
-        const int64_t count = std::min<int64_t>(bt, num_keys - b0);
-        const float* kblock =
-            kv + (seq.block_table[b0 / bt] * 2 + 0) * bt * token_stride + kvh * hd;
-        for (int64_t t = 0; t < count; ++t) {
-          const float* k = kblock + t * token_stride;
+      keys.clear();
+      const int32_t key_end = KeyEnd(vis, item.row);
+      for (int32_t k = 0; k < key_end; ++k) {
+        if (KeyVisible(vis, item.row, k)) keys.push_back(k);
+      }
+      const int64_t num_keys = static_cast<int64_t>(keys.size());
+      const int64_t row = seq.q_begin + item.row;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      if (num_keys > 0) {
+        scores.resize(group * num_keys);
+        // The group's query heads, pre-scaled, contiguous [group][hd].
+        for (int64_t g = 0; g < group; ++g) {
+          const float* qh = q.data<float>() + (row * num_heads + kvh * group + g) * hd;
+          for (int64_t d = 0; d < hd; ++d) qs[g * hd + d] = qh[d] * scale;
+        }
+        auto row_of = [&](int32_t k, int kv_part) {  // kv_part 0 = key, 1 = value
+          return kv + ((seq.block_table[k / bt] * 2 + kv_part) * bt + k % bt) * token_stride +
+                 kvh * hd;
+        };
+        for (int64_t t = 0; t < num_keys; ++t) {
+          const float* k = row_of(keys[t], 0);
           for (int64_t g = 0; g < group; ++g) {
             const float* qg = qs.data() + g * hd;
             float dot = 0;
             for (int64_t d = 0; d < hd; ++d) dot += qg[d] * k[d];
-            scores[g * num_keys + b0 + t] = dot;
+            scores[g * num_keys + t] = dot;
           }
         }
-      }
-      for (int64_t g = 0; g < group; ++g) {
-        float* s = scores.data() + g * num_keys;
-        const float m = *std::max_element(s, s + num_keys);
-        float sum = 0;
-        for (int64_t p = 0; p < num_keys; ++p) {
-          s[p] = std::exp(s[p] - m);
-          sum += s[p];
+        for (int64_t g = 0; g < group; ++g) {
+          float* s = scores.data() + g * num_keys;
+          const float m = *std::max_element(s, s + num_keys);
+          float sum = 0;
+          for (int64_t p = 0; p < num_keys; ++p) {
+            s[p] = std::exp(s[p] - m);
+            sum += s[p];
+          }
+          const float inv = 1.0f / sum;
+          for (int64_t p = 0; p < num_keys; ++p) s[p] *= inv;
         }
-        const float inv = 1.0f / sum;
-        for (int64_t p = 0; p < num_keys; ++p) s[p] *= inv;
-      }
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t b0 = 0; b0 < num_keys; b0 += bt) {
-        const int64_t count = std::min<int64_t>(bt, num_keys - b0);
-        const float* vblock =
-            kv + (seq.block_table[b0 / bt] * 2 + 1) * bt * token_stride + kvh * hd;
-        for (int64_t t = 0; t < count; ++t) {
-          const float* v = vblock + t * token_stride;
+        for (int64_t t = 0; t < num_keys; ++t) {
+          const float* v = row_of(keys[t], 1);
           for (int64_t g = 0; g < group; ++g) {
-            const float w = scores[g * num_keys + b0 + t];
+            const float w = scores[g * num_keys + t];
             float* a = acc.data() + g * hd;
             for (int64_t d = 0; d < hd; ++d) a[d] += w * v[d];
           }

@@ -1,7 +1,9 @@
 // CpuBackend: the reference implementation of kernels::Backend (f32 math, f32 activations/KV).
 //
 // GEMMs go through OpenBLAS (single-threaded per call; parallelism comes from the process's one
-// core::ThreadPool splitting the work), everything else is plain C++ over the pool. Weights and
+// core::ThreadPool splitting the work), everything else is plain C++ over the pool. Every op is
+// batch-invariant: a row's result is bitwise independent of the other rows of its call, so a
+// verify step of k rows equals k single-row steps exactly (speculation is lossless in CI). Weights and
 // activations must be f32 on this backend. Used by one engine thread at a time.
 #ifndef SPARSESERVE_KERNELS_CPU_CPU_BACKEND_H_
 #define SPARSESERVE_KERNELS_CPU_CPU_BACKEND_H_
@@ -41,10 +43,16 @@ class CpuBackend final : public Backend {
                        const Tensor& kv_layer) override;
   absl::Status RopeWriteKv(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
                            const Tensor& slots, const Tensor& q, const Tensor& kv_layer) override;
-  absl::Status Attention(const Tensor& q, const Tensor& kv_layer, const AttentionBatch& batch,
-                         const Tensor& out) override;
-  absl::Status PlanAttention(const Tensor& q, const Tensor& kv_layer,
-                             const AttentionBatch& batch) override;
+  absl::Status SupportsAttention(const AttentionPattern& pattern, int head_dim) const override;
+  absl::StatusOr<AttentionPlan> PlanAttention(const AttentionBatch& batch,
+                                              const AttentionShape& shape,
+                                              AttentionWorkspace& workspace) override;
+  absl::Status BuildAttentionIndex(const AttentionPlan& plan, const Tensor& q,
+                                   const Tensor& kv_layer, int layer) override;
+  absl::Status Attention(const AttentionPlan& plan, const Tensor& q, const Tensor& kv_layer,
+                         int layer, const Tensor& out) override;
+  absl::Status ReadKv(const Tensor& kv_layer, const Tensor& slots, const Tensor& k,
+                      const Tensor& v) override;
   absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
   absl::StatusOr<std::unique_ptr<StepGraph>> CaptureGraph(
       const std::function<absl::Status()>& record) override;

@@ -238,6 +238,36 @@ absl::Status CpuBackend::WriteKv(const Tensor& k, const Tensor& v, const Tensor&
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::ReadKv(const Tensor& kv_layer, const Tensor& slots, const Tensor& k,
+                                const Tensor& v) {
+  SS_RETURN_IF_ERROR(CheckTensor(k, DType::kF32, 3, "ReadKv", "k"));
+  SS_RETURN_IF_ERROR(CheckTensor(v, DType::kF32, 3, "ReadKv", "v"));
+  SS_RETURN_IF_ERROR(CheckTensor(slots, DType::kI32, 1, "ReadKv", "slots"));
+  SS_RETURN_IF_ERROR(CheckTensor(kv_layer, DType::kF32, 4, "ReadKv", "kv_layer"));
+  if (!(k.shape() == v.shape()) || slots.dim(0) != k.dim(0) || kv_layer.dim(2) != k.dim(1) ||
+      kv_layer.dim(3) != k.dim(2) || kv_layer.dim(0) % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("ReadKv: shape mismatch k ", k.DebugString(),
+                                                   " kv_layer ", kv_layer.DebugString()));
+  }
+  const int64_t block_tokens = kv_layer.dim(1);
+  const int64_t num_slots = kv_layer.dim(0) / 2 * block_tokens;
+  const int64_t row = k.dim(1) * k.dim(2);
+  for (int64_t t = 0; t < k.dim(0); ++t) {
+    const int64_t slot = slots.data<int32_t>()[t];
+    if (slot < 0 || slot >= num_slots) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ReadKv: slot ", slot, " outside pool of ", num_slots, " slots"));
+    }
+    const int64_t block = slot / block_tokens;
+    const int64_t off = slot % block_tokens;
+    const float* ksrc = kv_layer.data<float>() + ((block * 2 + 0) * block_tokens + off) * row;
+    const float* vsrc = kv_layer.data<float>() + ((block * 2 + 1) * block_tokens + off) * row;
+    std::memcpy(k.data<float>() + t * row, ksrc, row * sizeof(float));
+    std::memcpy(v.data<float>() + t * row, vsrc, row * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CpuBackend::RopeWriteKv(const Tensor& qkv, const Tensor& positions,
                                      const Tensor& inv_freq, const Tensor& slots, const Tensor& q,
                                      const Tensor& kv_layer) {

@@ -33,23 +33,26 @@ absl::Status CpuBackend::Linear(const Tensor& x, const Tensor& w, const Tensor& 
   const int64_t in = x.dim(1);
   const int64_t out_features = w.dim(0);
   if (n == 0) return absl::OkStatus();
+  // Batch invariance: every (row, column block) is one GEMV over the same fixed column blocks,
+  // whatever the number of rows, so a row's outputs are bitwise those it gets alone (an SGEMM's
+  // blocking, and with it the summation order, would change with the batch). A block of weights
+  // stays in cache while the rows of a chunk stream past it.
+  constexpr int64_t kColumns = 64;
+  const int64_t num_col_blocks = (out_features + kColumns - 1) / kColumns;
+  const int64_t items = num_col_blocks * n;  // item = col_block * n + row
   // Each chunk gets at least ~256K multiply-adds so tiny models do not drown in task overhead.
-  const int64_t min_cols = std::max<int64_t>(16, (256 * 1024) / std::max<int64_t>(1, n * in));
-  pool_->ParallelFor(out_features, min_cols, [&](int64_t c0, int64_t c1) {
-    if (n == 1) {  // decode: GEMV avoids SGEMM's packing overhead on a single row
+  const int64_t min_items = std::max<int64_t>(1, (256 * 1024) / std::max<int64_t>(1, kColumns * in));
+  pool_->ParallelFor(items, min_items, [&](int64_t i0, int64_t i1) {
+    for (int64_t item = i0; item < i1; ++item) {
+      const int64_t c0 = (item / n) * kColumns;
+      const int64_t c1 = std::min(out_features, c0 + kColumns);
+      const int64_t row = item % n;
+      float* y = out.data<float>() + row * out_features;
       cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(c1 - c0), static_cast<int>(in),
-                  1.0f, w.data<float>() + c0 * in, static_cast<int>(in), x.data<float>(), 1, 0.0f,
-                  out.data<float>() + c0, 1);
-    } else {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n),
-                  static_cast<int>(c1 - c0), static_cast<int>(in), 1.0f, x.data<float>(),
-                  static_cast<int>(in), w.data<float>() + c0 * in, static_cast<int>(in), 0.0f,
-                  out.data<float>() + c0, static_cast<int>(out_features));
-    }
-    if (!bias.empty()) {
-      for (int64_t i = 0; i < n; ++i) {
-        float* row = out.data<float>() + i * out_features;
-        for (int64_t c = c0; c < c1; ++c) row[c] += bias.data<float>()[c];
+                  1.0f, w.data<float>() + c0 * in, static_cast<int>(in),
+                  x.data<float>() + row * in, 1, 0.0f, y + c0, 1);
+      if (!bias.empty()) {
+        for (int64_t c = c0; c < c1; ++c) y[c] += bias.data<float>()[c];
       }
     }
   });

@@ -5,9 +5,12 @@
 // query heads of its GQA group (so each K/V byte is read once per step, not once per query head);
 // 64-token tiles stream through shared memory with cp.async, double-buffered. Chunks are sized so
 // that the grid covers the GPU even at batch 1 (split-KV); a second kernel merges the chunks'
-// partial softmax states (log-sum-exp weighting).
+// partial softmax states (log-sum-exp weighting). Items carry explicit key ranges, so a sliding
+// window's sequence gets items over its sinks and its window only; keys a range holds but the row
+// cannot see score -inf, and a tile, chunk or row with no visible key yields zeros, not NaN.
 #include <cuda_bf16.h>
 
+#include "kernels/attention_visibility.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_async_copy.cuh"
 #include "kernels/cuda/cuda_kernels.h"
@@ -65,9 +68,9 @@ __device__ __forceinline__ void LoadTile(__nv_bfloat16* k_dst, __nv_bfloat16* v_
 template <int D, int G>
 __global__ void __launch_bounds__(kThreads)
     DecodeAttentionKernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv,
-                          const AttentionSeqInfo* seqs, const int32_t* __restrict__ block_tables,
-                          const int32_t* header, const int2* items, AttentionDims dims,
-                          float* __restrict__ partial_out, float* __restrict__ partial_lse) {
+                          AttentionSeqs seq_arrays, const int32_t* num_items, const int4* items,
+                          AttentionDims dims, float* __restrict__ partial_out,
+                          float* __restrict__ partial_lse) {
   constexpr int kStride = Stride<D>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* kv_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [stage][K|V][kTile][kStride]
@@ -80,17 +83,23 @@ __global__ void __launch_bounds__(kThreads)
   WaitForPrecedingKernels();  // q and this step's K/V come from the kernels ahead
   AllowNextKernelLaunch();
   const int item = blockIdx.x;
-  if (item >= header[0]) return;  // the grid is sized for the most items this batch can have
-  const int chunk_tokens = header[1];
+  if (item >= *num_items) return;  // the grid is sized for the most items this batch can have
   const int kv_head = blockIdx.y;
-  const int2 it = items[item];
-  const AttentionSeqInfo seq = seqs[it.x];
+  const int4 it = items[item];
+  const AttentionSeqInfo seq = seq_arrays.seqs[it.x];
+  KeyVisibility vis;
+  vis.q_len = seq.q_len;
+  vis.kv_len = seq.kv_len;
+  vis.window = seq.window;
+  vis.sink_tokens = seq.sink_tokens;
+  vis.mask = seq.mask_begin >= 0 ? seq_arrays.masks + seq.mask_begin : nullptr;
+  const bool per_key = vis.window > 0 || vis.mask != nullptr;
   const int group = dims.heads / dims.kv_heads;
   const int key_begin = it.y;
-  const int key_end = min(seq.kv_len, key_begin + chunk_tokens);
+  const int key_end = min(seq.kv_len, it.z);
   const int num_tiles = (key_end - key_begin + kTile - 1) / kTile;
   const int64_t token_stride = int64_t{dims.kv_heads} * D;
-  const int32_t* table = block_tables + seq.table_begin;
+  const int32_t* table = seq_arrays.block_tables + seq.table_begin;
 
   LoadTile<D>(kv_s, kv_s + kTile * kStride, kv, table, key_begin, key_end, dims, token_stride,
               kv_head);
@@ -160,7 +169,8 @@ __global__ void __launch_bounds__(kThreads)
           for (int i = 0; i < 8; ++i) dots[h] += qh[i] * kf[i];
         }
       }
-      const bool valid = tile_first + token < key_end;
+      const int key = tile_first + token;
+      const bool valid = key < key_end && (!per_key || KeyVisible(vis, 0, key));
 #pragma unroll
       for (int h = 0; h < kScoreHeads; ++h) {
         if (hs0 + kScoreStride * h < G) {
@@ -180,16 +190,19 @@ __global__ void __launch_bounds__(kThreads)
         float m = fmaxf(s0, s1);
         for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
         const float old_max = max_s[head];
-        const float new_max = fmaxf(old_max, m);  // finite: every tile has a valid key
-        const float e0 = __expf(s0 - new_max);
-        const float e1 = __expf(s1 - new_max);
+        const float new_max = fmaxf(old_max, m);
+        // -inf while no key of the chunk was visible yet: exponentiate against 0 so masked
+        // scores give 0 (exp(-inf - -inf) would be NaN).
+        const float safe_max = new_max == -INFINITY ? 0.0f : new_max;
+        const float e0 = __expf(s0 - safe_max);
+        const float e1 = __expf(s1 - safe_max);
         float sum = e0 + e1;
         for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
         p[lane] = e0;
         p[lane + 32] = e1;
         __syncwarp();
         if (lane == 0) {
-          const float corr = __expf(old_max - new_max);
+          const float corr = __expf(old_max - safe_max);
           corr_s[head] = corr;
           sum_s[head] = sum_s[head] * corr + sum;
           max_s[head] = new_max;
@@ -218,11 +231,13 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int j = 0; j < kOwned; ++j) {
       const int head = h0 + j * kHeadStride;
-      if (head < group) partial_out[(head0 + head) * D + d] = acc[j] / sum_s[head];
+      const float sum = head < G ? sum_s[head] : 0.0f;
+      if (head < group) partial_out[(head0 + head) * D + d] = sum > 0.0f ? acc[j] / sum : 0.0f;
     }
   }
-  if (threadIdx.x < group) {
-    partial_lse[head0 + threadIdx.x] = max_s[threadIdx.x] + __logf(sum_s[threadIdx.x]);
+  if (threadIdx.x < group) {  // an empty chunk has weight exp(-inf) = 0 in the merge
+    const float sum = sum_s[threadIdx.x];
+    partial_lse[head0 + threadIdx.x] = sum > 0.0f ? max_s[threadIdx.x] + __logf(sum) : -INFINITY;
   }
 }
 
@@ -232,6 +247,7 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void MergeKernel(const float* partial_out, const float* partial_lse, const int2* merges,
                             const int32_t* merge_seqs, const AttentionSeqInfo* seqs,
                             AttentionDims dims, __nv_bfloat16* out) {
+  // A sequence whose chunks all saw nothing has max_lse = -inf: its output is zeros.
   extern __shared__ float weights[];
   __shared__ float scratch[32];
   WaitForPrecedingKernels();
@@ -245,13 +261,14 @@ __global__ void MergeKernel(const float* partial_out, const float* partial_lse, 
     local_max = fmaxf(local_max, weights[i]);
   }
   const float max_lse = BlockReduce<ReduceOp::kMax>(local_max, scratch);
+  const float safe_max = max_lse == -INFINITY ? 0.0f : max_lse;
   float local_sum = 0.0f;
   for (int i = threadIdx.x; i < m.y; i += blockDim.x) {
-    weights[i] = __expf(weights[i] - max_lse);
+    weights[i] = __expf(weights[i] - safe_max);
     local_sum += weights[i];
   }
-  const float inv_sum =
-      1.0f / BlockReduce<ReduceOp::kSum>(local_sum, scratch);  // also orders `weights`
+  const float total = BlockReduce<ReduceOp::kSum>(local_sum, scratch);  // also orders `weights`
+  const float inv_sum = total > 0.0f ? 1.0f / total : 0.0f;
   for (int d = threadIdx.x; d < dims.head_dim; d += blockDim.x) {
     float acc = 0.0f;
 #pragma unroll 4
@@ -264,9 +281,9 @@ __global__ void MergeKernel(const float* partial_out, const float* partial_lse, 
 }
 
 template <int D, int G>
-cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqInfo* seqs,
-                   const int32_t* block_tables, const DecodeWork& work, const AttentionDims& dims,
-                   bf16_t* out, cudaStream_t stream) {
+cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqs& seqs,
+                   const DecodeWork& work, const AttentionDims& dims, bf16_t* out,
+                   cudaStream_t stream) {
   constexpr size_t kSmem = DecodeSmemBytes<D, G>();
   static const cudaError_t attr = cudaFuncSetAttribute(
       DecodeAttentionKernel<D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
@@ -274,44 +291,42 @@ cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqIn
   if (cudaError_t err =
           LaunchOverlapping(DecodeAttentionKernel<D, G>, dim3(work.max_items, dims.kv_heads),
                             kThreads, kSmem, stream, reinterpret_cast<const __nv_bfloat16*>(q),
-                            reinterpret_cast<const __nv_bfloat16*>(kv_layer), seqs, block_tables,
-                            work.header, work.items, dims, work.partial_out, work.partial_lse);
+                            reinterpret_cast<const __nv_bfloat16*>(kv_layer), seqs,
+                            work.num_items, work.items, dims, work.partial_out, work.partial_lse);
       err != cudaSuccess) {
     return err;
   }
   // A sequence has at most max_items chunks: one weight slot each.
   return LaunchOverlapping(MergeKernel, dim3(work.num_merges, dims.heads), D,
                            work.max_items * sizeof(float), stream, work.partial_out,
-                           work.partial_lse, work.merges, work.merge_seqs, seqs, dims,
+                           work.partial_lse, work.merges, work.merge_seqs, seqs.seqs, dims,
                            reinterpret_cast<__nv_bfloat16*>(out));
 }
 
 template <int D>
 cudaError_t LaunchForGroup(int group, const bf16_t* q, const bf16_t* kv_layer,
-                           const AttentionSeqInfo* seqs, const int32_t* block_tables,
-                           const DecodeWork& work, const AttentionDims& dims, bf16_t* out,
-                           cudaStream_t stream) {
-  if (group <= 1) return Launch<D, 1>(q, kv_layer, seqs, block_tables, work, dims, out, stream);
-  if (group <= 2) return Launch<D, 2>(q, kv_layer, seqs, block_tables, work, dims, out, stream);
-  if (group <= 4) return Launch<D, 4>(q, kv_layer, seqs, block_tables, work, dims, out, stream);
-  if (group <= 8) return Launch<D, 8>(q, kv_layer, seqs, block_tables, work, dims, out, stream);
-  return Launch<D, 16>(q, kv_layer, seqs, block_tables, work, dims, out, stream);
+                           const AttentionSeqs& seqs, const DecodeWork& work,
+                           const AttentionDims& dims, bf16_t* out, cudaStream_t stream) {
+  if (group <= 1) return Launch<D, 1>(q, kv_layer, seqs, work, dims, out, stream);
+  if (group <= 2) return Launch<D, 2>(q, kv_layer, seqs, work, dims, out, stream);
+  if (group <= 4) return Launch<D, 4>(q, kv_layer, seqs, work, dims, out, stream);
+  if (group <= 8) return Launch<D, 8>(q, kv_layer, seqs, work, dims, out, stream);
+  return Launch<D, 16>(q, kv_layer, seqs, work, dims, out, stream);
 }
 
 }  // namespace
 
 cudaError_t LaunchDecodeAttention(const bf16_t* q, const bf16_t* kv_layer,
-                                  const AttentionSeqInfo* seqs, const int32_t* block_tables,
-                                  const DecodeWork& work, const AttentionDims& dims, bf16_t* out,
-                                  cudaStream_t stream) {
+                                  const AttentionSeqs& seqs, const DecodeWork& work,
+                                  const AttentionDims& dims, bf16_t* out, cudaStream_t stream) {
   if (work.max_items == 0 || work.num_merges == 0) return cudaSuccess;
   if (dims.heads / dims.kv_heads > kMaxGroup) return cudaErrorInvalidValue;
   const int group = dims.heads / dims.kv_heads;
   switch (dims.head_dim) {
     case 64:
-      return LaunchForGroup<64>(group, q, kv_layer, seqs, block_tables, work, dims, out, stream);
+      return LaunchForGroup<64>(group, q, kv_layer, seqs, work, dims, out, stream);
     case 128:
-      return LaunchForGroup<128>(group, q, kv_layer, seqs, block_tables, work, dims, out, stream);
+      return LaunchForGroup<128>(group, q, kv_layer, seqs, work, dims, out, stream);
     default: return cudaErrorInvalidValue;
   }
 }

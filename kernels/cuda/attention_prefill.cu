@@ -5,11 +5,14 @@
 // key row through the block table with cp.async, computes S = QKᵀ and O += PV with mma.sync
 // m16n8k16 (bf16 in, f32 accumulate) and keeps an online softmax in registers. GQA: query heads
 // read their group's K/V rows in place (never repeated in memory). The next K tile loads while
-// the current softmax and PV run; V likewise overlaps the next S.
+// the current softmax and PV run; V likewise overlaps the next S. Masks and sliding windows
+// (kernels/attention_visibility.h) apply per score; tiles no row of the CTA can see through its
+// window are never loaded.
 #include <cuda_bf16.h>
 
 #include <cfloat>
 
+#include "kernels/attention_visibility.h"
 #include "kernels/cuda/cuda_async_copy.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -58,9 +61,9 @@ __device__ __forceinline__ void LoadKvTile(__nv_bfloat16* dst, const __nv_bfloat
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     PrefillAttentionKernel(const __nv_bfloat16* __restrict__ q,
-                           const __nv_bfloat16* __restrict__ kv, const AttentionSeqInfo* seqs,
-                           const int32_t* __restrict__ block_tables, const int2* tiles,
-                           AttentionDims dims, __nv_bfloat16* __restrict__ out) {
+                           const __nv_bfloat16* __restrict__ kv, AttentionSeqs seq_arrays,
+                           const int2* tiles, AttentionDims dims,
+                           __nv_bfloat16* __restrict__ out) {
   constexpr int kStride = SmemStride<D>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);
@@ -68,7 +71,13 @@ __global__ void __launch_bounds__(kThreads)
   __nv_bfloat16* v_s = k_s + kKeys * kStride;
 
   const int2 tile = tiles[blockIdx.x];
-  const AttentionSeqInfo seq = seqs[tile.x];
+  const AttentionSeqInfo seq = seq_arrays.seqs[tile.x];
+  KeyVisibility vis;
+  vis.q_len = seq.q_len;
+  vis.kv_len = seq.kv_len;
+  vis.window = seq.window;
+  vis.sink_tokens = seq.sink_tokens;
+  vis.mask = seq.mask_begin >= 0 ? seq_arrays.masks + seq.mask_begin : nullptr;
   const int q0 = tile.y;  // first query row of this tile within the sequence
   const int head = blockIdx.y;
   const int kv_head = head / (dims.heads / dims.kv_heads);
@@ -76,10 +85,18 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x % 32;
   const int rows = min(kRows, seq.q_len - q0);
   const int first_pos = seq.kv_len - seq.q_len + q0;  // absolute position of tile row 0
-  const int kv_end = first_pos + rows;                // keys visible to the last valid row
+  // Keys any row of the tile may see: the last valid row's causal bound, every key under a mask.
+  const int kv_end = vis.mask != nullptr ? seq.kv_len : first_pos + rows;
   const int num_tiles = (kv_end + kKeys - 1) / kKeys;
+  // With a window the tiles between the sinks and the first row's window are skipped: the loop
+  // visits tiles [0, lead) and then [start_tile, num_tiles).
+  const int start_tile = WindowBegin(vis, q0) / kKeys;
+  const int lead = vis.window > 0 ? min((vis.sink_tokens + kKeys - 1) / kKeys, start_tile) : 0;
+  const int tile_count = lead + num_tiles - start_tile;
+  auto tile_at = [&](int jj) { return jj < lead ? jj : start_tile + jj - lead; };
+  const bool per_key = vis.window > 0 || vis.mask != nullptr;  // beyond the causal bound
   const int64_t token_stride = int64_t{dims.kv_heads} * D;
-  const int32_t* table = block_tables + seq.table_begin;
+  const int32_t* table = seq_arrays.block_tables + seq.table_begin;
 
   // Q tile (zero rows past the chunk) and the first K tile form group 0; the first V tile group 1.
   for (int c = threadIdx.x; c < kRows * (D / 8); c += kThreads) {
@@ -90,9 +107,9 @@ __global__ void __launch_bounds__(kThreads)
         valid ? q + (int64_t{seq.q_begin + q0 + r} * dims.heads + head) * D + col : q;
     CpAsync16(q_s + r * kStride + col, src, valid);
   }
-  LoadKvTile<D>(k_s, kv, table, 0, kv_end, dims, token_stride, kv_head, false);
+  LoadKvTile<D>(k_s, kv, table, tile_at(0) * kKeys, kv_end, dims, token_stride, kv_head, false);
   CpAsyncCommit();
-  LoadKvTile<D>(v_s, kv, table, 0, kv_end, dims, token_stride, kv_head, true);
+  LoadKvTile<D>(v_s, kv, table, tile_at(0) * kKeys, kv_end, dims, token_stride, kv_head, true);
   CpAsyncCommit();
 
   uint32_t q_frag[D / 16][4];
@@ -105,9 +122,12 @@ __global__ void __launch_bounds__(kThreads)
   // Absolute positions of the two rows this thread holds (fragment rows lane/4 and lane/4 + 8).
   const int my_pos0 = first_pos + warp * 16 + lane / 4;
   const int my_pos1 = my_pos0 + 8;
+  const int my_row0 = q0 + warp * 16 + lane / 4;  // the same rows within the sequence's chunk
+  const int my_row1 = my_row0 + 8;
   const int warp_first_pos = first_pos + warp * 16;
 
-  for (int j = 0; j < num_tiles; ++j) {
+  for (int jj = 0; jj < tile_count; ++jj) {
+    const int j = tile_at(jj);
     CpAsyncWait<1>();  // Q and K_j have landed (V_j may still be in flight)
     __syncthreads();
     if (j == 0) {
@@ -135,15 +155,16 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     __syncthreads();  // every warp is done with k_s
-    const bool more = j + 1 < num_tiles;
+    const bool more = jj + 1 < tile_count;
+    const int next_key = more ? tile_at(jj + 1) * kKeys : 0;
     if (more) {
-      LoadKvTile<D>(k_s, kv, table, (j + 1) * kKeys, kv_end, dims, token_stride, kv_head, false);
+      LoadKvTile<D>(k_s, kv, table, next_key, kv_end, dims, token_stride, kv_head, false);
       CpAsyncCommit();
     }
 
     // Scale, causal mask (only tiles reaching past this warp's first row need it), online softmax.
     const int tile_first_key = j * kKeys;
-    const bool needs_mask = tile_first_key + kKeys - 1 > warp_first_pos;
+    const bool needs_mask = per_key || tile_first_key + kKeys - 1 > warp_first_pos;
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
@@ -152,7 +173,12 @@ __global__ void __launch_bounds__(kThreads)
         float v = s[nt][e] * scale_log2;
         if (needs_mask) {
           const int key = tile_first_key + nt * 8 + (lane % 4) * 2 + (e % 2);
-          if (key > (e < 2 ? my_pos0 : my_pos1)) v = -INFINITY;
+          if (per_key) {
+            const int row = e < 2 ? my_row0 : my_row1;
+            if (row >= seq.q_len || key >= seq.kv_len || !KeyVisible(vis, row, key)) v = -INFINITY;
+          } else if (key > (e < 2 ? my_pos0 : my_pos1)) {
+            v = -INFINITY;
+          }
         }
         s[nt][e] = v;
         tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
@@ -212,7 +238,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();  // every warp is done with v_s
     if (more) {
-      LoadKvTile<D>(v_s, kv, table, (j + 1) * kKeys, kv_end, dims, token_stride, kv_head, true);
+      LoadKvTile<D>(v_s, kv, table, next_key, kv_end, dims, token_stride, kv_head, true);
       CpAsyncCommit();
     }
   }
@@ -225,7 +251,7 @@ __global__ void __launch_bounds__(kThreads)
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     const int r = warp * 16 + lane / 4 + h * 8;
     if (r >= rows) continue;
-    const float inv = 1.0f / sum;
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // a row that sees no key outputs zeros
     __nv_bfloat16* dst = out + (int64_t{seq.q_begin + q0 + r} * dims.heads + head) * D;
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt) {
@@ -237,9 +263,9 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <int D>
-cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqInfo* seqs,
-                   const int32_t* block_tables, const int2* tiles, int num_tiles,
-                   const AttentionDims& dims, bf16_t* out, cudaStream_t stream) {
+cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqs& seqs,
+                   const int2* tiles, int num_tiles, const AttentionDims& dims, bf16_t* out,
+                   cudaStream_t stream) {
   constexpr size_t kSmem = PrefillSmemBytes<D>();
   static const cudaError_t attr = cudaFuncSetAttribute(
       PrefillAttentionKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
@@ -247,22 +273,21 @@ cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqIn
   const dim3 grid(num_tiles, dims.heads);
   PrefillAttentionKernel<D><<<grid, kThreads, kSmem, stream>>>(
       reinterpret_cast<const __nv_bfloat16*>(q), reinterpret_cast<const __nv_bfloat16*>(kv_layer),
-      seqs, block_tables, tiles, dims, reinterpret_cast<__nv_bfloat16*>(out));
+      seqs, tiles, dims, reinterpret_cast<__nv_bfloat16*>(out));
   return cudaGetLastError();
 }
 
 }  // namespace
 
 cudaError_t LaunchPrefillAttention(const bf16_t* q, const bf16_t* kv_layer,
-                                   const AttentionSeqInfo* seqs, const int32_t* block_tables,
-                                   const int2* tiles, int num_tiles, const AttentionDims& dims,
-                                   bf16_t* out, cudaStream_t stream) {
+                                   const AttentionSeqs& seqs, const int2* tiles, int num_tiles,
+                                   const AttentionDims& dims, bf16_t* out, cudaStream_t stream) {
   if (num_tiles == 0) return cudaSuccess;
   switch (dims.head_dim) {
     case 64:
-      return Launch<64>(q, kv_layer, seqs, block_tables, tiles, num_tiles, dims, out, stream);
+      return Launch<64>(q, kv_layer, seqs, tiles, num_tiles, dims, out, stream);
     case 128:
-      return Launch<128>(q, kv_layer, seqs, block_tables, tiles, num_tiles, dims, out, stream);
+      return Launch<128>(q, kv_layer, seqs, tiles, num_tiles, dims, out, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -1,15 +1,19 @@
-// CudaBackend::Attention — turns an AttentionBatch into work lists for the attention kernels.
+// CudaBackend attention — turns an AttentionBatch into work lists in the caller's workspace
+// (PlanAttention) and runs the kernels on them per layer (Attention).
 //
-// The plan is flattened into one int32 array on the host (sequence records, block tables, prefill
-// tiles, decode split-KV items and their merges), uploaded once and reused while the next layers
-// pass the same batch. Single-query sequences go to the split-KV decode kernel, longer chunks to
-// the tensor-core prefill kernel; head dims other than 64/128 take the generic kernel.
+// The plan is flattened into one int32 array on the host (sequence records, work lists, masks,
+// block tables), uploaded with one copy into workspace.metadata. Single-query sequences go to the
+// split-KV decode kernel, longer chunks to the tensor-core prefill kernel; head dims other than
+// 64/128 take the generic kernel. Sections whose sizes depend only on the batch's shape come
+// first and the block tables (which grow with the contexts) last, so a decode batch keeps its
+// layout step after step and a captured step graph stays valid.
 #include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "common/core/status.h"
 #include "kernels/attention_plan_check.h"
+#include "kernels/attention_visibility.h"
 #include "kernels/cuda/cuda_backend_state.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_status.h"
@@ -21,29 +25,72 @@ bool HasTensorCoreKernel(int head_dim, int group) {
   return (head_dim == 64 || head_dim == 128) && group <= 16;
 }
 
+// The key ranges a single-query sequence's split-KV items cover: its sinks (when a window leaves a
+// gap after them) and everything from the window's start (or 0) to kv_len.
+void VisibleRanges(const SequenceAttention& sa, std::vector<std::pair<int, int>>* ranges) {
+  ranges->clear();
+  int begin = 0;
+  if (sa.pattern.kind == AttentionMethodKind::kSlidingWindow) {
+    KeyVisibility vis;
+    vis.q_len = sa.q_len;
+    vis.kv_len = sa.kv_len;
+    vis.window = sa.pattern.window;
+    begin = WindowBegin(vis, 0);
+    const int sinks = std::min(sa.pattern.sink_tokens, begin);
+    if (sinks > 0) ranges->push_back({0, sinks});
+  }
+  ranges->push_back({begin, sa.kv_len});
+}
+
 }  // namespace
 
-absl::Status CudaBackend::UploadAttentionMetadata(const AttentionBatch& batch, int head_dim,
-                                                  int heads, int kv_heads) {
-  AttentionMetadata& m = *attn_;
+absl::Status CudaBackend::SupportsAttention(const AttentionPattern& pattern, int head_dim) const {
+  if (head_dim < 8 || head_dim > 256 || head_dim % 8 != 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "Attention: the CUDA backend needs head_dim a multiple of 8 up to 256, got ", head_dim));
+  }
+  return CheckPatternSupported(pattern, "CUDA");
+}
+
+absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& batch,
+                                                         const AttentionShape& shape,
+                                                         AttentionWorkspace& workspace) {
+  SS_RETURN_IF_ERROR(ValidateAttentionBatch(batch, shape, "CUDA"));
+  for (const SequenceAttention& sa : batch.sequences) {
+    SS_RETURN_IF_ERROR(SupportsAttention(sa.pattern, shape.head_dim));
+  }
   const int bt = batch.block_tokens;
   const int num_seqs = static_cast<int>(batch.sequences.size());
-  const bool generic = !HasTensorCoreKernel(head_dim, heads / kv_heads);
+  const int kv_heads = shape.num_kv_heads;
+  const bool generic = !HasTensorCoreKernel(shape.head_dim, shape.num_heads / kv_heads);
 
   std::vector<int32_t> seqs, tables, tiles, items, merges, merge_seqs, row_seq;
+  std::vector<uint8_t> masks;
   std::vector<std::pair<int, int2>> tile_work;  // (keys visible, tile) for heaviest-first order
+  std::vector<std::pair<int, int>> ranges;
   int total_q = 0, decode_seqs = 0;
   int64_t decode_tiles = 0;
   for (int s = 0; s < num_seqs; ++s) {
     const SequenceAttention& sa = batch.sequences[s];
     const int table_begin = static_cast<int>(tables.size());
-    seqs.insert(seqs.end(), {sa.q_begin, sa.q_len, sa.kv_len, table_begin});
+    int mask_begin = -1;
+    if (!sa.mask.empty()) {
+      mask_begin = static_cast<int>(masks.size());
+      masks.insert(masks.end(), sa.mask.begin(), sa.mask.end());
+    }
+    const bool window = sa.pattern.kind == AttentionMethodKind::kSlidingWindow;
+    seqs.insert(seqs.end(), {sa.q_begin, sa.q_len, sa.kv_len, table_begin,
+                             window ? sa.pattern.window : 0, window ? sa.pattern.sink_tokens : 0,
+                             mask_begin, 0});
     const int blocks = (sa.kv_len + bt - 1) / bt;
     tables.insert(tables.end(), sa.block_table.begin(), sa.block_table.begin() + blocks);
     total_q = std::max(total_q, sa.q_begin + sa.q_len);
     if (generic || sa.q_len == 0) continue;
     if (sa.q_len == 1) {
-      decode_tiles += (sa.kv_len + cuda::kDecodeTileTokens - 1) / cuda::kDecodeTileTokens;
+      VisibleRanges(sa, &ranges);
+      for (const auto& [b, e] : ranges) {
+        decode_tiles += (e - b + cuda::kDecodeTileTokens - 1) / cuda::kDecodeTileTokens;
+      }
       ++decode_seqs;
     } else {
       for (int q0 = 0; q0 < sa.q_len; q0 += cuda::kPrefillTileRows) {
@@ -57,179 +104,202 @@ absl::Status CudaBackend::UploadAttentionMetadata(const AttentionBatch& batch, i
   for (const auto& [keys, tile] : tile_work) tiles.insert(tiles.end(), {tile.x, tile.y});
 
   // Split-KV: chunks of whole 64-key tiles, as many as give ~4 CTAs per SM over all KV heads.
-  // With per_chunk tiles per chunk, sequence s gets ceil(tiles_s / per_chunk) chunks, so the
-  // total is at most target / kv_heads + decode_seqs whatever the lengths: that bound is the
-  // grid, which then stays fixed while a batch's contexts grow (step graphs replay it).
+  // With per_chunk tiles per chunk, a range of t tiles gets ceil(t / per_chunk) chunks, so the
+  // total is at most target / kv_heads + (ranges) whatever the lengths; a sequence has at most two
+  // ranges (sinks, window), so target / kv_heads + 2 * decode_seqs bounds the items. That bound is
+  // the grid, which then stays fixed while a batch's contexts grow (step graphs replay it).
   const int64_t target = int64_t{4} * std::max(sm_count_, 1);
-  const int max_items = decode_seqs == 0 ? 0 : static_cast<int>(target / kv_heads) + decode_seqs;
-  int chunk_tokens = 0;
+  const int max_items =
+      decode_seqs == 0 ? 0 : static_cast<int>(target / kv_heads) + 2 * decode_seqs;
   if (decode_seqs > 0) {
     const int64_t per_chunk = std::max<int64_t>(1, (decode_tiles * kv_heads + target - 1) / target);
-    chunk_tokens = static_cast<int>(per_chunk * cuda::kDecodeTileTokens);
+    const int chunk_tokens = static_cast<int>(per_chunk * cuda::kDecodeTileTokens);
     for (int s = 0; s < num_seqs; ++s) {
       const SequenceAttention& sa = batch.sequences[s];
       if (sa.q_len != 1) continue;
-      const int first = static_cast<int>(items.size() / 2);
+      const int first = static_cast<int>(items.size() / 4);
       int count = 0;
-      for (int k0 = 0; k0 < sa.kv_len; k0 += chunk_tokens, ++count) {
-        items.insert(items.end(), {s, k0});
+      VisibleRanges(sa, &ranges);
+      for (const auto& [b, e] : ranges) {
+        for (int k0 = b; k0 < e; k0 += chunk_tokens, ++count) {
+          items.insert(items.end(), {s, k0, std::min(e, k0 + chunk_tokens), 0});
+        }
       }
       merges.insert(merges.end(), {first, count});
       merge_seqs.push_back(s);
     }
-    if (static_cast<int>(items.size() / 2) > max_items) {
-      return absl::InternalError(absl::StrCat("Attention: ", items.size() / 2,
+    if (static_cast<int>(items.size() / 4) > max_items) {
+      return absl::InternalError(absl::StrCat("Attention: ", items.size() / 4,
                                               " split-KV chunks exceed the bound ", max_items));
     }
   }
-  const int num_items = static_cast<int>(items.size() / 2);
-  items.resize(size_t{2} * max_items, 0);  // fixed size, so the sections after it do not move
+  const int num_items = static_cast<int>(items.size() / 4);
+  items.resize(size_t{4} * max_items, 0);  // fixed size, so the sections after it do not move
   if (generic) {
-    row_seq.assign(total_q, 0);
+    row_seq.assign(total_q, -1);
     for (int s = 0; s < num_seqs; ++s) {
       const SequenceAttention& sa = batch.sequences[s];
       for (int r = 0; r < sa.q_len; ++r) row_seq[sa.q_begin + r] = s;
     }
   }
 
-  std::vector<int32_t> host = {head_dim, heads, kv_heads, bt};  // the key includes the dims
-  auto append = [&host](const std::vector<int32_t>& v) {
+  std::vector<int32_t> host;
+  auto append = [&host](const int32_t* data, size_t n) {
     host.resize((host.size() + 3) / 4 * 4, 0);  // 16-byte aligned sections (int2 / int4 reads)
     const int64_t at = static_cast<int64_t>(host.size());
-    host.insert(host.end(), v.begin(), v.end());
+    host.insert(host.end(), data, data + n);
     return at;
   };
-  // Sections whose sizes depend only on the batch's shape come first and the block tables
-  // (which grow with the contexts) last, so a decode batch keeps its offsets step after step.
-  AttentionMetadata next;
-  next.decode_header = append({num_items, chunk_tokens});
-  next.seqs = append(seqs);
-  next.decode_items = append(items);
-  next.merges = append(merges);
-  next.merge_seqs = append(merge_seqs);
-  next.prefill_tiles = append(tiles);
-  next.row_seq = append(row_seq);
-  next.tables = append(tables);
-  next.num_prefill_tiles = static_cast<int>(tiles.size() / 2);
-  next.max_decode_items = max_items;
-  next.num_merges = static_cast<int>(merge_seqs.size());
-  next.total_q = total_q;
-  next.generic = generic;
-  if (host == m.host) return absl::OkStatus();  // an identical plan is already on the device
-  if (capturing_) {
-    return absl::FailedPreconditionError(
-        "Attention: the batch was not planned before the graph capture (call PlanAttention)");
-  }
+  auto append_vec = [&append](const std::vector<int32_t>& v) { return append(v.data(), v.size()); };
+  AttentionPlan plan;
+  plan.batch = &batch;
+  plan.workspace = &workspace;
+  plan.shape = shape;
+  plan.scale =
+      batch.scale > 0 ? batch.scale : 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
+  AttentionPlan::Layout& l = plan.layout;
+  const int32_t header[1] = {num_items};
+  append(header, 1);  // offset 0: the decode item count (read on the device)
+  l.seqs = append_vec(seqs);
+  l.decode_items = append_vec(items);
+  l.merges = append_vec(merges);
+  l.merge_seqs = append_vec(merge_seqs);
+  l.prefill_tiles = append_vec(tiles);
+  l.row_seq = append_vec(row_seq);
+  std::vector<int32_t> mask_words((masks.size() + 3) / 4, 0);
+  std::copy(masks.begin(), masks.end(), reinterpret_cast<uint8_t*>(mask_words.data()));
+  l.masks = append_vec(mask_words);
+  l.tables = append_vec(tables);
+  l.num_decode_items = num_items;
+  l.max_decode_items = max_items;
+  l.num_merges = static_cast<int>(merge_seqs.size());
+  l.num_prefill_tiles = static_cast<int>(tiles.size() / 2);
+  l.total_q = total_q;
+  l.generic = generic;
 
-  next.device = std::move(m.device);
-  next.partial = std::move(m.partial);
-  if (next.device.numel() < static_cast<int64_t>(host.size())) {
-    SS_ASSIGN_OR_RETURN(next.device,
-                        Allocate(DType::kI32, {std::max<int64_t>(1024, 2 * host.size())}));
-    ++graph_epoch_;  // graphs captured before hold the old address
+  const int64_t partial_floats = int64_t{max_items} * shape.num_heads * (shape.head_dim + 1);
+  const bool grow_metadata = workspace.metadata.numel() < static_cast<int64_t>(host.size());
+  const bool grow_partial = workspace.partial.numel() < partial_floats;
+  if (grow_metadata || grow_partial) {
+    if (capturing_) {
+      return absl::FailedPreconditionError(
+          "Attention: the workspace must be planned (and sized) before a graph capture");
+    }
+    if (grow_metadata) {
+      workspace.metadata = Tensor();
+      SS_ASSIGN_OR_RETURN(workspace.metadata,
+                          Allocate(DType::kI32, {std::max<int64_t>(1024, 2 * host.size())}));
+    }
+    if (grow_partial) {
+      workspace.partial = Tensor();
+      SS_ASSIGN_OR_RETURN(workspace.partial, Allocate(DType::kF32, {2 * partial_floats}));
+    }
+    ++workspace.generation;  // graphs captured before hold the old addresses
   }
-  const int64_t partial_floats = int64_t{max_items} * heads * (head_dim + 1);
-  if (next.partial.numel() < partial_floats) {
-    SS_ASSIGN_OR_RETURN(next.partial, Allocate(DType::kF32, {2 * partial_floats}));
-    ++graph_epoch_;
+  if (workspace.metadata.device() != Device::kCuda) {
+    return absl::InvalidArgumentError("Attention: the workspace is not in CUDA memory");
   }
-  SS_RETURN_IF_ERROR(
-      CudaStatus(cudaMemcpyAsync(next.device.raw_data(), host.data(), host.size() * sizeof(int32_t),
-                                 cudaMemcpyHostToDevice, stream()),
-                 "Attention metadata upload"));
-  next.host = std::move(host);
-  m = std::move(next);
-  return absl::OkStatus();
+  SS_RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(workspace.metadata.raw_data(), host.data(), host.size() * sizeof(int32_t),
+                      cudaMemcpyHostToDevice, stream()),
+      "Attention metadata upload"));
+  return plan;
 }
 
-absl::Status CudaBackend::PlanAttention(const Tensor& q, const Tensor& kv_layer,
-                                        const AttentionBatch& batch) {
+absl::Status CudaBackend::BuildAttentionIndex(const AttentionPlan& plan, const Tensor& q,
+                                              const Tensor& kv_layer, int layer) {
+  if (plan.workspace == nullptr || plan.batch == nullptr) {
+    return absl::InvalidArgumentError("Attention: empty plan");
+  }
   if (q.device() != Device::kCuda || q.dtype() != DType::kBf16 || q.ndim() != 3 ||
       !q.is_contiguous() || kv_layer.device() != Device::kCuda ||
-      kv_layer.dtype() != DType::kBf16 || kv_layer.ndim() != 4 || !kv_layer.is_contiguous()) {
+      kv_layer.dtype() != DType::kBf16 || kv_layer.ndim() != 4 || !kv_layer.is_contiguous() ||
+      layer < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("Attention: needs contiguous CUDA bf16 q [n, heads, head_dim] and kv_layer, "
                      "got q ",
                      q.DebugString(), " kv_layer ", kv_layer.DebugString()));
   }
-  const int heads = static_cast<int>(q.dim(1));
-  const int hd = static_cast<int>(q.dim(2));
-  const int kv_heads = static_cast<int>(kv_layer.dim(2));
-  if (kv_layer.dim(3) != hd || kv_heads == 0 || heads % kv_heads != 0 ||
-      kv_layer.dim(1) != batch.block_tokens || hd > 256 || hd % 8 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Attention: shape mismatch q ", q.DebugString(), " kv_layer ", kv_layer.DebugString(),
-        " block_tokens ", batch.block_tokens, " (head_dim a multiple of 8, at most 256)"));
-  }
-  // Layers after the first of a forward step pass the same batch: its checks and device plan
-  // are done (O(blocks) host work per layer otherwise).
-  if (batch.plan_id != 0 && batch.plan_id == attn_->plan_id) return absl::OkStatus();
-  const int64_t num_blocks = kv_layer.dim(0) / 2;
-  for (size_t i = 0; i < batch.sequences.size(); ++i) {
-    const SequenceAttention& sa = batch.sequences[i];
-    SS_RETURN_IF_ERROR(
-        ValidateSequenceAttention(sa, q.dim(0), batch.block_tokens, num_blocks, i, "CUDA"));
-    if (!sa.q_positions.empty()) {
-      return absl::UnimplementedError(
-          "Attention: explicit query positions (tree verification) are not in the CUDA "
-          "backend yet");
-    }
-  }
-  SS_RETURN_IF_ERROR(UploadAttentionMetadata(batch, hd, heads, kv_heads));
-  attn_->plan_id = batch.plan_id;
-  return absl::OkStatus();
+  return absl::OkStatus();  // dense and sliding-window attention have no index to build
 }
 
-absl::Status CudaBackend::Attention(const Tensor& q, const Tensor& kv_layer,
-                                    const AttentionBatch& batch, const Tensor& out) {
-  SS_RETURN_IF_ERROR(PlanAttention(q, kv_layer, batch));
-  if (out.device() != Device::kCuda || out.dtype() != DType::kBf16 || !(out.shape() == q.shape()) ||
-      !out.is_contiguous()) {
-    return absl::InvalidArgumentError(absl::StrCat("Attention: out must be a contiguous CUDA bf16 ",
-                                                   "tensor shaped like q ", q.DebugString(),
-                                                   ", got ", out.DebugString()));
+absl::Status CudaBackend::Attention(const AttentionPlan& plan, const Tensor& q,
+                                    const Tensor& kv_layer, int layer, const Tensor& out) {
+  SS_RETURN_IF_ERROR(BuildAttentionIndex(plan, q, kv_layer, layer));
+  const AttentionShape& shape = plan.shape;
+  const int bt = plan.batch->block_tokens;
+  if (q.dim(0) < plan.layout.total_q || q.dim(1) != shape.num_heads ||
+      q.dim(2) != shape.head_dim || kv_layer.dim(0) != 2 * shape.num_blocks ||
+      kv_layer.dim(1) != bt || kv_layer.dim(2) != shape.num_kv_heads ||
+      kv_layer.dim(3) != shape.head_dim || out.device() != Device::kCuda ||
+      out.dtype() != DType::kBf16 || !(out.shape() == q.shape()) || !out.is_contiguous()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Attention: q ", q.DebugString(), ", out ", out.DebugString(), " and kv_layer ",
+        kv_layer.DebugString(), " do not match the plan (", shape.num_heads, "/",
+        shape.num_kv_heads, " heads, head_dim ", shape.head_dim, ")"));
   }
-  if (attn_->total_q > q.dim(0)) {  // the same plan with fewer query rows than it was made for
-    return absl::InvalidArgumentError("Attention: q has fewer rows than the batch's plan");
-  }
-  const AttentionMetadata& m = *attn_;
-  const int hd = static_cast<int>(q.dim(2));
+  const AttentionPlan::Layout& l = plan.layout;
+  const AttentionWorkspace& ws = *plan.workspace;
   cuda::AttentionDims dims;
-  dims.heads = static_cast<int>(q.dim(1));
-  dims.kv_heads = static_cast<int>(kv_layer.dim(2));
-  dims.head_dim = hd;
-  dims.block_tokens = batch.block_tokens;
-  const int bt = batch.block_tokens;
+  dims.heads = shape.num_heads;
+  dims.kv_heads = shape.num_kv_heads;
+  dims.head_dim = shape.head_dim;
+  dims.block_tokens = bt;
   dims.block_shift = (bt & (bt - 1)) == 0 ? __builtin_ctz(static_cast<unsigned>(bt)) : -1;
-  dims.scale = batch.scale > 0 ? batch.scale : 1.0f / std::sqrt(static_cast<float>(hd));
-  const int32_t* base = m.device.data<int32_t>();
-  const auto* seqs = reinterpret_cast<const cuda::AttentionSeqInfo*>(base + m.seqs);
-  const int32_t* tables = base + m.tables;
+  dims.scale = plan.scale;
+  const int32_t* base = ws.metadata.data<int32_t>();
+  cuda::AttentionSeqs seqs;
+  seqs.seqs = reinterpret_cast<const cuda::AttentionSeqInfo*>(base + l.seqs);
+  seqs.block_tables = base + l.tables;
+  seqs.masks = reinterpret_cast<const uint8_t*>(base + l.masks);
   const auto* q_ptr = q.data<cuda::bf16_t>();
   const auto* kv_ptr = kv_layer.data<cuda::bf16_t>();
   auto* out_ptr = out.data<cuda::bf16_t>();
-  if (m.generic) {
-    return CudaStatus(cuda::LaunchGenericAttention(q_ptr, kv_ptr, seqs, tables, m.total_q,
-                                                   base + m.row_seq, dims, out_ptr, stream()),
+  if (l.generic) {
+    return CudaStatus(cuda::LaunchGenericAttention(q_ptr, kv_ptr, seqs, l.total_q,
+                                                   base + l.row_seq, dims, out_ptr, stream()),
                       "Attention (generic)");
   }
   SS_RETURN_IF_ERROR(
-      CudaStatus(cuda::LaunchPrefillAttention(q_ptr, kv_ptr, seqs, tables,
-                                              reinterpret_cast<const int2*>(base + m.prefill_tiles),
-                                              m.num_prefill_tiles, dims, out_ptr, stream()),
+      CudaStatus(cuda::LaunchPrefillAttention(q_ptr, kv_ptr, seqs,
+                                              reinterpret_cast<const int2*>(base + l.prefill_tiles),
+                                              l.num_prefill_tiles, dims, out_ptr, stream()),
                  "Attention (prefill)"));
   cuda::DecodeWork work;
-  work.header = base + m.decode_header;
-  work.items = reinterpret_cast<const int2*>(base + m.decode_items);
-  work.max_items = m.max_decode_items;
-  work.merges = reinterpret_cast<const int2*>(base + m.merges);
-  work.merge_seqs = base + m.merge_seqs;
-  work.num_merges = m.num_merges;
-  work.partial_out = m.partial.data<float>();
-  work.partial_lse = work.partial_out + int64_t{m.max_decode_items} * dims.heads * hd;
+  work.num_items = base;
+  work.items = reinterpret_cast<const int4*>(base + l.decode_items);
+  work.max_items = l.max_decode_items;
+  work.merges = reinterpret_cast<const int2*>(base + l.merges);
+  work.merge_seqs = base + l.merge_seqs;
+  work.num_merges = l.num_merges;
+  work.partial_out = ws.partial.data<float>();
+  work.partial_lse = work.partial_out + int64_t{l.max_decode_items} * dims.heads * dims.head_dim;
   return CudaStatus(
-      cuda::LaunchDecodeAttention(q_ptr, kv_ptr, seqs, tables, work, dims, out_ptr, stream()),
+      cuda::LaunchDecodeAttention(q_ptr, kv_ptr, seqs, work, dims, out_ptr, stream()),
       "Attention (decode)");
+}
+
+absl::Status CudaBackend::ReadKv(const Tensor& kv_layer, const Tensor& slots, const Tensor& k,
+                                 const Tensor& v) {
+  for (const Tensor* t : {&kv_layer, &k, &v}) {
+    if (t->device() != Device::kCuda || t->dtype() != DType::kBf16 || !t->is_contiguous()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ReadKv: needs contiguous CUDA bf16 tensors, got ", t->DebugString()));
+    }
+  }
+  if (slots.device() != Device::kCuda || slots.dtype() != DType::kI32 || slots.ndim() != 1 ||
+      k.ndim() != 3 || kv_layer.ndim() != 4 || !(k.shape() == v.shape()) ||
+      slots.dim(0) != k.dim(0) || kv_layer.dim(2) != k.dim(1) || kv_layer.dim(3) != k.dim(2)) {
+    return absl::InvalidArgumentError(absl::StrCat("ReadKv: shape mismatch k ", k.DebugString(),
+                                                   " slots ", slots.DebugString(), " kv_layer ",
+                                                   kv_layer.DebugString()));
+  }
+  return CudaStatus(
+      cuda::LaunchReadKv(kv_layer.data<cuda::bf16_t>(), slots.data<int32_t>(), k.dim(0),
+                         static_cast<int>(kv_layer.dim(1)), static_cast<int>(k.dim(1)),
+                         static_cast<int>(k.dim(2)), k.data<cuda::bf16_t>(),
+                         v.data<cuda::bf16_t>(), stream()),
+      "ReadKv");
 }
 
 }  // namespace sparseserve::kernels

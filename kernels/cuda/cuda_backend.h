@@ -52,10 +52,16 @@ class CudaBackend final : public Backend {
                        const Tensor& kv_layer) override;
   absl::Status RopeWriteKv(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
                            const Tensor& slots, const Tensor& q, const Tensor& kv_layer) override;
-  absl::Status Attention(const Tensor& q, const Tensor& kv_layer, const AttentionBatch& batch,
-                         const Tensor& out) override;
-  absl::Status PlanAttention(const Tensor& q, const Tensor& kv_layer,
-                             const AttentionBatch& batch) override;
+  absl::Status SupportsAttention(const AttentionPattern& pattern, int head_dim) const override;
+  absl::StatusOr<AttentionPlan> PlanAttention(const AttentionBatch& batch,
+                                              const AttentionShape& shape,
+                                              AttentionWorkspace& workspace) override;
+  absl::Status BuildAttentionIndex(const AttentionPlan& plan, const Tensor& q,
+                                   const Tensor& kv_layer, int layer) override;
+  absl::Status Attention(const AttentionPlan& plan, const Tensor& q, const Tensor& kv_layer,
+                         int layer, const Tensor& out) override;
+  absl::Status ReadKv(const Tensor& kv_layer, const Tensor& slots, const Tensor& k,
+                      const Tensor& v) override;
   absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
   absl::StatusOr<std::unique_ptr<StepGraph>> CaptureGraph(
       const std::function<absl::Status()>& record) override;
@@ -72,15 +78,10 @@ class CudaBackend final : public Backend {
     bool owned = false;
     ~StreamHolder();
   };
-  // Device copies of one AttentionBatch's metadata, rebuilt only when the batch changes (a
-  // forward step calls Attention once per layer with the same batch).
-  struct AttentionMetadata;
   struct GemmCache;
   struct SamplingState;
 
   explicit CudaBackend(std::shared_ptr<StreamHolder> stream);
-  absl::Status UploadAttentionMetadata(const AttentionBatch& batch, int head_dim, int heads,
-                                       int kv_heads);
   absl::Status CheckEmbeddingFlag();
   // kFailedPrecondition naming `op` while a graph capture is under way (ops that allocate, copy
   // to or from the host or synchronise cannot be recorded).
@@ -88,13 +89,9 @@ class CudaBackend final : public Backend {
 
   std::shared_ptr<StreamHolder> stream_;
   std::unique_ptr<GemmCache> gemm_;
-  std::unique_ptr<AttentionMetadata> attn_;
   Tensor error_flag_;  // i32 [1]: set by kernels that meet invalid indices
   int sm_count_ = 0;
   bool capturing_ = false;  // inside CaptureGraph's `record`
-  // Bumped whenever backend-owned memory that kernels read moves (the attention plan's buffers):
-  // graphs captured under an older epoch are stale.
-  uint64_t graph_epoch_ = 0;
   std::unique_ptr<SamplingState> sampling_;  // created by the first Sample call
 };
 

@@ -1,5 +1,5 @@
 // Private state of CudaBackend shared by its source files: the cuBLASLt handle with its cached
-// matmul plans, the device copy of the current attention plan, and the sampling buffers.
+// matmul plans, and the sampling buffers.
 #ifndef SPARSESERVE_KERNELS_CUDA_CUDA_BACKEND_STATE_H_
 #define SPARSESERVE_KERNELS_CUDA_CUDA_BACKEND_STATE_H_
 
@@ -28,21 +28,6 @@ struct CudaBackend::GemmCache {
   Tensor workspace;
   absl::flat_hash_map<Key, Plan> plans;
   ~GemmCache();
-};
-
-// An AttentionBatch flattened into one int32 array (its host copy is kept to skip re-uploads
-// when the next layer passes the same batch), plus the decode split-KV workspace.
-struct CudaBackend::AttentionMetadata {
-  std::vector<int32_t> host;  // what `device` holds
-  uint64_t plan_id = 0;       // the AttentionBatch it was built from (0: unknown)
-  Tensor device;              // i32, grown as needed
-  Tensor partial;             // f32 split-KV partial outputs, grown as needed
-  // Offsets (in int32 elements) into `host`/`device` and counts.
-  int64_t decode_header = 0, seqs = 0, decode_items = 0, merges = 0, merge_seqs = 0,
-          prefill_tiles = 0, row_seq = 0, tables = 0;
-  int num_prefill_tiles = 0, num_merges = 0, total_q = 0;
-  int max_decode_items = 0;  // the decode grid: a bound on split-KV chunks fixed by the batch
-  bool generic = false;      // head_dim without a tensor-core kernel: every row on the generic one
 };
 
 // Sample's buffers, grown to the largest call so far and reused (work on them is ordered by the

@@ -14,19 +14,16 @@ namespace {
 
 class CudaStepGraph final : public StepGraph {
  public:
-  CudaStepGraph(cudaGraphExec_t exec, uint64_t epoch, const CudaBackend* owner)
-      : exec_(exec), epoch_(epoch), owner_(owner) {}
+  CudaStepGraph(cudaGraphExec_t exec, const CudaBackend* owner) : exec_(exec), owner_(owner) {}
   ~CudaStepGraph() override { cudaGraphExecDestroy(exec_); }
   CudaStepGraph(const CudaStepGraph&) = delete;
   CudaStepGraph& operator=(const CudaStepGraph&) = delete;
 
   cudaGraphExec_t exec() const { return exec_; }
-  uint64_t epoch() const { return epoch_; }
   const CudaBackend* owner() const { return owner_; }
 
  private:
   cudaGraphExec_t exec_;
-  uint64_t epoch_;
   const CudaBackend* owner_;
 };
 
@@ -61,7 +58,7 @@ absl::StatusOr<std::unique_ptr<StepGraph>> CudaBackend::CaptureGraph(
   const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
   SS_RETURN_IF_ERROR(CudaStatus(instantiated, "cudaGraphInstantiate"));
-  return std::unique_ptr<StepGraph>(new CudaStepGraph(exec, graph_epoch_, this));
+  return std::unique_ptr<StepGraph>(new CudaStepGraph(exec, this));
 }
 
 absl::Status CudaBackend::LaunchGraph(const StepGraph& graph) {
@@ -69,10 +66,6 @@ absl::Status CudaBackend::LaunchGraph(const StepGraph& graph) {
   const auto* cuda_graph = dynamic_cast<const CudaStepGraph*>(&graph);
   if (cuda_graph == nullptr || cuda_graph->owner() != this) {
     return absl::InvalidArgumentError("LaunchGraph: the graph was captured by another backend");
-  }
-  if (cuda_graph->epoch() != graph_epoch_) {
-    return absl::FailedPreconditionError(
-        "LaunchGraph: the graph is stale (the attention plan's buffers moved); capture again");
   }
   return CudaStatus(cudaGraphLaunch(cuda_graph->exec(), stream()), "cudaGraphLaunch");
 }

@@ -93,8 +93,12 @@ cudaError_t LaunchWriteKv(const bf16_t* k, const bf16_t* v, const int32_t* slots
 struct AttentionSeqInfo {
   int32_t q_begin;      // first packed query row
   int32_t q_len;        // query rows
-  int32_t kv_len;       // keys (cached + new); queries are the last q_len positions
+  int32_t kv_len;       // keys (cached + new); new rows are the last q_len of them
   int32_t table_begin;  // offset of its block table in the concatenated tables
+  int32_t window;       // sliding window in keys (0 = none)
+  int32_t sink_tokens;  // with a window: leading keys that stay visible
+  int32_t mask_begin;   // byte offset of its uint8 [q_len * q_len] mask in `masks`, -1 = causal
+  int32_t pad;
 };
 
 // Shapes shared by the attention launchers.
@@ -107,21 +111,30 @@ struct AttentionDims {
   float scale = 0;       // softmax scale (already resolved)
 };
 
-// Dense causal prefill/chunk attention (tensor cores, head_dim 64 or 128). `tiles` lists
-// (sequence index, first query row of a 64-row tile) pairs, heaviest first.
+// The device arrays every attention launcher reads: sequence records, their block tables
+// concatenated, and the masks (bytes) they point into.
+struct AttentionSeqs {
+  const AttentionSeqInfo* seqs = nullptr;
+  const int32_t* block_tables = nullptr;
+  const uint8_t* masks = nullptr;
+};
+
+// Prefill/chunk attention (tensor cores, head_dim 64 or 128) with the visibility rule of
+// kernels/attention_visibility.h: causal or masked, optionally windowed (tiles outside every row's
+// window are skipped). `tiles` lists (sequence index, first query row of a 64-row tile) pairs,
+// heaviest first.
 cudaError_t LaunchPrefillAttention(const bf16_t* q, const bf16_t* kv_layer,
-                                   const AttentionSeqInfo* seqs, const int32_t* block_tables,
-                                   const int2* tiles, int num_tiles, const AttentionDims& dims,
-                                   bf16_t* out, cudaStream_t stream);
+                                   const AttentionSeqs& seqs, const int2* tiles, int num_tiles,
+                                   const AttentionDims& dims, bf16_t* out, cudaStream_t stream);
 inline constexpr int kPrefillTileRows = 64;
 
 // The split-KV work lists of one decode attention call. Counts that change with the KV lengths
 // live on the device and the grid size depends only on the batch, so a captured step graph
 // replays correctly while the contexts grow.
 struct DecodeWork {
-  const int32_t* header = nullptr;      // device [2]: item count, keys per chunk
-  const int2* items = nullptr;          // device: (sequence index, first key of its chunk)
-  int max_items = 0;                    // grid size, >= header[0]; idle CTAs exit at once
+  const int32_t* num_items = nullptr;   // device [1]: items of this call (<= max_items)
+  const int4* items = nullptr;          // device: (sequence index, first key, end key, 0)
+  int max_items = 0;                    // grid size, >= *num_items; idle CTAs exit at once
   const int2* merges = nullptr;         // device [num_merges]: (first item, item count)
   const int32_t* merge_seqs = nullptr;  // device [num_merges]: sequence of each merge
   int num_merges = 0;
@@ -129,21 +142,24 @@ struct DecodeWork {
   float* partial_lse = nullptr;  // [max_items, heads]
 };
 
-// Split-KV decode attention for single-query sequences (head_dim 64 or 128): every chunk has
-// header[1] keys (the last of a sequence fewer); the merges combine a sequence's chunks into
-// `out`.
+// Split-KV decode attention for single-query sequences (head_dim 64 or 128): each item covers
+// keys [first, end) of one sequence (keys the row cannot see inside it are skipped); the merges
+// combine a sequence's items into `out`. A chunk or a row that sees no key yields zeros, not NaN.
 cudaError_t LaunchDecodeAttention(const bf16_t* q, const bf16_t* kv_layer,
-                                  const AttentionSeqInfo* seqs, const int32_t* block_tables,
-                                  const DecodeWork& work, const AttentionDims& dims, bf16_t* out,
-                                  cudaStream_t stream);
+                                  const AttentionSeqs& seqs, const DecodeWork& work,
+                                  const AttentionDims& dims, bf16_t* out, cudaStream_t stream);
 inline constexpr int kDecodeTileTokens = 64;
 
 // Any head_dim up to 256, any q_len: one warp per (query row, head), keys in order. The fallback
 // for small models (stories260K has head_dim 8) and the GPU-side reference in tests.
 cudaError_t LaunchGenericAttention(const bf16_t* q, const bf16_t* kv_layer,
-                                   const AttentionSeqInfo* seqs, const int32_t* block_tables,
-                                   int total_q, const int32_t* row_seq, const AttentionDims& dims,
-                                   bf16_t* out, cudaStream_t stream);
+                                   const AttentionSeqs& seqs, int total_q, const int32_t* row_seq,
+                                   const AttentionDims& dims, bf16_t* out, cudaStream_t stream);
+
+// k, v [n, kv_heads, head_dim] = the keys and values at slots [n] (WriteKv's inverse).
+cudaError_t LaunchReadKv(const bf16_t* kv_layer, const int32_t* slots, int64_t n,
+                         int block_tokens, int kv_heads, int head_dim, bf16_t* k, bf16_t* v,
+                         cudaStream_t stream);
 
 }  // namespace sparseserve::kernels::cuda
 

@@ -41,8 +41,7 @@ CudaBackend::GemmCache::~GemmCache() {
 
 CudaBackend::CudaBackend(std::shared_ptr<StreamHolder> stream)
     : stream_(std::move(stream)),
-      gemm_(std::make_unique<GemmCache>()),
-      attn_(std::make_unique<AttentionMetadata>()) {}
+      gemm_(std::make_unique<GemmCache>()) {}
 
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream());

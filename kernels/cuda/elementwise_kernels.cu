@@ -273,6 +273,23 @@ __global__ void WriteKvKernel(const bf16_t* k, const bf16_t* v, const int32_t* s
   }
 }
 
+__global__ void ReadKvKernel(const bf16_t* kv_layer, const int32_t* slots, int64_t n,
+                             int block_tokens, int64_t row_elems, bf16_t* k, bf16_t* v) {
+  WaitForPrecedingKernels();
+  AllowNextKernelLaunch();
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < n * row_elems;
+       t += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t row = t / row_elems;
+    const int64_t e = t % row_elems;
+    const int64_t slot = slots[row];
+    const int64_t block = slot / block_tokens;
+    const int64_t offset = slot % block_tokens;
+    const int64_t key_at = ((2 * block) * block_tokens + offset) * row_elems + e;
+    k[t] = kv_layer[key_at];
+    v[t] = kv_layer[key_at + int64_t{block_tokens} * row_elems];
+  }
+}
+
 // One thread per rotation pair: (row, head, i) pairs dimensions i and i + head_dim / 2. Query
 // heads come first, then key heads (rotated into their slot), then value heads (copied).
 __global__ void RopeWriteKvKernel(const bf16_t* qkv, int64_t n, int heads, int kv_heads,
@@ -394,6 +411,15 @@ cudaError_t LaunchWriteKv(const bf16_t* k, const bf16_t* v, const int32_t* slots
   if (n * row_elems == 0) return cudaSuccess;
   return LaunchOverlapping(WriteKvKernel, GridFor(n * row_elems, 256), 256, 0, stream, k, v, slots,
                            n, kv_layer, block_tokens, row_elems);
+}
+
+cudaError_t LaunchReadKv(const bf16_t* kv_layer, const int32_t* slots, int64_t n,
+                         int block_tokens, int kv_heads, int head_dim, bf16_t* k, bf16_t* v,
+                         cudaStream_t stream) {
+  const int64_t row_elems = int64_t{kv_heads} * head_dim;
+  if (n * row_elems == 0) return cudaSuccess;
+  return LaunchOverlapping(ReadKvKernel, GridFor(n * row_elems, 256), 256, 0, stream, kv_layer,
+                           slots, n, block_tokens, row_elems, k, v);
 }
 
 }  // namespace sparseserve::kernels::cuda

@@ -134,9 +134,9 @@ int ss_attention(ss_backend* be, const void* q_dev, const void* kv_layer_dev, in
     batch.sequences.push_back(std::move(sa));
   }
   return Report(
-      be->impl->Attention(Bf16(q_dev, {q_begin, heads, head_dim}),
-                          Bf16(kv_layer_dev, {num_blocks * 2, block_tokens, kv_heads, head_dim}),
-                          batch, Bf16(out_dev, {q_begin, heads, head_dim})));
+      RunAttention(*be->impl, batch, Bf16(q_dev, {q_begin, heads, head_dim}),
+                   Bf16(kv_layer_dev, {num_blocks * 2, block_tokens, kv_heads, head_dim}),
+                   Bf16(out_dev, {q_begin, heads, head_dim})));
 }
 
 }  // extern "C"

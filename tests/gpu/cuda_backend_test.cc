@@ -207,12 +207,17 @@ TEST_F(CudaBackendTest, FillUniformMatchesCpuAndCopy) {
 struct AttnCase {
   int head_dim, heads, kv_heads, block_tokens;
   std::vector<std::pair<int, int>> seqs;  // (q_len, kv_len)
+  int window = 0;      // > 0: every sequence uses a sliding window of this many keys
+  int sinks = 0;       // with a window: leading keys kept
+  bool masks = false;  // chunks get a random tree mask (verification-shaped)
 };
 
 std::string Describe(const AttnCase& c) {
   std::string s = "hd=" + std::to_string(c.head_dim) + " heads=" + std::to_string(c.heads) + "/" +
                   std::to_string(c.kv_heads) + " bt=" + std::to_string(c.block_tokens) + " seqs:";
   for (auto [q, kv] : c.seqs) s += " (" + std::to_string(q) + "," + std::to_string(kv) + ")";
+  if (c.window > 0) s += " window=" + std::to_string(c.window) + "+" + std::to_string(c.sinks);
+  if (c.masks) s += " masks";
   return s;
 }
 
@@ -244,6 +249,19 @@ void RunAttentionCase(CudaTest& t, kernels::Backend& cpu, kernels::Backend& gpu,
     sa.kv_len = kv;
     for (int b = 0; b < (kv + bt - 1) / bt; ++b) sa.block_table.push_back(ids[next_block++]);
     for (int p = 0; p < kv; ++p) slots.push_back(sa.block_table[p / bt] * bt + p % bt);
+    if (c.window > 0) {
+      sa.pattern.kind = kernels::AttentionMethodKind::kSlidingWindow;
+      sa.pattern.window = c.window;
+      sa.pattern.sink_tokens = c.sinks;
+    }
+    if (c.masks && q > 1) {  // a random tree: row i sees its ancestors and itself
+      std::vector<int> parent(q, -1);
+      for (int i = 1; i < q; ++i) parent[i] = std::uniform_int_distribution<int>(0, i - 1)(rng);
+      sa.mask.assign(static_cast<size_t>(q) * q, 0);
+      for (int i = 0; i < q; ++i) {
+        for (int a = i; a >= 0; a = parent[a]) sa.mask[i * q + a] = 1;
+      }
+    }
     batch.sequences.push_back(sa);
     q_begin += q;
   }
@@ -262,9 +280,9 @@ void RunAttentionCase(CudaTest& t, kernels::Backend& cpu, kernels::Backend& gpu,
   EXPECT_EQ(CudaTest::RelError(t.ToHost(gpu_kv), cpu_kv), 0.0) << "WriteKv";
 
   Tensor ref = Tensor::Zeros(DType::kF32, {total_q, c.heads, c.head_dim});
-  ASSERT_TRUE(cpu.Attention(q, cpu_kv, batch, ref).ok());
+  ASSERT_TRUE(kernels::RunAttention(cpu, batch, q, cpu_kv, ref).ok());
   Tensor out = t.Poisoned(DType::kBf16, {total_q, c.heads, c.head_dim});
-  const absl::Status s = gpu.Attention(t.ToGpu(q), gpu_kv, batch, out);
+  const absl::Status s = kernels::RunAttention(gpu, batch, t.ToGpu(q), gpu_kv, out);
   ASSERT_TRUE(s.ok()) << s;
   const double err = CudaTest::RelError(t.ToHost(out), ref);
   EXPECT_LT(err, kBf16Tolerance);
@@ -297,6 +315,40 @@ TEST_F(CudaBackendTest, AttentionPrefillChunkDecodeAndMixedBatches) {
   }
 }
 
+TEST_F(CudaBackendTest, AttentionMasksAndSlidingWindows) {
+  const std::vector<std::vector<std::pair<int, int>>> shapes = {
+      {{1, 300}}, {{1, 5000}}, {{40, 300}}, {{130, 700}}, {{9, 9}},
+      {{5, 5}, {1, 130}, {64, 200}, {1, 1}, {33, 3000}, {1, 4000}},
+  };
+  for (int hd : {16, 64, 128}) {
+    for (const auto& seqs : shapes) {
+      for (auto [window, sinks] : {std::pair{0, 0}, std::pair{1, 0}, std::pair{100, 4},
+                                   std::pair{64, 70}, std::pair{1000, 0}}) {
+        for (bool masks : {false, true}) {
+          if (window == 0 && !masks) continue;  // dense: the test above
+          RunAttentionCase(*this, cpu_, *gpu_,
+                           AttnCase{hd, 32, 8, 64, seqs, window, sinks, masks}, rng_);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, ReadKvInvertsWriteKv) {
+  const Shape kv_shape{16, 16, 2, 64};
+  Tensor kv = *gpu_->Allocate(DType::kBf16, kv_shape);
+  Tensor k = RandomHost({5, 2, 64}), v = RandomHost({5, 2, 64});
+  Tensor slots = Tensor::Zeros(DType::kI32, {5});
+  const int32_t picks[5] = {0, 17, 127, 64, 5};
+  std::copy(picks, picks + 5, slots.data<int32_t>());
+  const Tensor gk = ToGpu(k), gv = ToGpu(v), gs = ToGpu(slots, DType::kI32);
+  ASSERT_TRUE(gpu_->WriteKv(gk, gv, gs, kv).ok());
+  Tensor rk = Poisoned(DType::kBf16, {5, 2, 64}), rv = Poisoned(DType::kBf16, {5, 2, 64});
+  ASSERT_TRUE(gpu_->ReadKv(kv, gs, rk, rv).ok());
+  EXPECT_EQ(RelError(ToHost(rk), ToHost(gk)), 0.0);
+  EXPECT_EQ(RelError(ToHost(rv), ToHost(gv)), 0.0);
+}
+
 TEST_F(CudaBackendTest, AttentionLongContexts) {
   RunAttentionCase(*this, cpu_, *gpu_, AttnCase{128, 32, 8, 64, {{1, 40000}}}, rng_);
   RunAttentionCase(*this, cpu_, *gpu_, AttnCase{128, 28, 4, 64, {{1, 4097}, {1, 9000}}}, rng_);
@@ -321,10 +373,16 @@ TEST_F(CudaBackendTest, BadInputsAreRejected) {
   batch.sequences.push_back(sa);
   Tensor q = ToGpu(Tensor::Zeros(DType::kF32, {1, 4, 64}));
   Tensor kv = *gpu_->Allocate(DType::kBf16, {8, 16, 2, 64});
-  EXPECT_EQ(gpu_->Attention(q, kv, batch, q).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(kernels::RunAttention(*gpu_, batch, q, kv, q).code(),
+            absl::StatusCode::kInvalidArgument);
   batch.sequences[0].block_table = {0, 1};
-  batch.sequences[0].pattern.kind = kernels::AttentionPatternKind::kTokenIndex;
-  EXPECT_EQ(gpu_->Attention(q, kv, batch, q).code(), absl::StatusCode::kUnimplemented);
+  batch.sequences[0].pattern.kind = kernels::AttentionMethodKind::kTokenSelect;
+  EXPECT_EQ(kernels::RunAttention(*gpu_, batch, q, kv, q).code(),
+            absl::StatusCode::kUnimplemented);
+  batch.sequences[0].pattern = {};
+  batch.sequences[0].mask = {3};  // not 0/1
+  EXPECT_EQ(kernels::RunAttention(*gpu_, batch, q, kv, q).code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(gpu_->Synchronize().ok());
 }
 

@@ -155,7 +155,7 @@ TEST_F(CudaModelTest, TinyHfPromptLogitsMatchTransformers) {
       model::ForwardSequence seq;
       seq.tokens = p["ids"].get<std::vector<int32_t>>();
       seq.block_table = {3, 1, 6, 0, 2, 7, 4, 5};
-      seq.all_logits = true;
+      seq.logits = model::LogitRows::kAll;
       auto logits = (*model)->Forward({seq}, **cache);
       ASSERT_TRUE(logits.ok()) << logits.status();
       double num = 0, den = 0;

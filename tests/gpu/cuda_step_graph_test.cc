@@ -1,7 +1,8 @@
 // Step graphs on the CUDA backend: decode steps replayed from a CUDA graph give exactly the logits
 // of the same steps run kernel by kernel (the same kernels read the same inputs), while contexts
-// grow across KV blocks and split-KV chunk sizes, batch sizes change, and the attention plan's
-// buffers move; captures refuse ops that cannot be recorded.
+// grow across KV blocks and split-KV chunk sizes, batch sizes change, with dense and
+// sliding-window attention; workspaces that grow mark the graphs read from them; captures refuse
+// ops that cannot be recorded.
 #include "common/model/llama_model.h"
 #include "tests/gpu/cuda_test_util.h"
 
@@ -27,7 +28,7 @@ model::ModelConfig GraphTestConfig() {
 }
 
 class CudaStepGraphTest : public CudaTest {
- protected:
+ public:
   struct Run {
     std::unique_ptr<LlamaModel> model;
     std::unique_ptr<PagedKvCache> cache;
@@ -60,14 +61,13 @@ std::vector<ForwardSequence> Prompts(const std::vector<int>& lengths, int per_se
   return seqs;
 }
 
-TEST_F(CudaStepGraphTest, ReplayedDecodeStepsEqualKernelByKernelSteps) {
-  constexpr int kPerSeq = 256;  // 4096 tokens per sequence
-  Run graphs = Make(LlamaModel::kDefaultStepGraphRows, 4 * kPerSeq);
-  Run eager = Make(0, 4 * kPerSeq);
+void ReplayMatchesKernelByKernel(CudaStepGraphTest::Run graphs, CudaStepGraphTest::Run eager,
+                                  const kernels::AttentionPattern& pattern, int per_seq) {
   // Prompts end at different offsets within their blocks; one is long enough that its split-KV
   // chunk count changes while it grows.
-  std::vector<ForwardSequence> seqs = Prompts({5, 63, 2000, 17}, kPerSeq);
+  std::vector<ForwardSequence> seqs = Prompts({5, 63, 2000, 17}, per_seq);
   for (ForwardSequence& seq : seqs) {
+    seq.pattern = pattern;
     auto a = graphs.model->Forward({seq}, *graphs.cache);
     auto b = eager.model->Forward({seq}, *eager.cache);
     ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
@@ -99,6 +99,22 @@ TEST_F(CudaStepGraphTest, ReplayedDecodeStepsEqualKernelByKernelSteps) {
   EXPECT_EQ(replayed_steps, 80);
 }
 
+TEST_F(CudaStepGraphTest, ReplayedDecodeStepsEqualKernelByKernelSteps) {
+  constexpr int kPerSeq = 256;  // 4096 tokens per sequence
+  ReplayMatchesKernelByKernel(Make(LlamaModel::kDefaultStepGraphRows, 4 * kPerSeq),
+                              Make(0, 4 * kPerSeq), {}, kPerSeq);
+}
+
+TEST_F(CudaStepGraphTest, ReplayedSlidingWindowDecodeStepsEqualKernelByKernelSteps) {
+  constexpr int kPerSeq = 256;
+  kernels::AttentionPattern window;
+  window.kind = kernels::AttentionMethodKind::kSlidingWindow;
+  window.window = 100;  // shorter than most contexts: the sink and window items both run
+  window.sink_tokens = 4;
+  ReplayMatchesKernelByKernel(Make(LlamaModel::kDefaultStepGraphRows, 4 * kPerSeq),
+                              Make(0, 4 * kPerSeq), window, kPerSeq);
+}
+
 TEST_F(CudaStepGraphTest, CaptureRefusesAllocationsCopiesAndSyncs) {
   Tensor host = Tensor::Zeros(DType::kF32, {4});
   Tensor dev = ToGpu(host);
@@ -115,7 +131,7 @@ TEST_F(CudaStepGraphTest, CaptureRefusesAllocationsCopiesAndSyncs) {
   EXPECT_TRUE(gpu_->Synchronize().ok());
 }
 
-TEST_F(CudaStepGraphTest, GraphGoesStaleWhenThePlanBuffersMoveAndUnplannedBatchesFail) {
+TEST_F(CudaStepGraphTest, GrownWorkspacesAreMarkedAndCapturesCannotGrowThem) {
   const model::ModelConfig c = GraphTestConfig();
   auto cache =
       PagedKvCache::Create({1, 8192, 16, c.num_kv_heads, c.head_dim}, *gpu_);  // 131072 tokens
@@ -126,7 +142,6 @@ TEST_F(CudaStepGraphTest, GraphGoesStaleWhenThePlanBuffersMoveAndUnplannedBatche
   auto batch_of = [](int kv_len) {
     kernels::AttentionBatch b;
     b.block_tokens = 16;
-    b.plan_id = kernels::NewPlanId();
     kernels::SequenceAttention sa;
     sa.q_len = 1;
     sa.kv_len = kv_len;
@@ -134,27 +149,31 @@ TEST_F(CudaStepGraphTest, GraphGoesStaleWhenThePlanBuffersMoveAndUnplannedBatche
     b.sequences.push_back(sa);
     return b;
   };
+  kernels::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, 1, 8192};
+  kernels::AttentionWorkspace ws;
   const kernels::AttentionBatch small = batch_of(100);
-  ASSERT_TRUE(gpu_->PlanAttention(q, (*cache)->layer(0), small).ok());
-  auto graph =
-      gpu_->CaptureGraph([&] { return gpu_->Attention(q, (*cache)->layer(0), small, out); });
+  auto plan = gpu_->PlanAttention(small, shape, ws);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const uint64_t generation = ws.generation;
+  auto graph = gpu_->CaptureGraph(
+      [&] { return gpu_->Attention(*plan, q, (*cache)->layer(0), 0, out); });
   ASSERT_TRUE(graph.ok()) << graph.status();
   ASSERT_TRUE(gpu_->LaunchGraph(**graph).ok());
   const Tensor replayed = ToHost(out);
   Tensor direct_out = Poisoned(DType::kBf16, out.shape());
-  ASSERT_TRUE(gpu_->Attention(q, (*cache)->layer(0), small, direct_out).ok());
+  ASSERT_TRUE(gpu_->Attention(*plan, q, (*cache)->layer(0), 0, direct_out).ok());
   EXPECT_EQ(RelError(replayed, ToHost(direct_out)), 0.0);
 
-  // A batch that was not planned cannot be captured.
-  const kernels::AttentionBatch other = batch_of(200);
-  auto unplanned =
-      gpu_->CaptureGraph([&] { return gpu_->Attention(q, (*cache)->layer(0), other, out); });
-  EXPECT_EQ(unplanned.status().code(), absl::StatusCode::kFailedPrecondition);
-
-  // 8192 blocks of block table outgrow the plan's buffer: the graph is stale.
-  ASSERT_TRUE(gpu_->PlanAttention(q, (*cache)->layer(0), batch_of(131072)).ok());
-  ASSERT_TRUE(gpu_->PlanAttention(q, (*cache)->layer(0), small).ok());
-  EXPECT_EQ(gpu_->LaunchGraph(**graph).code(), absl::StatusCode::kFailedPrecondition);
+  // A plan that needs a bigger workspace cannot be made inside a capture.
+  const kernels::AttentionBatch big = batch_of(131072);
+  auto inside = gpu_->CaptureGraph([&] { return gpu_->PlanAttention(big, shape, ws).status(); });
+  EXPECT_EQ(inside.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ws.generation, generation);
+  // Outside, 8192 blocks of block table outgrow the buffer: the generation moves, so a caller
+  // knows graphs that read the old buffer are stale.
+  ASSERT_TRUE(gpu_->PlanAttention(big, shape, ws).ok());
+  EXPECT_GT(ws.generation, generation);
+  EXPECT_TRUE(gpu_->Synchronize().ok());
 }
 
 }  // namespace

@@ -54,7 +54,7 @@ TEST_P(HfGoldenTest, PromptLogitsMatchTransformers) {
     model::ForwardSequence seq;
     seq.tokens = p["ids"].get<std::vector<int32_t>>();
     seq.block_table = {3, 1, 6, 0, 2, 7, 4, 5};  // scattered on purpose
-    seq.all_logits = true;
+    seq.logits = model::LogitRows::kAll;
     auto logits = (*model)->Forward({seq}, **cache);
     ASSERT_TRUE(logits.ok()) << logits.status();
     ASSERT_EQ(logits->dim(0), static_cast<int64_t>(seq.tokens.size()));

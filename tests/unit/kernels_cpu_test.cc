@@ -146,7 +146,7 @@ TEST_F(CpuBackendTest, PagedAttentionEqualsContiguous) {
   seq.block_table = table;
   batch.sequences.push_back(seq);
   Tensor out = Tensor::Zeros(DType::kF32, {q_len, heads, hd});
-  ASSERT_TRUE(be_.Attention(q, kv, batch, out).ok());
+  ASSERT_TRUE(RunAttention(be_, batch, q, kv, out).ok());
   std::vector<float> ref = NaiveAttention(q, k, v, kv_len);
   for (int64_t i = 0; i < out.numel(); ++i) ASSERT_NEAR(out.data<float>()[i], ref[i], 1e-5) << i;
 }
@@ -178,13 +178,22 @@ TEST_F(CpuBackendTest, AttentionRejectsBadPlans) {
   seq.kv_len = 20;
   seq.block_table = {0};  // too short for 20 tokens
   batch.sequences.push_back(seq);
-  EXPECT_EQ(be_.Attention(q, kv, batch, out).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunAttention(be_, batch, q, kv, out).code(), absl::StatusCode::kInvalidArgument);
   batch.sequences[0].block_table = {0, 5};  // block 5 outside a 2-block pool
-  EXPECT_EQ(be_.Attention(q, kv, batch, out).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunAttention(be_, batch, q, kv, out).code(), absl::StatusCode::kInvalidArgument);
   batch.sequences[0].block_table = {0, 1};
-  EXPECT_TRUE(be_.Attention(q, kv, batch, out).ok());
-  batch.sequences[0].pattern.kind = AttentionPatternKind::kTokenIndex;
-  EXPECT_EQ(be_.Attention(q, kv, batch, out).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(RunAttention(be_, batch, q, kv, out).ok());
+  batch.sequences[0].pattern.kind = AttentionMethodKind::kTokenSelect;
+  EXPECT_EQ(RunAttention(be_, batch, q, kv, out).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(be_.SupportsAttention(batch.sequences[0].pattern, 8).code(),
+            absl::StatusCode::kUnimplemented);
+  batch.sequences[0].pattern.kind = AttentionMethodKind::kSlidingWindow;  // window 0: invalid
+  EXPECT_EQ(RunAttention(be_, batch, q, kv, out).code(), absl::StatusCode::kInvalidArgument);
+  batch.sequences[0].pattern = {};
+  batch.sequences[0].mask = {1, 1};  // not q_len * q_len entries
+  EXPECT_EQ(RunAttention(be_, batch, q, kv, out).code(), absl::StatusCode::kInvalidArgument);
+  batch.sequences[0].mask = {2};  // not 0/1
+  EXPECT_EQ(RunAttention(be_, batch, q, kv, out).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(be_.WriteKv(Random({1, 1, 8}, rng_), Random({1, 1, 8}, rng_), I32({32}), kv).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(

@@ -37,7 +37,7 @@ class LlamaRandomTest : public ::testing::Test {
     ForwardSequence prefill;
     prefill.tokens = prompt_;
     prefill.block_table = {2, 0, 3, 1};  // out of order: blocks are paged, not contiguous
-    prefill.all_logits = true;
+    prefill.logits = LogitRows::kAll;
     absl::StatusOr<Tensor> logits = (*model)->Forward({prefill}, **cache);
     if (!logits.ok()) return logits.status();
     std::vector<float> out(logits->data<float>(), logits->data<float>() + logits->numel());

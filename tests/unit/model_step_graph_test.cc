@@ -1,9 +1,11 @@
 // LlamaModel's step-graph protocol, on the CPU: a test backend records ops during CaptureGraph and
 // replays them at LaunchGraph the way a CUDA graph does — the same tensors, no host code, and the
-// attention plan the last PlanAttention made. Graph steps must then give the logits of op-by-op
-// steps exactly, and the model must warm up, capture, recapture stale graphs and graphs of another
-// KV cache, and fall back to ops when a capture fails. (tests/gpu covers real CUDA graphs.)
+// attention plan the last PlanAttention wrote into the same workspace. Graph steps must then give
+// the logits of op-by-op steps exactly, and the model must warm up, capture, recapture graphs whose
+// workspace grew and graphs of another KV cache, and fall back to ops when a capture fails.
+// (tests/gpu covers real CUDA graphs.)
 #include <functional>
+#include <map>
 #include <vector>
 
 #include "common/core/status.h"
@@ -23,7 +25,7 @@ class RecordingBackend final : public kernels::Backend {
   explicit RecordingBackend(kernels::Backend* inner) : inner_(inner) {}
 
   int captures = 0, launches = 0, failed_captures = 0;
-  uint64_t epoch = 0;              // bump to make earlier graphs stale
+  bool grow_next_plan = false;     // the next plan "reallocates" its workspace (graphs go stale)
   bool fail_next_capture = false;  // the next CaptureGraph fails as a driver error would
 
   Device device() const override { return inner_->device(); }
@@ -80,18 +82,35 @@ class RecordingBackend final : public kernels::Backend {
                            const Tensor& slots, const Tensor& q, const Tensor& kv) override {
     return Op([=, this] { return inner_->RopeWriteKv(qkv, pos, inv_freq, slots, q, kv); });
   }
-  absl::Status PlanAttention(const Tensor& q, const Tensor& kv,
-                             const AttentionBatch& batch) override {
-    if (batch.plan_id != 0 && batch.plan_id == planned_.plan_id) return absl::OkStatus();
-    if (tape_ != nullptr) return absl::FailedPreconditionError("batch not planned before capture");
-    SS_RETURN_IF_ERROR(inner_->PlanAttention(q, kv, batch));
-    planned_ = batch;  // what a replay reads, like the CUDA backend's device plan
-    return absl::OkStatus();
+  absl::Status SupportsAttention(const kernels::AttentionPattern& pattern,
+                                 int head_dim) const override {
+    return inner_->SupportsAttention(pattern, head_dim);
   }
-  absl::Status Attention(const Tensor& q, const Tensor& kv, const AttentionBatch& batch,
-                         const Tensor& out) override {
-    SS_RETURN_IF_ERROR(PlanAttention(q, kv, batch));
-    return Op([=, this] { return inner_->Attention(q, kv, planned_, out); });
+  // Like a device plan, the batch is copied into storage that belongs to the workspace: a replay
+  // reads whatever the latest plan into that workspace wrote.
+  absl::StatusOr<kernels::AttentionPlan> PlanAttention(
+      const AttentionBatch& batch, const kernels::AttentionShape& shape,
+      kernels::AttentionWorkspace& workspace) override {
+    if (tape_ != nullptr) return absl::FailedPreconditionError("batch not planned before capture");
+    AttentionBatch& stored = planned_[&workspace];
+    stored = batch;
+    if (grow_next_plan) {
+      grow_next_plan = false;
+      ++workspace.generation;
+    }
+    return inner_->PlanAttention(stored, shape, workspace);
+  }
+  absl::Status BuildAttentionIndex(const kernels::AttentionPlan& plan, const Tensor& q,
+                                   const Tensor& kv, int layer) override {
+    return Op([=, this] { return inner_->BuildAttentionIndex(plan, q, kv, layer); });
+  }
+  absl::Status Attention(const kernels::AttentionPlan& plan, const Tensor& q, const Tensor& kv,
+                         int layer, const Tensor& out) override {
+    return Op([=, this] { return inner_->Attention(plan, q, kv, layer, out); });
+  }
+  absl::Status ReadKv(const Tensor& kv, const Tensor& slots, const Tensor& k,
+                      const Tensor& v) override {
+    return Op([=, this] { return inner_->ReadKv(kv, slots, k, v); });
   }
   absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override {
     return Op([=, this] { return inner_->GatherRows(x, rows, out); });
@@ -104,7 +123,6 @@ class RecordingBackend final : public kernels::Backend {
   absl::StatusOr<std::unique_ptr<kernels::StepGraph>> CaptureGraph(
       const std::function<absl::Status()>& record) override {
     auto graph = std::make_unique<Graph>();
-    graph->epoch = epoch;
     tape_ = &graph->ops;
     const absl::Status recorded = record();
     tape_ = nullptr;
@@ -119,7 +137,6 @@ class RecordingBackend final : public kernels::Backend {
   }
   absl::Status LaunchGraph(const kernels::StepGraph& graph) override {
     const auto& g = static_cast<const Graph&>(graph);
-    if (g.epoch != epoch) return absl::FailedPreconditionError("stale graph");
     ++launches;
     for (const auto& op : g.ops) {
       if (absl::Status s = op(); !s.ok()) return s;
@@ -130,7 +147,6 @@ class RecordingBackend final : public kernels::Backend {
  private:
   struct Graph final : kernels::StepGraph {
     std::vector<std::function<absl::Status()>> ops;
-    uint64_t epoch = 0;
   };
   // Runs `op` now, or records it while capturing.
   absl::Status Op(std::function<absl::Status()> op) {
@@ -141,7 +157,7 @@ class RecordingBackend final : public kernels::Backend {
 
   kernels::Backend* inner_;
   std::vector<std::function<absl::Status()>>* tape_ = nullptr;
-  AttentionBatch planned_;
+  std::map<const kernels::AttentionWorkspace*, AttentionBatch> planned_;
 };
 
 class StepGraphTest : public ::testing::Test {
@@ -226,7 +242,7 @@ TEST_F(StepGraphTest, ReplayedStepsEqualOpByOpSteps) {
   EXPECT_EQ(recording.launches, 22);  // steps 1-11 and 13-23: captured, then replayed
 }
 
-TEST_F(StepGraphTest, StaleGraphsAndAnotherCacheAreCapturedAgain) {
+TEST_F(StepGraphTest, GraphsOfAGrownWorkspaceAndAnotherCacheAreCapturedAgain) {
   RecordingBackend recording(&cpu_);
   auto graph_model = MakeModel(&recording, 64);
   auto cache = MakeCache(recording);
@@ -235,10 +251,10 @@ TEST_F(StepGraphTest, StaleGraphsAndAnotherCacheAreCapturedAgain) {
   auto batch_of = [](int) -> size_t { return 3; };
   const std::vector<float> got =
       Decode(*graph_model, *cache, Prompts(), 10, batch_of, [&](int step) {
-        if (step == 5) ++recording.epoch;
+        if (step == 5) recording.grow_next_plan = true;
       });
   EXPECT_EQ(got, Decode(*plain_model, *plain_cache, Prompts(), 10, batch_of));
-  EXPECT_EQ(recording.captures, 2);  // step 1, and step 5 after the epoch moved
+  EXPECT_EQ(recording.captures, 2);  // step 1, and step 5 after the workspace grew
 
   // The same model on another KV cache: its graphs read the old cache, so it captures anew.
   auto other_cache = MakeCache(recording);
