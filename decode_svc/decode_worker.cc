@@ -81,6 +81,9 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Start(
       &w->runner_->mutable_pool(), w->runner_->block_tokens(), options.kv_lease, w->staging_.get());
   DecodeSchedulerOptions sched = options.scheduler;
   sched.eos_ids = w->source_.tokenizer->eos_ids();
+  // The runner's chunking flags shape the scheduler's steps (--max-step-tokens, --prefill-chunk).
+  sched.max_step_tokens = options.runner.max_step_tokens;
+  sched.prefill_chunk = options.runner.prefill_chunk_tokens;
   sched.metrics = w->metrics_.get();
   w->scheduler_ = std::make_unique<DecodeScheduler>(w->runner_.get(), std::move(sched));
   w->service_ = std::make_unique<DecodeWorkerService>(

@@ -15,8 +15,14 @@ ABSL_FLAG(double, gpu_memory_fraction, 0.9,
           "of `up`) each take this share: give them fractions that sum to at most 1.");
 ABSL_FLAG(int, block_tokens, 64, "KV block size in tokens (multiple of 16).");
 ABSL_FLAG(int, prefill_chunk, 0,
-          "Prompt tokens per prefill step; 0 = the command's default (512; 8192 for `bench "
-          "model`).");
+          "One prompt's rows per engine step at most; 0 = the command's default (512; 8192 for "
+          "`bench model`). A longer prompt is prefilled in chunks, interleaved with the decode "
+          "rows of running streams.");
+ABSL_FLAG(int, max_step_tokens, 2048,
+          "Rows of one engine step at most, all sequences together: every running stream's "
+          "decode row first, then chunks of prompts being prefilled. Bounds how long running "
+          "streams wait behind a long prompt (their inter-token latency) and the activations of "
+          "a step.");
 
 ABSL_FLAG(int, cuda_graph_batch, 64,
           "Decode steps of up to this many sequences run as CUDA graphs (--device cuda): a batch "
@@ -55,6 +61,7 @@ engine::ModelRunnerOptions RunnerOptionsFromFlags() {
   options.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   options.block_tokens = absl::GetFlag(FLAGS_block_tokens);
   options.prefill_chunk_tokens = PrefillChunkFromFlags(options.prefill_chunk_tokens);
+  options.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
   options.step_graph_rows = CudaGraphBatchFromFlags();
   return options;
 }

@@ -50,11 +50,13 @@ absl::StatusOr<int64_t> KvCacheTokens(const model::ModelConfig& c, kernels::Back
 absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     const ModelSource& source, kernels::Backend* backend, const ModelRunnerOptions& options) {
   if (options.block_tokens <= 0 || options.block_tokens % 16 != 0 ||
-      options.prefill_chunk_tokens <= 0 || options.kv_cache_tokens < 0 ||
+      options.prefill_chunk_tokens <= 0 || options.max_step_tokens <= 0 ||
+      options.kv_cache_tokens < 0 ||
       options.step_graph_rows < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "bad runner options: block_tokens=", options.block_tokens, " (a multiple of 16), ",
-        "prefill_chunk_tokens=", options.prefill_chunk_tokens, ", kv_cache_tokens=",
+        "prefill_chunk_tokens=", options.prefill_chunk_tokens, ", max_step_tokens=",
+        options.max_step_tokens, ", kv_cache_tokens=",
         options.kv_cache_tokens, ", step_graph_rows=", options.step_graph_rows));
   }
   SS_ASSIGN_OR_RETURN(
@@ -289,7 +291,7 @@ absl::StatusOr<int32_t> ModelRunner::PrefillSampled(
   const kernels::SamplingBatch no_rows;
   while (static_cast<int>(seq.tokens.size()) < n) {
     const int start = static_cast<int>(seq.tokens.size());
-    const int len = std::min(options_.prefill_chunk_tokens, n - start);
+    const int len = std::min({options_.prefill_chunk_tokens, options_.max_step_tokens, n - start});
     const bool last_chunk = start + len == n;
     StepRows rows;
     rows.seq = &seq;
@@ -317,7 +319,7 @@ absl::StatusOr<Tensor> ModelRunner::Prefill(
   Tensor logits;
   while (static_cast<int>(seq.tokens.size()) < n) {
     const int start = static_cast<int>(seq.tokens.size());
-    const int len = std::min(options_.prefill_chunk_tokens, n - start);
+    const int len = std::min({options_.prefill_chunk_tokens, options_.max_step_tokens, n - start});
     const bool last_chunk = start + len == n;
     StepRows rows;
     rows.seq = &seq;

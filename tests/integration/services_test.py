@@ -433,3 +433,80 @@ def test_kv_layout_mismatch_is_refused_and_router_falls_back():
 def gen_grpc_stub(address):
     from services_conftest import gen_grpc
     return gen_grpc.GenerationStub(grpc.insecure_channel(address))
+
+
+def _long_context_tiny_llama(tmp_path):
+    """tests/data/tiny_llama with an 8192-token context (random weights: it checks scheduling,
+    not quality)."""
+    import json
+    import shutil
+    src = os.path.join(os.path.dirname(__file__), "..", "data", "tiny_llama")
+    dst = tmp_path / "tiny_llama_8k"
+    shutil.copytree(src, dst)
+    config = json.loads((dst / "config.json").read_text())
+    config["max_position_embeddings"] = 8192
+    (dst / "config.json").write_text(json.dumps(config))
+    return str(dst)
+
+
+def test_long_local_prefill_interleaves_with_a_running_stream(tmp_path):
+    """A 4K-token prompt admitted beside a running stream is prefilled in chunks inside the
+    stream's steps: no step holds only its chunks (engine_steps_total{kind="prefill"} counts only
+    the stream's own prompt), and both outputs equal single-process `generate`."""
+    model = _long_context_tiny_llama(tmp_path)
+    running_prompt = "The router sends long prompts to prefill workers."
+    long_prompt = " ".join(["A decode worker streams tokens back while the next batch is being "
+                            "scheduled, and every block has a hash."] * 100)
+    cluster = Cluster(num_prefill=0, num_decode=1,
+                      extra=[f"--model={model}", "--prefill-chunk=256", "--disagg-threshold=100000"])
+    try:
+        decode = cluster.role("decode")[0]
+        stream = {}
+        first_token = threading.Event()
+
+        def read_running():
+            tokens, text = [], ""
+            for msg in cluster.stub.Generate(greedy_request(running_prompt, max_tokens=1500),
+                                             timeout=300):
+                tokens.extend(msg.token_ids)
+                text += msg.text
+                first_token.set()
+            stream["text"] = text
+
+        reader = threading.Thread(target=read_running)
+        reader.start()
+        assert first_token.wait(60)
+        _, long_text, last = run(cluster.stub, greedy_request(long_prompt, max_tokens=8),
+                                 timeout=300)
+        prompt_tokens = last.usage.prompt_tokens
+        assert prompt_tokens >= 4096, prompt_tokens
+
+        def steps(kind):
+            return sum(float(line.rsplit(" ", 1)[1]) for line in scrape_lines(decode["metrics"])
+                       if line.startswith("sparseserve_engine_steps_total{") and
+                       f'kind="{kind}"' in line)
+
+        # Measured while the stream still runs: the long prompt shared every step with it.
+        assert reader.is_alive(), "the running stream ended before the long prompt was done"
+        assert steps("prefill") == 1  # the running stream's own (short) prompt
+        assert steps("mixed") >= prompt_tokens // 256
+        reader.join(300)
+        assert not reader.is_alive()
+    finally:
+        cluster.close()
+
+    def generate(prompt, max_tokens):
+        out = subprocess.run([BIN, "generate", f"--model={model}", f"--prompt={prompt}",
+                              f"--max-tokens={max_tokens}", "--ignore-eos", "--temperature=0",
+                              "--log-level=warning"], capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        return out.stdout[:-1]
+
+    assert long_text == generate(long_prompt, 8)
+    assert stream["text"] == generate(running_prompt, 1500)
+
+
+def scrape_lines(address):
+    import urllib.request
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as r:
+        return r.read().decode().splitlines()

@@ -8,6 +8,8 @@
 #include <algorithm>
 
 #include "absl/synchronization/notification.h"
+#include "common/metrics/serving_metrics.h"
+#include "prometheus/registry.h"
 #include "common/core/thread_pool.h"
 #include "common/engine/kv_block_copy.h"
 #include "common/sampling/sampling_params.h"
@@ -137,6 +139,80 @@ TEST_F(DecodeSchedulerTest, BatchedOutputsEqualSingleRuns) {
     EXPECT_EQ(sinks[i]->tokens_, Reference(prompts[i], 24)) << "request " << i;
   }
   EXPECT_EQ(runner->pool().num_used_blocks(), 0);
+}
+
+// Any step budget and chunk size give the same tokens (the CPU reference is batch-invariant), from
+// one row per step (sequences run one at a time, prompts fed token by token) to the defaults.
+TEST_F(DecodeSchedulerTest, StepBudgetsAndChunkSizesGiveTheSameTokens) {
+  auto prompts = Prompts(4);
+  std::vector<int32_t> long_prompt = prompts[1];
+  for (int i = 0; i < 90; ++i) long_prompt.push_back(prompts[0][i % prompts[0].size()]);
+  prompts.push_back(long_prompt);
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& p : prompts) want.push_back(Reference(p, 12));
+  for (auto [budget, chunk] : {std::pair{1, 1}, {3, 2}, {7, 5}, {64, 13}, {2048, 512}}) {
+    auto runner = Runner(0);
+    DecodeSchedulerOptions options;
+    options.max_step_tokens = budget;
+    options.prefill_chunk = chunk;
+    std::vector<std::shared_ptr<CollectingSink>> sinks;
+    {
+      DecodeScheduler scheduler(runner.get(), options);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        sinks.push_back(std::make_shared<CollectingSink>());
+        ASSERT_TRUE(scheduler.Submit(Job("b" + std::to_string(i), prompts[i], 12, sinks[i])).ok());
+      }
+      for (auto& s : sinks) ASSERT_TRUE(s->Wait());
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_TRUE(sinks[i]->status_.ok()) << sinks[i]->status_;
+      EXPECT_EQ(sinks[i]->tokens_, want[i]) << "budget " << budget << " chunk " << chunk
+                                            << " request " << i;
+    }
+    EXPECT_EQ(runner->pool().num_used_blocks(), 0);
+  }
+}
+
+// Notifies when the first token arrives (the test then submits a long prompt beside it).
+class FirstTokenSink : public CollectingSink {
+ public:
+  void OnToken(int32_t token) override {
+    CollectingSink::OnToken(token);
+    if (!first_.HasBeenNotified()) first_.Notify();
+  }
+  absl::Notification first_;
+};
+
+// A long prompt admitted while a stream runs is prefilled in chunks inside the stream's steps:
+// every step that holds one of its chunks also holds the running stream's decode row (a "mixed"
+// step), none is prefill-only, and both outputs equal their lone runs.
+TEST_F(DecodeSchedulerTest, RunningStreamsAdvanceInEveryStepOfALongPrefill) {
+  auto runner = Runner(0);
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto metrics = metrics::ServingMetrics::Create(registry, metrics::ServiceRole::kDecode);
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  DecodeSchedulerOptions options;
+  options.prefill_chunk = 16;
+  options.metrics = metrics->get();
+  const std::vector<int32_t> short_prompt = Prompts(1)[0];
+  std::vector<int32_t> long_prompt;
+  while (long_prompt.size() < 400) long_prompt.push_back(3 + (long_prompt.size() * 29) % 400);
+  auto running = std::make_shared<FirstTokenSink>();
+  auto joining = std::make_shared<CollectingSink>();
+  const int running_tokens = 450;  // outlasts the long prompt's 25 chunks by far
+  {
+    DecodeScheduler scheduler(runner.get(), options);
+    ASSERT_TRUE(scheduler.Submit(Job("run", short_prompt, running_tokens, running)).ok());
+    ASSERT_TRUE(running->first_.WaitForNotificationWithTimeout(absl::Seconds(60)));
+    ASSERT_TRUE(scheduler.Submit(Job("join", long_prompt, 8, joining)).ok());
+    ASSERT_TRUE(joining->Wait());
+    // The long prompt finished while the stream still ran: it was never alone in a step.
+    EXPECT_EQ((*metrics)->engine_steps_prefill().Value(), 1);  // the short prompt's only chunk
+    EXPECT_GE((*metrics)->engine_steps_mixed().Value(), 400 / 16);
+    ASSERT_TRUE(running->Wait());
+  }
+  EXPECT_EQ(joining->tokens_, Reference(long_prompt, 8));
+  EXPECT_EQ(running->tokens_, Reference(short_prompt, running_tokens));
 }
 
 TEST_F(DecodeSchedulerTest, SmallPoolPreemptsWithoutChangingOutputs) {
