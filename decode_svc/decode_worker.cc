@@ -80,8 +80,7 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Start(
   if (w->kv_target_ != nullptr) {
     const transfer::KvTransportInfo& ucx = w->kv_target_->transport_info();
     SS_RETURN_IF_ERROR(w->metrics_->SetKvTransportInfo(ucx.ucx_version, ucx.transports));
-    SS_LOG_INFO("decode worker KV transfer: UCX {}, transports {}", ucx.ucx_version,
-                ucx.resources);
+    SS_LOG_INFO("decode worker KV transfer: UCX {}, transports {}", ucx.ucx_version, ucx.resources);
   }
   w->reservations_ = std::make_unique<KvReservationTable>(
       &w->runner_->mutable_pool(), w->runner_->block_tokens(), options.kv_lease, w->staging_.get());
