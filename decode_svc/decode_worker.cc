@@ -77,6 +77,11 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Start(
   SS_ASSIGN_OR_RETURN(w->exporter_, metrics::MetricsExporter::Start(options.metrics_address));
   SS_ASSIGN_OR_RETURN(w->metrics_, metrics::ServingMetrics::Create(w->exporter_->registry(),
                                                                    metrics::ServiceRole::kDecode));
+  if (w->kv_target_ != nullptr) {
+    const transfer::KvTransportInfo& ucx = w->kv_target_->transport_info();
+    SS_RETURN_IF_ERROR(w->metrics_->SetKvTransportInfo(ucx.ucx_version, ucx.transports));
+    SS_LOG_INFO("decode worker KV transfer: UCX {}, transports {}", ucx.ucx_version, ucx.resources);
+  }
   w->reservations_ = std::make_unique<KvReservationTable>(
       &w->runner_->mutable_pool(), w->runner_->block_tokens(), options.kv_lease, w->staging_.get());
   DecodeSchedulerOptions sched = options.scheduler;

@@ -51,6 +51,12 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(
   SS_ASSIGN_OR_RETURN(w->exporter_, metrics::MetricsExporter::Start(options.metrics_address));
   SS_ASSIGN_OR_RETURN(w->metrics_, metrics::ServingMetrics::Create(w->exporter_->registry(),
                                                                    metrics::ServiceRole::kPrefill));
+  if (w->kv_source_ != nullptr) {
+    const transfer::KvTransportInfo& ucx = w->kv_source_->transport_info();
+    SS_RETURN_IF_ERROR(w->metrics_->SetKvTransportInfo(ucx.ucx_version, ucx.transports));
+    SS_LOG_INFO("prefill worker KV transfer: UCX {}, transports {}", ucx.ucx_version,
+                ucx.resources);
+  }
   w->engine_ =
       std::make_unique<PrefillEngine>(w->runner_.get(), w->kv_source_.get(), w->ring_.get(),
                                       options.max_queued, options.fault_put_delay);

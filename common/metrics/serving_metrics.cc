@@ -68,6 +68,22 @@ absl::StatusOr<std::unique_ptr<ServingMetrics>> ServingMetrics::Create(
   return metrics;
 }
 
+absl::Status ServingMetrics::SetKvTransportInfo(absl::string_view ucx_version,
+                                                absl::string_view transports) {
+  const prometheus::Labels labels = {{"role", std::string(ServiceRoleName(role_))},
+                                     {"ucx_version", std::string(ucx_version)},
+                                     {"transports", std::string(transports)}};
+  try {
+    // prometheus-cpp throws std::invalid_argument on a clashing family; keep it inside.
+    AddGauge(*registry_, "kv_transport_info",
+             "UCX version and transports KV moves with (labels); always 1.", labels)
+        ->Set(1);
+  } catch (const std::exception& e) {
+    return absl::AlreadyExistsError(absl::StrCat("kv_transport_info: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
 void ServingMetrics::Register() {
   prometheus::Registry& r = *registry_;
   const prometheus::Labels labels = {{"role", std::string(ServiceRoleName(role_))}};

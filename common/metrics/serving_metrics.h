@@ -95,6 +95,11 @@ class ServingMetrics {
   // reason creates its series. Each call looks the series up under the family's mutex.
   prometheus::Counter& requests_finished(absl::string_view finish_reason);
 
+  // Publishes `kv_transport_info{role, ucx_version, transports} 1`: which UCX build and transports
+  // this process moves KV with (an info-style gauge; the labels carry the data). Call once, at
+  // start-up. Returns kAlreadyExists if the family clashes with another on the registry.
+  absl::Status SetKvTransportInfo(absl::string_view ucx_version, absl::string_view transports);
+
  private:
   ServingMetrics(std::shared_ptr<prometheus::Registry> registry, ServiceRole role);
   // Builds every family and metric; throws what prometheus-cpp throws (caught by Create).

@@ -29,7 +29,10 @@ absl::StatusOr<std::unique_ptr<KvTransferSource>> KvTransferSource::Create(
 KvTransferSource::KvTransferSource(const KvTransferOptions& options,
                                    std::unique_ptr<internal::UcpContext> context,
                                    std::unique_ptr<internal::UcpWorker> worker)
-    : options_(options), context_(std::move(context)), worker_(std::move(worker)) {
+    : options_(options),
+      context_(std::move(context)),
+      transport_info_(internal::DescribeTransports(*context_)),
+      worker_(std::move(worker)) {
   progress_ = std::make_unique<internal::UcpProgressThread>(worker_.get());
 }
 

@@ -20,6 +20,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/transfer/kv_transfer_options.h"
+#include "common/transfer/kv_transport_info.h"
 #include "common/transfer/kv_write_session.h"
 #include "common/transfer/remote_kv_pool.h"
 
@@ -55,6 +56,9 @@ class KvTransferSource {
   // registered, or UCX's error.
   absl::Status RegisterSharedLocal(const void* base, size_t bytes);
 
+  // The UCX version and transports this end runs on (fixed at Create).
+  const KvTransportInfo& transport_info() const { return transport_info_; }
+
   // Opens a session writing into the decode worker pool `remote` (from its KvTransferTarget).
   // Everything is validated before UCX sees it: kInvalidArgument if the address or a key is
   // corrupted or truncated, a key's base differs from layer_base_addresses, the layer lists
@@ -79,6 +83,7 @@ class KvTransferSource {
   // Declaration order is destruction order in reverse: progress thread first, then memory
   // registrations, worker, context.
   std::unique_ptr<internal::UcpContext> context_;
+  KvTransportInfo transport_info_;
   std::unique_ptr<internal::UcpWorker> worker_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<int, std::unique_ptr<internal::UcpMemoryRegion>> local_regions_

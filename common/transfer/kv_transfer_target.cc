@@ -25,7 +25,9 @@ absl::StatusOr<std::unique_ptr<KvTransferTarget>> KvTransferTarget::Create(
 
 KvTransferTarget::KvTransferTarget(std::unique_ptr<internal::UcpContext> context,
                                    std::unique_ptr<internal::UcpWorker> worker)
-    : context_(std::move(context)), worker_(std::move(worker)) {
+    : context_(std::move(context)),
+      transport_info_(internal::DescribeTransports(*context_)),
+      worker_(std::move(worker)) {
   WireEnvelope envelope;
   envelope.kind = WireKind::kWorkerAddress;
   envelope.payload = worker_->address();

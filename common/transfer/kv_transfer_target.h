@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/transfer/kv_transfer_options.h"
+#include "common/transfer/kv_transport_info.h"
 #include "common/transfer/remote_kv_pool.h"
 
 namespace sparseserve::transfer {
@@ -58,6 +59,9 @@ class KvTransferTarget {
   // registered, or UCX's error (kResourceExhausted when out of memory).
   absl::StatusOr<void*> AllocateRegion(int layer, size_t bytes);
 
+  // The UCX version and transports this end runs on (fixed at Create).
+  const KvTransportInfo& transport_info() const { return transport_info_; }
+
   // This worker's UCX address, wrapped for transport (KvReservation.ucx_worker_address).
   const std::string& WorkerAddress() const { return worker_address_; }
   // The layer's packed remote key, wrapped with its base and size. kNotFound if unregistered.
@@ -84,6 +88,7 @@ class KvTransferTarget {
   // Declaration order is destruction order in reverse: the progress thread stops first, then
   // memory is unregistered, then the worker and context go.
   std::unique_ptr<internal::UcpContext> context_;
+  KvTransportInfo transport_info_;
   std::unique_ptr<internal::UcpWorker> worker_;
   std::string worker_address_;
   mutable absl::Mutex mu_;

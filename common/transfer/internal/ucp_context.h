@@ -11,8 +11,10 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/transfer/kv_transport_info.h"
 
 namespace sparseserve::transfer::internal {
 
@@ -27,12 +29,18 @@ class UcpContext {
   UcpContext& operator=(const UcpContext&) = delete;
 
   ucp_context_h handle() const { return context_; }
+  // The transport resources UCX opened, "tl/device" each ("tcp/lo", "posix/memory", ...), in
+  // UCX's order; what endpoints of this context can choose from.
+  std::vector<std::string> Resources() const;
 
  private:
   explicit UcpContext(ucp_context_h context) : context_(context) {}
 
   ucp_context_h context_;
 };
+
+// The loaded UCX's version and `context`'s transports.
+KvTransportInfo DescribeTransports(const UcpContext& context);
 
 }  // namespace sparseserve::transfer::internal
 
