@@ -233,8 +233,7 @@ bool DecodeScheduler::AdmitOne(std::unique_ptr<Running>& r) {
   r->input.insert(r->input.end(), r->generated.begin(), r->generated.end());
   const int bt = runner_->block_tokens();
   const int needed = (static_cast<int>(r->input.size()) + 1 + bt - 1) / bt;
-  if (!running_.empty() &&
-      runner_->pool().num_free_blocks() < BlocksReserved() + needed) {
+  if (!running_.empty() && runner_->pool().num_free_blocks() < BlocksReserved() + needed) {
     return false;  // wait for running sequences to free blocks
   }
   absl::StatusOr<int> cached = runner_->BeginPrefill(r->input, r->seq);

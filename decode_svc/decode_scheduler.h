@@ -74,11 +74,11 @@ struct DecodeJob {
 };
 
 struct DecodeSchedulerOptions {
-  int max_running = 64;          // sequences in flight (decoding or prefilling) at most
+  int max_running = 64;  // sequences in flight (decoding or prefilling) at most
   // Rows of one engine step at most (decode rows + prefill chunk rows). Running sequences are
   // capped at this too, so a step always has room for every decode row.
   int max_step_tokens = 2048;
-  int prefill_chunk = 512;  // one prompt's rows per step at most
+  int prefill_chunk = 512;       // one prompt's rows per step at most
   int max_waiting = 1024;        // queued requests beyond which Submit fails RESOURCE_EXHAUSTED
   std::vector<int32_t> eos_ids;  // the tokenizer's end-of-generation ids
   // Borrowed, may be null; must outlive the scheduler. Receives the KV staging copy times.

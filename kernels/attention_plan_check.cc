@@ -34,8 +34,7 @@ absl::Status ValidateAttentionBatch(const AttentionBatch& batch, const Attention
     return absl::InvalidArgumentError(
         absl::StrCat("Attention: block_tokens must be >= 1, got ", batch.block_tokens));
   }
-  if (shape.num_kv_heads < 1 || shape.num_heads % shape.num_kv_heads != 0 ||
-      shape.head_dim < 1) {
+  if (shape.num_kv_heads < 1 || shape.num_heads % shape.num_kv_heads != 0 || shape.head_dim < 1) {
     return absl::InvalidArgumentError(absl::StrCat("Attention: ", shape.num_heads, " heads, ",
                                                    shape.num_kv_heads, " KV heads, head_dim ",
                                                    shape.head_dim, " is not a GQA shape"));
@@ -48,15 +47,15 @@ absl::Status ValidateAttentionBatch(const AttentionBatch& batch, const Attention
     }
     if (seq.q_len < 0 || seq.q_begin < 0 || int64_t{seq.q_begin} + seq.q_len > shape.num_rows ||
         seq.kv_len < seq.q_len) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Attention: sequence ", idx, " rows [", seq.q_begin, ", +", seq.q_len, ") kv_len ",
-          seq.kv_len, " do not fit ", shape.num_rows, " rows"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Attention: sequence ", idx, " rows [", seq.q_begin, ", +", seq.q_len,
+                       ") kv_len ", seq.kv_len, " do not fit ", shape.num_rows, " rows"));
     }
     if (seq.q_len > 0) row_ranges.push_back({seq.q_begin, int64_t{seq.q_begin} + seq.q_len});
     const int64_t needed = (int64_t{seq.kv_len} + batch.block_tokens - 1) / batch.block_tokens;
     if (static_cast<int64_t>(seq.block_table.size()) < needed) {
-      return absl::InvalidArgumentError(absl::StrCat("Attention: sequence ", idx, " needs ",
-                                                     needed, " blocks, block table has ",
+      return absl::InvalidArgumentError(absl::StrCat("Attention: sequence ", idx, " needs ", needed,
+                                                     " blocks, block table has ",
                                                      seq.block_table.size()));
     }
     for (int64_t b = 0; b < needed; ++b) {
@@ -69,8 +68,8 @@ absl::Status ValidateAttentionBatch(const AttentionBatch& batch, const Attention
     if (!seq.mask.empty()) {
       if (static_cast<int64_t>(seq.mask.size()) != int64_t{seq.q_len} * seq.q_len) {
         return absl::InvalidArgumentError(absl::StrCat("Attention: sequence ", idx, " mask has ",
-                                                       seq.mask.size(), " entries for ",
-                                                       seq.q_len, " rows (q_len * q_len)"));
+                                                       seq.mask.size(), " entries for ", seq.q_len,
+                                                       " rows (q_len * q_len)"));
       }
       if (std::any_of(seq.mask.begin(), seq.mask.end(), [](uint8_t m) { return m > 1; })) {
         return absl::InvalidArgumentError(

@@ -17,8 +17,8 @@ namespace sparseserve::kernels {
 struct KeyVisibility {
   int32_t q_len = 0;
   int32_t kv_len = 0;
-  int32_t window = 0;       // 0 = no window
-  int32_t sink_tokens = 0;  // with a window: keys [0, sink_tokens) stay visible
+  int32_t window = 0;             // 0 = no window
+  int32_t sink_tokens = 0;        // with a window: keys [0, sink_tokens) stay visible
   const uint8_t* mask = nullptr;  // uint8 [q_len * q_len] or null (causal)
 };
 

@@ -127,8 +127,8 @@ class Backend {
   // Multi-head attention with GQA over the paged KV of each planned sequence, for layer `layer`.
   // q [n, heads, head_dim], out [n, heads, head_dim]; kv_layer as in WriteKv. Allocation-free
   // and graph-safe. kInvalidArgument when the tensors do not match the plan's shape.
-  virtual absl::Status Attention(const AttentionPlan& plan, const Tensor& q,
-                                 const Tensor& kv_layer, int layer, const Tensor& out) = 0;
+  virtual absl::Status Attention(const AttentionPlan& plan, const Tensor& q, const Tensor& kv_layer,
+                                 int layer, const Tensor& out) = 0;
 
   // WriteKv's inverse: k, v [n, kv_heads, head_dim] = the keys and values at slots i32 [n].
   // With WriteKv it moves KV between slots (a commit keeps accepted draft rows).

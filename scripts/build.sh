@@ -5,6 +5,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${1:-$root/build}
 shift || true
 jobs=${SPARSESERVE_JOBS:-$(nproc)}
+# ccache keys on paths below here relative to the build: a fresh clone elsewhere (CI) reuses what
+# an earlier checkout compiled.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 if [ ! -f "$dir/build.ninja" ]; then
   cmake -S "$root" -B "$dir" -G Ninja "$@"
 fi

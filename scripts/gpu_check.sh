@@ -4,7 +4,8 @@
 #   ../shared/tools/devbundle .devbundle build/bin/sparseserve build/bin/cuda_backend_test \
 #       build/kernels/libsparseserve_cuda_ops.so
 # and run `bash scripts/gpu_check.sh` there with .devbundle and models/ beside the tree.
-# Stages (default: all): tests sanitizer golden services kernels attention peer bench graphs (the
+# Stages (default: all): tests sanitizer golden services kernels attention peer bench baseline
+# (this binary against an older one, when packed) graphs (the
 # decode cases with CUDA graphs off, for the A/B) profile cublas (decode GEMMs through cuBLASLt
 # instead of the skinny kernel) ncu (per-kernel device times of one decode step, from Nsight
 # Compute).
@@ -19,7 +20,7 @@ rm -rf "$out" && mkdir -p "$out"
 source .devbundle/env.sh
 export SPARSESERVE_TEST_DATA_DIR=$root/tests/data SPARSESERVE_MODEL_MIRROR=$root/models
 export PYTHONUNBUFFERED=1
-stages=${*:-tests sanitizer golden services kernels attention peer bench graphs profile cublas ncu}
+stages=${*:-tests sanitizer golden services kernels attention peer bench baseline graphs profile cublas ncu}
 summary=()
 run() {  # run NAME CMD... — logs to $out/NAME.log, records ok/FAIL
   local name=$1; shift
@@ -37,7 +38,7 @@ has() { [[ " $stages " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$out/gpu.txt" 2>&1
 has tests && run tests cuda_backend_test
 has sanitizer && run sanitizer compute-sanitizer --tool memcheck --error-exitcode 1 \
-  cuda_backend_test --gtest_filter='*RmsNorm*:*Linear*:*Rope*:*SiluMul*:*FillUniform*:*Stories*:*StepGraph*:*SampleMatches*:*SampleRejects*'
+  cuda_backend_test --gtest_filter='*RmsNorm*:*Linear*:*Rope*:*SiluMul*:*FillUniform*:*Stories*:*StepGraph*:*SampleMatches*:*SampleRejects*:*ReadKv*:*FlipsAreRare*'
 if has golden; then
   run golden bash -c "sparseserve generate --device cuda --model models/stories260K/stories260K.gguf \
     --prompt 'Once upon a time' --max-tokens 60 --temperature 0 >$out/golden.txt &&
@@ -52,6 +53,20 @@ has attention && [ -f bench/cuda/attention_bench.py ] &&
 has peer && [ -f bench/cuda/transformers_peer.py ] &&
   run peer python3 bench/cuda/transformers_peer.py --out "$out/transformers.json"
 has bench && run bench sparseserve bench model --synthetic llama3-8b --device cuda
+# The engine reshape's A/B (issue 10): decode steps B=1 and B=8 at C=1K with this binary and the
+# baseline (.devbundle-baseline, packed by gpu_pack.sh from $SPARSESERVE_BASELINE_BIN), twice
+# each, alternating; and the running streams' inter-token latency while a 32K prompt is
+# prefilled locally: interleaved steps here, the whole prefill between two steps in the baseline
+# (its `prefill L=32768` row).
+if has baseline && [ -d .devbundle-baseline ]; then
+  ab_args=(bench model --synthetic llama3-8b --device cuda --prefill-lengths 32768
+           --decode-batches 1,8 --decode-contexts 1024 --iters 50)
+  for round in 1 2; do
+    run "baseline_old_$round" bash -c "source .devbundle-baseline/env.sh && sparseserve ${ab_args[*]}"
+    run "baseline_new_$round" sparseserve "${ab_args[@]}" --interleave-prompt 32768 \
+      --interleave-batch 8 --interleave-context 1024
+  done
+fi
 has graphs && run graphs sparseserve bench model --synthetic llama3-8b --device cuda \
   --prefill-lengths '' --cuda-graph-batch 0
 has profile && run profile sparseserve bench model --synthetic llama3-8b --device cuda \
@@ -66,6 +81,6 @@ has ncu && run ncu ncu --kernel-name regex:'Skinny|Attention|Merge|RmsNorm|Rope|
   --decode-batches 1 --decode-contexts 1024 --warmup 1 --iters 1 --cuda-graph-batch 0
 
 echo "--- $(cat "$out/gpu.txt")"
-for f in services attention peer bench graphs profile cublas; do [ -f "$out/$f.log" ] && { echo "--- $f"; tail -n 25 "$out/$f.log"; }; done
+for f in services attention peer bench graphs profile cublas baseline_old_1 baseline_new_1 baseline_old_2 baseline_new_2; do [ -f "$out/$f.log" ] && { echo "--- $f"; tail -n 25 "$out/$f.log"; }; done
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 [ -n "${OUT:-}" ] && tar -C "$out" -czf "$OUT/gpu_check.tgz" .

@@ -3,6 +3,8 @@
 # the programs and their shared libraries (../shared/tools/devbundle), stripped and xz-compressed
 # to fit the device tool's 64 MiB transfer limit, and the stories260K model.
 # On the GPU machine: tar -xJf .devpack/bundle.tar.xz && cp -r .devpack/models . && bash scripts/gpu_check.sh
+# With SPARSESERVE_BASELINE_BIN=path/to/an/older/sparseserve it also packs that binary for the
+# old-vs-new stage.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -15,10 +17,20 @@ mkdir -p .devpack
 # libucs; devbundle follows only linked libraries, so the module folder is copied by hand.
 ucs=$(ldd "$build/bin/sparseserve" | awk '$1 == "libucs.so.0" {print $3}')
 if [ -n "$ucs" ] && [ -d "$(dirname "$ucs")/ucx" ]; then
+  rm -rf .devbundle/lib/ucx  # devbundle's guess is the system UCX's modules: a different version
   mkdir -p .devbundle/lib/ucx
   cp -L "$(dirname "$ucs")"/ucx/*.so.0 .devbundle/lib/ucx/
 fi
 strip --strip-debug .devbundle/bin/* .devbundle/lib/libsparseserve_cuda_ops.so
-tar -cJf .devpack/bundle.tar.xz .devbundle
+bundles=.devbundle
+# $SPARSESERVE_BASELINE_BIN: an older `sparseserve` for A/B benchmarks (gpu_check.sh's `baseline`
+# stage), bundled with its own libraries.
+if [ -n "${SPARSESERVE_BASELINE_BIN:-}" ]; then
+  rm -rf .devbundle-baseline
+  ../shared/tools/devbundle .devbundle-baseline "$SPARSESERVE_BASELINE_BIN" >/dev/null
+  strip --strip-debug .devbundle-baseline/bin/*
+  bundles="$bundles .devbundle-baseline"
+fi
+tar -cJf .devpack/bundle.tar.xz $bundles
 cp -r models .devpack/models
 du -sh .devpack

@@ -41,6 +41,14 @@ ABSL_FLAG(double, peak_tflops, 0,
           "Peak dense TFLOP/s in the compute dtype for the arithmetic floor; 0 = 989 on cuda "
           "(H100/H200 SXM bf16 datasheet), none on cpu (the floor is then the bytes floor).");
 
+ABSL_FLAG(int64_t, interleave_prompt, 0,
+          "With N > 0, also time the decode scheduler's steps while an N-token prompt is "
+          "prefilled in chunks beside --interleave-batch running sequences (each step at most "
+          "--max-step-tokens rows): the running streams' inter-token latency during a long "
+          "prefill.");
+ABSL_FLAG(int64_t, interleave_batch, 8, "Running sequences of the interleave case.");
+ABSL_FLAG(int64_t, interleave_context, 1024, "Their context in tokens.");
+
 namespace sparseserve::tools {
 namespace {
 
@@ -93,6 +101,16 @@ absl::StatusOr<ModelBenchOptions> ModelBenchOptionsFromFlags() {
   o.peak_bandwidth_gbps = absl::GetFlag(FLAGS_peak_bandwidth_gbps);
   o.peak_tflops = absl::GetFlag(FLAGS_peak_tflops);
   o.op_profile = absl::GetFlag(FLAGS_op_profile);
+  o.interleave_prompt = absl::GetFlag(FLAGS_interleave_prompt);
+  o.interleave_batch = absl::GetFlag(FLAGS_interleave_batch);
+  o.interleave_context = absl::GetFlag(FLAGS_interleave_context);
+  o.max_step_tokens = RunnerOptionsFromFlags().max_step_tokens;
+  if (o.interleave_prompt < 0 || o.interleave_batch < 1 || o.interleave_context < 1 ||
+      o.max_step_tokens <= o.interleave_batch) {
+    return absl::InvalidArgumentError(
+        "--interleave-prompt must be >= 0, --interleave-batch and --interleave-context >= 1, "
+        "and --max-step-tokens larger than --interleave-batch");
+  }
   if (o.iters < 1) return absl::InvalidArgumentError("--iters must be >= 1");
   if (o.warmup < 0) return absl::InvalidArgumentError("--warmup must be >= 0");
   if (o.block_tokens <= 0 || o.block_tokens % 16 != 0) {

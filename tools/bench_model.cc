@@ -98,6 +98,10 @@ absl::StatusOr<KvPlan> PlanKvCache(kernels::Backend& backend, const ModelBenchOp
       if (context + 1 <= max_pos) needed = std::max(needed, batch * blocks_for(context + 1));
     }
   }
+  if (o.interleave_prompt > 0) {
+    needed = std::max(needed, o.interleave_batch * blocks_for(o.interleave_context + 1) +
+                                  blocks_for(o.interleave_prompt));
+  }
   absl::StatusOr<kernels::Backend::MemoryInfo> mem = backend.GetMemoryInfo();
   if (mem.ok()) {
     plan.budget_bytes = std::max<double>(
@@ -218,6 +222,68 @@ class ModelBench {
     r.ms = seconds * 1e3;
     if (o_.op_profile) SS_RETURN_IF_ERROR(ProfileOps(r.label, 1, [&] { return Prefill(len); }));
     return r;
+  }
+
+  // The decode scheduler's steps while a long prompt is prefilled beside B running sequences:
+  // each step holds their B decode rows and the prompt's next chunk of at most
+  // max_step_tokens - B rows. Prints the steps' time percentiles (the running sequences'
+  // inter-token latency) and the prompt's whole prefill time.
+  absl::Status RunInterleave() {
+    const int64_t batch = o_.interleave_batch, context = o_.interleave_context;
+    const int64_t prompt = o_.interleave_prompt;
+    const int64_t per_seq = BlocksFor(context + 1);
+    const int64_t chunk = o_.max_step_tokens - batch;
+    if (chunk < 1 || context + 1 > o_.config.max_position_embeddings ||
+        prompt > o_.config.max_position_embeddings ||
+        batch * per_seq + BlocksFor(prompt) > plan_.num_blocks) {
+      std::printf("interleave: skipped (budget, context or KV memory too small)\n");
+      return absl::OkStatus();
+    }
+    std::vector<model::ForwardSequence> seqs(batch + 1);
+    for (int64_t s = 0; s < batch; ++s) {
+      seqs[s].tokens = {SyntheticToken(s, o_.config.vocab_size)};
+      seqs[s].start_pos = static_cast<int32_t>(context);
+      for (int64_t b = 0; b < per_seq; ++b) {
+        seqs[s].block_table.push_back(static_cast<int32_t>(s * per_seq + b));
+      }
+    }
+    model::ForwardSequence& long_seq = seqs[batch];
+    long_seq.logits = model::LogitRows::kNone;
+    for (int64_t b = 0; b < BlocksFor(prompt); ++b) {
+      long_seq.block_table.push_back(static_cast<int32_t>(batch * per_seq + b));
+    }
+    kernels::SamplingBatch greedy;
+    greedy.rows.resize(batch);
+    Progress(absl::StrCat("interleave: a ", prompt, "-token prompt in chunks of ", chunk,
+                          " beside ", batch, " decoding sequences at context ", context));
+    std::vector<double> step_ms;
+    SS_RETURN_IF_ERROR(backend_.Synchronize());
+    const Clock::time_point start = Clock::now();
+    for (int64_t begin = 0; begin < prompt; begin += chunk) {
+      const int64_t end = std::min(prompt, begin + chunk);
+      long_seq.tokens.clear();
+      for (int64_t i = begin; i < end; ++i) {
+        long_seq.tokens.push_back(SyntheticToken(i, o_.config.vocab_size));
+      }
+      long_seq.start_pos = static_cast<int32_t>(begin);
+      const Clock::time_point step = Clock::now();
+      // ForwardSample returns the sampled ids on the host: the step is complete.
+      SS_RETURN_IF_ERROR(model_.ForwardSample(seqs, *cache_, greedy).status());
+      step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - step).count());
+    }
+    const double total_s = std::chrono::duration<double>(Clock::now() - start).count();
+    std::sort(step_ms.begin(), step_ms.end());
+    auto pct = [&](double p) {
+      return step_ms[std::min(step_ms.size() - 1, static_cast<size_t>(p * step_ms.size()))];
+    };
+    std::printf(
+        "interleave: prompt %lld tokens beside B=%lld C=%lld, %zu steps of <= %d rows: "
+        "step p50 %.2f ms, p99 %.2f ms, max %.2f ms (running streams' inter-token latency); "
+        "prompt prefilled in %.3f s\n",
+        static_cast<long long>(prompt), static_cast<long long>(batch),
+        static_cast<long long>(context), step_ms.size(), o_.max_step_tokens, pct(0.5), pct(0.99),
+        step_ms.back(), total_s);
+    return absl::OkStatus();
   }
 
   // B sequences of one token each at position C. Each gets its own blocks for its C + 1 tokens
@@ -462,6 +528,11 @@ absl::Status RunModelBench(const ModelBenchOptions& o) {
     }
   }
   PrintTable(results);
+  if (o.interleave_prompt > 0 && cache != nullptr) {
+    if (absl::Status st = bench.RunInterleave(); !st.ok() && num_failed++ == 0) {
+      first_failure = st;
+    }
+  }
   if (num_failed > 0) {
     return AnnotateStatus(first_failure, absl::StrCat(num_failed, " of ", results.size(),
                                                       " cases failed (see the table); first"));

@@ -32,6 +32,14 @@ struct ModelBenchOptions {
   bool op_profile = false;  // after each timed case, time its ops one by one and print the split
   // Decode batches up to this size run as step graphs (LlamaModel::set_step_graph_rows); 0 = off.
   int step_graph_rows = 64;
+  // The interleave case (0 = off): a prompt of this many tokens prefilled in chunks inside the
+  // decode steps of interleave_batch sequences at context interleave_context, each step at most
+  // max_step_tokens rows (the decode scheduler's step). Every step's time is an inter-token
+  // latency of the running sequences; p50/p99/max and the prompt's total time are printed.
+  int64_t interleave_prompt = 0;
+  int64_t interleave_batch = 8;
+  int64_t interleave_context = 1024;
+  int max_step_tokens = 2048;
 };
 
 // Runs every case and prints the table. A case beyond the preset's context or the KV memory is

@@ -81,7 +81,8 @@ const std::vector<Command>& Commands() {
        "Progress goes to stderr, the table to stdout. Exit code 2 for bad flags or an unknown\n"
        "preset; 1 when the run fails (e.g. --device cuda in a build without CUDA) or a case\n"
        "does (its row reads 'failed: ...'; the other cases still run).",
-       {"tools/bench_command.cc", "tools/model_flags.cc:device,block_tokens,prefill_chunk"},
+       {"tools/bench_command.cc",
+        "tools/model_flags.cc:device,block_tokens,prefill_chunk,max_step_tokens"},
        &RunBenchCommand},
   };
   return commands;

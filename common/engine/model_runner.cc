@@ -51,13 +51,12 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     const ModelSource& source, kernels::Backend* backend, const ModelRunnerOptions& options) {
   if (options.block_tokens <= 0 || options.block_tokens % 16 != 0 ||
       options.prefill_chunk_tokens <= 0 || options.max_step_tokens <= 0 ||
-      options.kv_cache_tokens < 0 ||
-      options.step_graph_rows < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bad runner options: block_tokens=", options.block_tokens, " (a multiple of 16), ",
-        "prefill_chunk_tokens=", options.prefill_chunk_tokens, ", max_step_tokens=",
-        options.max_step_tokens, ", kv_cache_tokens=",
-        options.kv_cache_tokens, ", step_graph_rows=", options.step_graph_rows));
+      options.kv_cache_tokens < 0 || options.step_graph_rows < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad runner options: block_tokens=", options.block_tokens,
+                     " (a multiple of 16), ", "prefill_chunk_tokens=", options.prefill_chunk_tokens,
+                     ", max_step_tokens=", options.max_step_tokens, ", kv_cache_tokens=",
+                     options.kv_cache_tokens, ", step_graph_rows=", options.step_graph_rows));
   }
   SS_ASSIGN_OR_RETURN(
       std::unique_ptr<model::LlamaModel> model,
@@ -73,7 +72,12 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   shape.head_dim = c.head_dim;
   SS_ASSIGN_OR_RETURN(std::unique_ptr<model::PagedKvCache> cache,
                       model::PagedKvCache::Create(shape, *backend));
-  return std::unique_ptr<ModelRunner>(new ModelRunner(std::move(model), std::move(cache), options));
+  std::unique_ptr<ModelRunner> runner(new ModelRunner(std::move(model), std::move(cache), options));
+  if (options.sequence_state_words > 0) {
+    SS_ASSIGN_OR_RETURN(runner->state_, SequenceStateTable::Create(*backend, options.max_sequences,
+                                                                   options.sequence_state_words));
+  }
+  return runner;
 }
 
 ModelRunner::ModelRunner(std::unique_ptr<model::LlamaModel> model,
@@ -121,10 +125,11 @@ absl::StatusOr<int> ModelRunner::BeginPrefill(absl::Span<const int32_t> prompt, 
   }
   for (int32_t t : prompt) {
     if (t < 0 || t >= config().vocab_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Prefill: token id ", t, " outside the vocabulary of ", config().vocab_size));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Prefill: token id ", t, " outside the vocabulary of ", config().vocab_size));
     }
   }
+  seq.id = next_sequence_id_++;
   if (!options_.enable_prefix_cache) return 0;
   const int bt = options_.block_tokens;
   std::vector<kv::BlockHash> hashes = kv::ComputeBlockHashes(prompt, bt);
@@ -159,8 +164,8 @@ absl::StatusOr<std::vector<model::ForwardSequence>> ModelRunner::PrepareStep(
     }
     const int64_t total = static_cast<int64_t>(r.seq->tokens.size() + r.tokens.size());
     if (total > max_context()) {
-      return absl::InvalidArgumentError(absl::StrCat("Step: KV index ", total - 1,
-                                                     " is past the context of ", max_context()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Step: KV index ", total - 1, " is past the context of ", max_context()));
     }
     const int64_t needed = (total + bt - 1) / bt;
     new_blocks += static_cast<int>(
@@ -241,8 +246,8 @@ absl::Status ModelRunner::Commit(SequenceKv& seq, absl::Span<const int32_t> keep
   const int n = static_cast<int>(seq.pending_tokens.size());
   for (size_t j = 0; j < keep.size(); ++j) {
     if (keep[j] < 0 || keep[j] >= n || (j > 0 && keep[j] <= keep[j - 1])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Commit: kept rows must be ascending indices below ", n, ", got ", keep[j]));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Commit: kept rows must be ascending indices below ", n, ", got ", keep[j]));
     }
   }
   const int bt = options_.block_tokens;
@@ -298,9 +303,9 @@ absl::StatusOr<int32_t> ModelRunner::PrefillSampled(
     rows.tokens.assign(prompt.begin() + start, prompt.begin() + start + len);
     rows.sample = last_chunk ? model::LogitRows::kLast : model::LogitRows::kNone;
     rows.pattern = pattern;
-    absl::StatusOr<std::vector<int32_t>> out = Step(absl::MakeConstSpan(&rows, 1),
-                                                    last_chunk ? sampling : no_rows,
-                                                    last_chunk ? on_layer_done : nullptr);
+    absl::StatusOr<std::vector<int32_t>> out =
+        Step(absl::MakeConstSpan(&rows, 1), last_chunk ? sampling : no_rows,
+             last_chunk ? on_layer_done : nullptr);
     if (!out.ok()) {
       Release(seq);
       return out.status();
@@ -379,11 +384,13 @@ absl::Status ModelRunner::AdoptPrefilledKv(absl::Span<const int32_t> prompt,
   }
   seq.tokens.assign(prompt.begin(), prompt.end());
   seq.block_ids = std::move(block_ids);
+  seq.id = next_sequence_id_++;
   RegisterFullBlocks(seq);
   return absl::OkStatus();
 }
 
 void ModelRunner::Release(SequenceKv& seq) {
+  if (state_ != nullptr) state_->Release(seq.id);
   pool_.Release(seq.block_ids);
   seq = SequenceKv();
 }

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/engine/model_source.h"
+#include "common/engine/sequence_state_table.h"
 #include "common/kv/block_hash.h"
 #include "common/kv/block_table.h"
 #include "common/kv/kv_block_pool.h"
@@ -43,7 +44,12 @@ struct ModelRunnerOptions {
   // streams wait at most one step's budget behind a long prompt.
   int max_step_tokens = 2048;
   bool enable_prefix_cache = true;  // reuse full blocks of earlier prompts
+  // Per-sequence persistent state on the backend (SequenceStateTable): slots of this many int32
+  // words, one per sequence in flight up to max_sequences; 0 = none (no method needs any yet).
+  int64_t sequence_state_words = 0;
+  int max_sequences = 256;
   // Decode batches of up to this many sequences run as step graphs (CUDA graphs) where the
+
   // backend has them; 0 = off. See LlamaModel::set_step_graph_rows.
   int step_graph_rows = model::LlamaModel::kDefaultStepGraphRows;
 };
@@ -56,6 +62,9 @@ struct SequenceKv {
   int num_cached_prompt_tokens = 0;         // prompt tokens served by the prefix cache
   // The speculative rows of its last step, at KV indices tokens.size() ...: Commit keeps some.
   std::vector<int32_t> pending_tokens;
+  // Stable identity from BeginPrefill / AdoptPrefilledKv to Release (0 = none yet): what its
+  // slot in the runner's SequenceStateTable is keyed by.
+  uint64_t id = 0;
 };
 
 // One sequence's rows in a ModelRunner step.
@@ -151,6 +160,8 @@ class ModelRunner {
   kv::KvBlockPool& mutable_pool() { return pool_; }
   // The KV memory, e.g. for registering it with a transport. Written only by forward steps.
   const model::PagedKvCache& cache() const { return *cache_; }
+  // The per-sequence state slots, or null when sequence_state_words is 0.
+  SequenceStateTable* sequence_state() { return state_.get(); }
   kernels::Backend& backend() const { return model_->backend(); }
   int block_tokens() const { return options_.block_tokens; }
 
@@ -174,6 +185,8 @@ class ModelRunner {
   std::unique_ptr<model::LlamaModel> model_;
   std::unique_ptr<model::PagedKvCache> cache_;
   kv::KvBlockPool pool_;
+  std::unique_ptr<SequenceStateTable> state_;
+  uint64_t next_sequence_id_ = 1;
 };
 
 }  // namespace sparseserve::engine

@@ -10,8 +10,8 @@ absl::Status ValidatePhase(const AttentionChoice& c, absl::string_view phase) {
     case AttentionMethod::kDense: return absl::OkStatus();
     case AttentionMethod::kSlidingWindow:
       if (c.window < 1) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            phase, " attention sliding-window needs a window >= 1, got ", c.window));
+        return absl::InvalidArgumentError(
+            absl::StrCat(phase, " attention sliding-window needs a window >= 1, got ", c.window));
       }
       if (c.sink_tokens < -1) {
         return absl::InvalidArgumentError(absl::StrCat(

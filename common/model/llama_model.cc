@@ -77,9 +77,8 @@ absl::StatusOr<LlamaModel::StepInputs> LlamaModel::FlattenBatch(
       return absl::InvalidArgumentError(absl::StrCat("Forward: sequence ", s, " has no tokens"));
     }
     if (!seq.positions.empty() && static_cast<int32_t>(seq.positions.size()) != n) {
-      return absl::InvalidArgumentError(absl::StrCat("Forward: sequence ", s, " has ",
-                                                     seq.positions.size(), " positions for ", n,
-                                                     " tokens"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Forward: sequence ", s, " has ", seq.positions.size(), " positions for ", n, " tokens"));
     }
     const int64_t blocks_needed = (end + block_tokens - 1) / block_tokens;
     if (static_cast<int64_t>(seq.block_table.size()) < blocks_needed) {
@@ -102,9 +101,9 @@ absl::StatusOr<LlamaModel::StepInputs> LlamaModel::FlattenBatch(
       const int32_t index = seq.start_pos + i;  // KV index of the row
       const int32_t pos = seq.positions.empty() ? index : seq.positions[i];
       if (pos < 0 || pos >= c.max_position_embeddings) {
-        return absl::InvalidArgumentError(absl::StrCat("Forward: sequence ", s, " reaches position ",
-                                                       pos, " outside the model's context of ",
-                                                       c.max_position_embeddings));
+        return absl::InvalidArgumentError(
+            absl::StrCat("Forward: sequence ", s, " reaches position ", pos,
+                         " outside the model's context of ", c.max_position_embeddings));
       }
       const int32_t block = seq.block_table[index / block_tokens];
       if (block < 0 || block >= cache.shape().num_blocks) {

@@ -29,8 +29,7 @@ absl::StatusOr<AttentionPlan> CpuBackend::PlanAttention(const AttentionBatch& ba
   plan.batch = &batch;  // the reference reads the host batch directly
   plan.workspace = &workspace;
   plan.shape = shape;
-  plan.scale =
-      batch.scale > 0 ? batch.scale : 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
+  plan.scale = batch.scale > 0 ? batch.scale : 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
   return plan;
 }
 

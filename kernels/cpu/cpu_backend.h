@@ -3,8 +3,8 @@
 // GEMMs go through OpenBLAS (single-threaded per call; parallelism comes from the process's one
 // core::ThreadPool splitting the work), everything else is plain C++ over the pool. Every op is
 // batch-invariant: a row's result is bitwise independent of the other rows of its call, so a
-// verify step of k rows equals k single-row steps exactly (speculation is lossless in CI). Weights and
-// activations must be f32 on this backend. Used by one engine thread at a time.
+// verify step of k rows equals k single-row steps exactly (speculation is lossless in CI). Weights
+// and activations must be f32 on this backend. Used by one engine thread at a time.
 #ifndef SPARSESERVE_KERNELS_CPU_CPU_BACKEND_H_
 #define SPARSESERVE_KERNELS_CPU_CPU_BACKEND_H_
 

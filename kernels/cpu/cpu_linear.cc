@@ -41,7 +41,8 @@ absl::Status CpuBackend::Linear(const Tensor& x, const Tensor& w, const Tensor& 
   const int64_t num_col_blocks = (out_features + kColumns - 1) / kColumns;
   const int64_t items = num_col_blocks * n;  // item = col_block * n + row
   // Each chunk gets at least ~256K multiply-adds so tiny models do not drown in task overhead.
-  const int64_t min_items = std::max<int64_t>(1, (256 * 1024) / std::max<int64_t>(1, kColumns * in));
+  const int64_t min_items =
+      std::max<int64_t>(1, (256 * 1024) / std::max<int64_t>(1, kColumns * in));
   pool_->ParallelFor(items, min_items, [&](int64_t i0, int64_t i1) {
     for (int64_t item = i0; item < i1; ++item) {
       const int64_t c0 = (item / n) * kColumns;
@@ -49,8 +50,8 @@ absl::Status CpuBackend::Linear(const Tensor& x, const Tensor& w, const Tensor& 
       const int64_t row = item % n;
       float* y = out.data<float>() + row * out_features;
       cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(c1 - c0), static_cast<int>(in),
-                  1.0f, w.data<float>() + c0 * in, static_cast<int>(in),
-                  x.data<float>() + row * in, 1, 0.0f, y + c0, 1);
+                  1.0f, w.data<float>() + c0 * in, static_cast<int>(in), x.data<float>() + row * in,
+                  1, 0.0f, y + c0, 1);
       if (!bias.empty()) {
         for (int64_t c = c0; c < c1; ++c) y[c] += bias.data<float>()[c];
       }

@@ -291,8 +291,8 @@ cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqs&
   if (cudaError_t err =
           LaunchOverlapping(DecodeAttentionKernel<D, G>, dim3(work.max_items, dims.kv_heads),
                             kThreads, kSmem, stream, reinterpret_cast<const __nv_bfloat16*>(q),
-                            reinterpret_cast<const __nv_bfloat16*>(kv_layer), seqs,
-                            work.num_items, work.items, dims, work.partial_out, work.partial_lse);
+                            reinterpret_cast<const __nv_bfloat16*>(kv_layer), seqs, work.num_items,
+                            work.items, dims, work.partial_out, work.partial_lse);
       err != cudaSuccess) {
     return err;
   }
@@ -323,10 +323,8 @@ cudaError_t LaunchDecodeAttention(const bf16_t* q, const bf16_t* kv_layer,
   if (dims.heads / dims.kv_heads > kMaxGroup) return cudaErrorInvalidValue;
   const int group = dims.heads / dims.kv_heads;
   switch (dims.head_dim) {
-    case 64:
-      return LaunchForGroup<64>(group, q, kv_layer, seqs, work, dims, out, stream);
-    case 128:
-      return LaunchForGroup<128>(group, q, kv_layer, seqs, work, dims, out, stream);
+    case 64: return LaunchForGroup<64>(group, q, kv_layer, seqs, work, dims, out, stream);
+    case 128: return LaunchForGroup<128>(group, q, kv_layer, seqs, work, dims, out, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -1,7 +1,7 @@
 // Attention for any head_dim up to 256 and any query length: one warp per (query row, head),
-// visiting the keys the row sees (kernels/attention_visibility.h) in order with an online softmax. Slow but simple: it serves models
-// whose head_dim the tensor-core kernels do not cover (stories260K: 8) and is the plainest
-// statement of the semantics the fast kernels must match.
+// visiting the keys the row sees (kernels/attention_visibility.h) in order with an online softmax.
+// Slow but simple: it serves models whose head_dim the tensor-core kernels do not cover
+// (stories260K: 8) and is the plainest statement of the semantics the fast kernels must match.
 #include <cuda_bf16.h>
 
 #include "kernels/attention_visibility.h"

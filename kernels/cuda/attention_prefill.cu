@@ -62,8 +62,7 @@ template <int D>
 __global__ void __launch_bounds__(kThreads)
     PrefillAttentionKernel(const __nv_bfloat16* __restrict__ q,
                            const __nv_bfloat16* __restrict__ kv, AttentionSeqs seq_arrays,
-                           const int2* tiles, AttentionDims dims,
-                           __nv_bfloat16* __restrict__ out) {
+                           const int2* tiles, AttentionDims dims, __nv_bfloat16* __restrict__ out) {
   constexpr int kStride = SmemStride<D>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);
@@ -284,10 +283,8 @@ cudaError_t LaunchPrefillAttention(const bf16_t* q, const bf16_t* kv_layer,
                                    const AttentionDims& dims, bf16_t* out, cudaStream_t stream) {
   if (num_tiles == 0) return cudaSuccess;
   switch (dims.head_dim) {
-    case 64:
-      return Launch<64>(q, kv_layer, seqs, tiles, num_tiles, dims, out, stream);
-    case 128:
-      return Launch<128>(q, kv_layer, seqs, tiles, num_tiles, dims, out, stream);
+    case 64: return Launch<64>(q, kv_layer, seqs, tiles, num_tiles, dims, out, stream);
+    case 128: return Launch<128>(q, kv_layer, seqs, tiles, num_tiles, dims, out, stream);
     default: return cudaErrorInvalidValue;
   }
 }

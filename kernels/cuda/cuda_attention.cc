@@ -79,9 +79,9 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
       masks.insert(masks.end(), sa.mask.begin(), sa.mask.end());
     }
     const bool window = sa.pattern.kind == AttentionMethodKind::kSlidingWindow;
-    seqs.insert(seqs.end(), {sa.q_begin, sa.q_len, sa.kv_len, table_begin,
-                             window ? sa.pattern.window : 0, window ? sa.pattern.sink_tokens : 0,
-                             mask_begin, 0});
+    seqs.insert(seqs.end(),
+                {sa.q_begin, sa.q_len, sa.kv_len, table_begin, window ? sa.pattern.window : 0,
+                 window ? sa.pattern.sink_tokens : 0, mask_begin, 0});
     const int blocks = (sa.kv_len + bt - 1) / bt;
     tables.insert(tables.end(), sa.block_table.begin(), sa.block_table.begin() + blocks);
     total_q = std::max(total_q, sa.q_begin + sa.q_len);
@@ -155,8 +155,7 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   plan.batch = &batch;
   plan.workspace = &workspace;
   plan.shape = shape;
-  plan.scale =
-      batch.scale > 0 ? batch.scale : 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
+  plan.scale = batch.scale > 0 ? batch.scale : 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
   AttentionPlan::Layout& l = plan.layout;
   const int32_t header[1] = {num_items};
   append(header, 1);  // offset 0: the decode item count (read on the device)
@@ -199,10 +198,10 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   if (workspace.metadata.device() != Device::kCuda) {
     return absl::InvalidArgumentError("Attention: the workspace is not in CUDA memory");
   }
-  SS_RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(workspace.metadata.raw_data(), host.data(), host.size() * sizeof(int32_t),
-                      cudaMemcpyHostToDevice, stream()),
-      "Attention metadata upload"));
+  SS_RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpyAsync(workspace.metadata.raw_data(), host.data(),
+                                 host.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream()),
+                 "Attention metadata upload"));
   return plan;
 }
 
@@ -228,11 +227,11 @@ absl::Status CudaBackend::Attention(const AttentionPlan& plan, const Tensor& q,
   SS_RETURN_IF_ERROR(BuildAttentionIndex(plan, q, kv_layer, layer));
   const AttentionShape& shape = plan.shape;
   const int bt = plan.batch->block_tokens;
-  if (q.dim(0) < plan.layout.total_q || q.dim(1) != shape.num_heads ||
-      q.dim(2) != shape.head_dim || kv_layer.dim(0) != 2 * shape.num_blocks ||
-      kv_layer.dim(1) != bt || kv_layer.dim(2) != shape.num_kv_heads ||
-      kv_layer.dim(3) != shape.head_dim || out.device() != Device::kCuda ||
-      out.dtype() != DType::kBf16 || !(out.shape() == q.shape()) || !out.is_contiguous()) {
+  if (q.dim(0) < plan.layout.total_q || q.dim(1) != shape.num_heads || q.dim(2) != shape.head_dim ||
+      kv_layer.dim(0) != 2 * shape.num_blocks || kv_layer.dim(1) != bt ||
+      kv_layer.dim(2) != shape.num_kv_heads || kv_layer.dim(3) != shape.head_dim ||
+      out.device() != Device::kCuda || out.dtype() != DType::kBf16 || !(out.shape() == q.shape()) ||
+      !out.is_contiguous()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Attention: q ", q.DebugString(), ", out ", out.DebugString(), " and kv_layer ",
         kv_layer.DebugString(), " do not match the plan (", shape.num_heads, "/",
@@ -256,8 +255,8 @@ absl::Status CudaBackend::Attention(const AttentionPlan& plan, const Tensor& q,
   const auto* kv_ptr = kv_layer.data<cuda::bf16_t>();
   auto* out_ptr = out.data<cuda::bf16_t>();
   if (l.generic) {
-    return CudaStatus(cuda::LaunchGenericAttention(q_ptr, kv_ptr, seqs, l.total_q,
-                                                   base + l.row_seq, dims, out_ptr, stream()),
+    return CudaStatus(cuda::LaunchGenericAttention(q_ptr, kv_ptr, seqs, l.total_q, base + l.row_seq,
+                                                   dims, out_ptr, stream()),
                       "Attention (generic)");
   }
   SS_RETURN_IF_ERROR(
@@ -274,9 +273,8 @@ absl::Status CudaBackend::Attention(const AttentionPlan& plan, const Tensor& q,
   work.num_merges = l.num_merges;
   work.partial_out = ws.partial.data<float>();
   work.partial_lse = work.partial_out + int64_t{l.max_decode_items} * dims.heads * dims.head_dim;
-  return CudaStatus(
-      cuda::LaunchDecodeAttention(q_ptr, kv_ptr, seqs, work, dims, out_ptr, stream()),
-      "Attention (decode)");
+  return CudaStatus(cuda::LaunchDecodeAttention(q_ptr, kv_ptr, seqs, work, dims, out_ptr, stream()),
+                    "Attention (decode)");
 }
 
 absl::Status CudaBackend::ReadKv(const Tensor& kv_layer, const Tensor& slots, const Tensor& k,
@@ -294,12 +292,11 @@ absl::Status CudaBackend::ReadKv(const Tensor& kv_layer, const Tensor& slots, co
                                                    " slots ", slots.DebugString(), " kv_layer ",
                                                    kv_layer.DebugString()));
   }
-  return CudaStatus(
-      cuda::LaunchReadKv(kv_layer.data<cuda::bf16_t>(), slots.data<int32_t>(), k.dim(0),
-                         static_cast<int>(kv_layer.dim(1)), static_cast<int>(k.dim(1)),
-                         static_cast<int>(k.dim(2)), k.data<cuda::bf16_t>(),
-                         v.data<cuda::bf16_t>(), stream()),
-      "ReadKv");
+  return CudaStatus(cuda::LaunchReadKv(kv_layer.data<cuda::bf16_t>(), slots.data<int32_t>(),
+                                       k.dim(0), static_cast<int>(kv_layer.dim(1)),
+                                       static_cast<int>(k.dim(1)), static_cast<int>(k.dim(2)),
+                                       k.data<cuda::bf16_t>(), v.data<cuda::bf16_t>(), stream()),
+                    "ReadKv");
 }
 
 }  // namespace sparseserve::kernels

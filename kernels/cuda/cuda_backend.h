@@ -91,7 +91,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<GemmCache> gemm_;
   Tensor error_flag_;  // i32 [1]: set by kernels that meet invalid indices
   int sm_count_ = 0;
-  bool capturing_ = false;  // inside CaptureGraph's `record`
+  bool capturing_ = false;                   // inside CaptureGraph's `record`
   std::unique_ptr<SamplingState> sampling_;  // created by the first Sample call
 };
 

@@ -157,9 +157,8 @@ cudaError_t LaunchGenericAttention(const bf16_t* q, const bf16_t* kv_layer,
                                    const AttentionDims& dims, bf16_t* out, cudaStream_t stream);
 
 // k, v [n, kv_heads, head_dim] = the keys and values at slots [n] (WriteKv's inverse).
-cudaError_t LaunchReadKv(const bf16_t* kv_layer, const int32_t* slots, int64_t n,
-                         int block_tokens, int kv_heads, int head_dim, bf16_t* k, bf16_t* v,
-                         cudaStream_t stream);
+cudaError_t LaunchReadKv(const bf16_t* kv_layer, const int32_t* slots, int64_t n, int block_tokens,
+                         int kv_heads, int head_dim, bf16_t* k, bf16_t* v, cudaStream_t stream);
 
 }  // namespace sparseserve::kernels::cuda
 

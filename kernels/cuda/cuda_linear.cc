@@ -40,8 +40,7 @@ CudaBackend::GemmCache::~GemmCache() {
 }
 
 CudaBackend::CudaBackend(std::shared_ptr<StreamHolder> stream)
-    : stream_(std::move(stream)),
-      gemm_(std::make_unique<GemmCache>()) {}
+    : stream_(std::move(stream)), gemm_(std::make_unique<GemmCache>()) {}
 
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream());

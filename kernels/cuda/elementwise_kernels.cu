@@ -413,9 +413,8 @@ cudaError_t LaunchWriteKv(const bf16_t* k, const bf16_t* v, const int32_t* slots
                            n, kv_layer, block_tokens, row_elems);
 }
 
-cudaError_t LaunchReadKv(const bf16_t* kv_layer, const int32_t* slots, int64_t n,
-                         int block_tokens, int kv_heads, int head_dim, bf16_t* k, bf16_t* v,
-                         cudaStream_t stream) {
+cudaError_t LaunchReadKv(const bf16_t* kv_layer, const int32_t* slots, int64_t n, int block_tokens,
+                         int kv_heads, int head_dim, bf16_t* k, bf16_t* v, cudaStream_t stream) {
   const int64_t row_elems = int64_t{kv_heads} * head_dim;
   if (n * row_elems == 0) return cudaSuccess;
   return LaunchOverlapping(ReadKvKernel, GridFor(n * row_elems, 256), 256, 0, stream, kv_layer,

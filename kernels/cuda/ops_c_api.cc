@@ -133,10 +133,9 @@ int ss_attention(ss_backend* be, const void* q_dev, const void* kv_layer_dev, in
     q_begin += q_lens[s];
     batch.sequences.push_back(std::move(sa));
   }
-  return Report(
-      RunAttention(*be->impl, batch, Bf16(q_dev, {q_begin, heads, head_dim}),
-                   Bf16(kv_layer_dev, {num_blocks * 2, block_tokens, kv_heads, head_dim}),
-                   Bf16(out_dev, {q_begin, heads, head_dim})));
+  return Report(RunAttention(*be->impl, batch, Bf16(q_dev, {q_begin, heads, head_dim}),
+                             Bf16(kv_layer_dev, {num_blocks * 2, block_tokens, kv_heads, head_dim}),
+                             Bf16(out_dev, {q_begin, heads, head_dim})));
 }
 
 }  // extern "C"

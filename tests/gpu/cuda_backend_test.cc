@@ -317,8 +317,8 @@ TEST_F(CudaBackendTest, AttentionPrefillChunkDecodeAndMixedBatches) {
 
 TEST_F(CudaBackendTest, AttentionMasksAndSlidingWindows) {
   const std::vector<std::vector<std::pair<int, int>>> shapes = {
-      {{1, 300}}, {{1, 5000}}, {{40, 300}}, {{130, 700}}, {{9, 9}},
-      {{5, 5}, {1, 130}, {64, 200}, {1, 1}, {33, 3000}, {1, 4000}},
+      {{1, 300}},   {{1, 5000}}, {{40, 300}},
+      {{130, 700}}, {{9, 9}},    {{5, 5}, {1, 130}, {64, 200}, {1, 1}, {33, 3000}, {1, 4000}},
   };
   for (int hd : {16, 64, 128}) {
     for (const auto& seqs : shapes) {
@@ -326,8 +326,8 @@ TEST_F(CudaBackendTest, AttentionMasksAndSlidingWindows) {
                                    std::pair{64, 70}, std::pair{1000, 0}}) {
         for (bool masks : {false, true}) {
           if (window == 0 && !masks) continue;  // dense: the test above
-          RunAttentionCase(*this, cpu_, *gpu_,
-                           AttnCase{hd, 32, 8, 64, seqs, window, sinks, masks}, rng_);
+          RunAttentionCase(*this, cpu_, *gpu_, AttnCase{hd, 32, 8, 64, seqs, window, sinks, masks},
+                           rng_);
         }
       }
     }
@@ -377,8 +377,7 @@ TEST_F(CudaBackendTest, BadInputsAreRejected) {
             absl::StatusCode::kInvalidArgument);
   batch.sequences[0].block_table = {0, 1};
   batch.sequences[0].pattern.kind = kernels::AttentionMethodKind::kTokenSelect;
-  EXPECT_EQ(kernels::RunAttention(*gpu_, batch, q, kv, q).code(),
-            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(kernels::RunAttention(*gpu_, batch, q, kv, q).code(), absl::StatusCode::kUnimplemented);
   batch.sequences[0].pattern = {};
   batch.sequences[0].mask = {3};  // not 0/1
   EXPECT_EQ(kernels::RunAttention(*gpu_, batch, q, kv, q).code(),

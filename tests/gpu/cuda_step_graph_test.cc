@@ -62,7 +62,7 @@ std::vector<ForwardSequence> Prompts(const std::vector<int>& lengths, int per_se
 }
 
 void ReplayMatchesKernelByKernel(CudaStepGraphTest::Run graphs, CudaStepGraphTest::Run eager,
-                                  const kernels::AttentionPattern& pattern, int per_seq) {
+                                 const kernels::AttentionPattern& pattern, int per_seq) {
   // Prompts end at different offsets within their blocks; one is long enough that its split-KV
   // chunk count changes while it grows.
   std::vector<ForwardSequence> seqs = Prompts({5, 63, 2000, 17}, per_seq);
@@ -155,8 +155,8 @@ TEST_F(CudaStepGraphTest, GrownWorkspacesAreMarkedAndCapturesCannotGrowThem) {
   auto plan = gpu_->PlanAttention(small, shape, ws);
   ASSERT_TRUE(plan.ok()) << plan.status();
   const uint64_t generation = ws.generation;
-  auto graph = gpu_->CaptureGraph(
-      [&] { return gpu_->Attention(*plan, q, (*cache)->layer(0), 0, out); });
+  auto graph =
+      gpu_->CaptureGraph([&] { return gpu_->Attention(*plan, q, (*cache)->layer(0), 0, out); });
   ASSERT_TRUE(graph.ok()) << graph.status();
   ASSERT_TRUE(gpu_->LaunchGraph(**graph).ok());
   const Tensor replayed = ToHost(out);

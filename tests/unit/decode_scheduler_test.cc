@@ -8,13 +8,13 @@
 #include <algorithm>
 
 #include "absl/synchronization/notification.h"
-#include "common/metrics/serving_metrics.h"
-#include "prometheus/registry.h"
 #include "common/core/thread_pool.h"
 #include "common/engine/kv_block_copy.h"
+#include "common/metrics/serving_metrics.h"
 #include "common/sampling/sampling_params.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "prometheus/registry.h"
 #include "tests/testing/test_model.h"
 
 namespace sparseserve::decode {
@@ -166,8 +166,8 @@ TEST_F(DecodeSchedulerTest, StepBudgetsAndChunkSizesGiveTheSameTokens) {
     }
     for (size_t i = 0; i < prompts.size(); ++i) {
       ASSERT_TRUE(sinks[i]->status_.ok()) << sinks[i]->status_;
-      EXPECT_EQ(sinks[i]->tokens_, want[i]) << "budget " << budget << " chunk " << chunk
-                                            << " request " << i;
+      EXPECT_EQ(sinks[i]->tokens_, want[i])
+          << "budget " << budget << " chunk " << chunk << " request " << i;
     }
     EXPECT_EQ(runner->pool().num_used_blocks(), 0);
   }

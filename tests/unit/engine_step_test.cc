@@ -197,7 +197,8 @@ TEST_F(StepTest, CommitKeepsExactlyTheChosenRowsKv) {
     }
   }
   EXPECT_EQ(SingleSteps(seq, {7, 8, 9}), SingleSteps(plain, {7, 8, 9}));
-  EXPECT_EQ(runner_->Commit(seq, {0}).code(), absl::StatusCode::kInvalidArgument);  // nothing pending
+  EXPECT_EQ(runner_->Commit(seq, {0}).code(),
+            absl::StatusCode::kInvalidArgument);  // nothing pending
   runner_->Release(seq);
   runner_->Release(plain);
   EXPECT_EQ(runner_->pool().num_used_blocks(), 0);
@@ -217,7 +218,7 @@ TEST_F(StepTest, SpeculativeRowsNeverEnterThePrefixCache) {
   ASSERT_TRUE(runner_->Step(absl::MakeConstSpan(&verify, 1), Greedy(0)).ok());
   EXPECT_EQ(runner_->pool().CachedHashes().size(), cached_before);
   EXPECT_EQ(runner_->Step(absl::MakeConstSpan(&verify, 1), Greedy(0)).status().code(),
-            absl::StatusCode::kInvalidArgument);  // commit first
+            absl::StatusCode::kInvalidArgument);   // commit first
   ASSERT_TRUE(runner_->Commit(seq, {0, 1}).ok());  // 39 tokens: block 2 still partial
   EXPECT_EQ(runner_->pool().CachedHashes().size(), cached_before);
   const std::vector<kv::BlockHash> committed = kv::ComputeBlockHashes(seq.tokens, 16);

@@ -39,7 +39,8 @@ Fixture MakeKv(CpuBackend& be, int kv_len, std::mt19937& rng) {
   const int blocks = (kv_len + kBlock - 1) / kBlock;
   f.table.assign(ids.begin(), ids.begin() + blocks);
   Tensor slots = Tensor::Zeros(DType::kI32, {kv_len});
-  for (int p = 0; p < kv_len; ++p) slots.data<int32_t>()[p] = f.table[p / kBlock] * kBlock + p % kBlock;
+  for (int p = 0; p < kv_len; ++p)
+    slots.data<int32_t>()[p] = f.table[p / kBlock] * kBlock + p % kBlock;
   EXPECT_TRUE(be.WriteKv(f.k, f.v, slots, f.kv_pool).ok());
   return f;
 }
@@ -69,7 +70,8 @@ std::vector<float> BruteForce(const Tensor& q, const Fixture& f, int kv_len, int
       for (int k = 0; k < kv_len; ++k) {
         if (!Sees(prefix, q_len, mask, window, sinks, i, k)) continue;
         double d = 0;
-        for (int j = 0; j < kHeadDim; ++j) d += double(q.GetFloat({i, h, j})) * f.k.GetFloat({k, g, j});
+        for (int j = 0; j < kHeadDim; ++j)
+          d += double(q.GetFloat({i, h, j})) * f.k.GetFloat({k, g, j});
         s.push_back(d / std::sqrt(double(kHeadDim)));
         keys.push_back(k);
       }
@@ -177,11 +179,11 @@ TEST_F(AttentionMaskTest, ArbitraryMasksWithEmptyRowsEqualBruteForce) {
 }
 
 TEST_F(AttentionMaskTest, SlidingWindowWithSinksEqualsBruteForce) {
-  Check(300, 1, {}, 32, 4);     // decode row
-  Check(300, 1, {}, 1, 0);      // sees only itself
-  Check(300, 40, {}, 50, 0);    // chunk, no sinks
-  Check(300, 40, {}, 17, 8);    // chunk, sinks and a window shorter than the chunk
-  Check(40, 40, {}, 500, 4);    // window larger than the context: dense
+  Check(300, 1, {}, 32, 4);                 // decode row
+  Check(300, 1, {}, 1, 0);                  // sees only itself
+  Check(300, 40, {}, 50, 0);                // chunk, no sinks
+  Check(300, 40, {}, 17, 8);                // chunk, sinks and a window shorter than the chunk
+  Check(40, 40, {}, 500, 4);                // window larger than the context: dense
   Check(120, 9, TreeMask(9, rng_), 20, 4);  // window and mask together
 }
 
@@ -217,7 +219,8 @@ TEST_F(AttentionMaskTest, RowsAreBitwiseIndependentOfTheirBatch) {
   sa.q_begin = 11;
   mixed.sequences = {chunk, verify, sa};
   Tensor q = Random({12, kHeads, kHeadDim}, rng_);
-  std::copy(qa.data<float>(), qa.data<float>() + qa.numel(), q.data<float>() + 11 * kHeads * kHeadDim);
+  std::copy(qa.data<float>(), qa.data<float>() + qa.numel(),
+            q.data<float>() + 11 * kHeads * kHeadDim);
   Tensor out = Tensor::Zeros(DType::kF32, {12, kHeads, kHeadDim});
   ASSERT_TRUE(RunAttention(be_, mixed, q, a.kv_pool, out).ok());
   for (int64_t i = 0; i < out_alone.numel(); ++i) {
