@@ -51,7 +51,6 @@ absl::Status GenerateRemote() {
   request.set_max_tokens(absl::GetFlag(FLAGS_max_tokens));
   request.set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
   v1::SamplingParams* s = request.mutable_sampling();
-  s->set_has_temperature(true);
   s->set_temperature(static_cast<float>(absl::GetFlag(FLAGS_temperature)));
   s->set_top_k(absl::GetFlag(FLAGS_top_k));
   s->set_top_p(static_cast<float>(absl::GetFlag(FLAGS_top_p)));
