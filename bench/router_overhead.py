@@ -34,7 +34,7 @@ def main():
             t1 = time.perf_counter()
             req = worker_pb2.DecodeRequest(request_id=f"direct-{i}", prompt_ids=ids, max_tokens=1,
                                            ignore_eos=True)
-            req.sampling.has_temperature = True
+            req.sampling.temperature = 0.0  # greedy (an unset temperature is 1.0)
             for _ in decode.Decode(req, timeout=30):
                 pass
             t2 = time.perf_counter()

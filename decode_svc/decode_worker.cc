@@ -49,6 +49,7 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Start(
                       engine::ModelRunner::Create(w->source_, w->backend_.get(), options.runner));
   DecodeWorkerInfo info;
   info.model = options.model_path;
+  info.request_defaults = options.request_defaults;
   std::string transfer_mode = "off (--kv-transfer=false)";
   if (options.enable_kv_transfer) {
     const model::PagedKvCache& cache = w->runner_->cache();

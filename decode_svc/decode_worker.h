@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "common/engine/model_runner.h"
 #include "common/engine/model_source.h"
+#include "common/engine/request_options.h"
 #include "common/metrics/metrics_exporter.h"
 #include "common/metrics/serving_metrics.h"
 #include "common/rpc/server_runner.h"
@@ -45,6 +46,9 @@ struct DecodeWorkerOptions {
   // prefills locally). Rounded down to whole blocks and capped at the KV pool's block count.
   // Default 2 GiB.
   size_t kv_staging_bytes = size_t{2} << 30;
+  // The attention and speculation methods of requests that leave them unset (the
+  // --attention / --spec flags); valid and implemented (checked by the caller).
+  engine::RequestOptions request_defaults;
 };
 
 class DecodeWorker {

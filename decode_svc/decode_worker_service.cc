@@ -6,21 +6,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/core/logging.h"
+#include "common/rpc/request_conversion.h"
 #include "common/rpc/status_conversion.h"
 
 namespace sparseserve::decode {
-
-sampling::SamplingParams FromProto(const v1::SamplingParams& p) {
-  sampling::SamplingParams s;
-  s.temperature = p.has_temperature() ? p.temperature() : 1.0f;
-  s.top_k = p.top_k();
-  s.top_p = p.top_p() == 0.0f ? 1.0f : p.top_p();
-  s.min_p = p.min_p();
-  s.repetition_penalty = p.repetition_penalty() == 0.0f ? 1.0f : p.repetition_penalty();
-  s.penalty_window = p.penalty_window();
-  s.seed = p.seed();
-  return s;
-}
 
 v1::FinishReason ToProto(engine::FinishReason reason) {
   switch (reason) {
@@ -232,11 +221,22 @@ grpc::ServerWriteReactor<v1::DecodeResponse>* DecodeWorkerService::Decode(
   DecodeJob job;
   job.request_id = request->request_id();
   job.prompt.assign(request->prompt_ids().begin(), request->prompt_ids().end());
-  job.sampling = FromProto(request->sampling());
+  job.sampling = rpc::SamplingFromProto(request->sampling());
   job.max_tokens = request->max_tokens() > 0 ? request->max_tokens() : 256;
   job.stop_token_ids.assign(request->stop_token_ids().begin(), request->stop_token_ids().end());
   job.ignore_eos = request->ignore_eos();
   job.sink = std::make_shared<DecodeStream::Sink>(stream->shared(), metrics_);
+  // Unset choices take this worker's flags; a bad or unimplemented one ends the call (and
+  // returns the reservation's blocks) before anything runs.
+  absl::StatusOr<engine::RequestOptions> options =
+      rpc::RequestOptionsFromProto(request->prefill_attention(), request->decode_attention(),
+                                   request->speculation(), info_.request_defaults);
+  if (!options.ok()) {
+    if (!request->reservation_id().empty()) reservations_->Release(request->reservation_id());
+    stream->Finish(rpc::ToGrpcStatus(options.status()));
+    return stream;
+  }
+  job.options = *std::move(options);
   metrics_->prompt_tokens().Increment(static_cast<double>(job.prompt.size()));
   if (!request->reservation_id().empty()) {
     absl::StatusOr<TakenKvReservation> taken = reservations_->Take(request->reservation_id());

@@ -12,6 +12,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/engine/model_runner.h"
+#include "common/engine/request_options.h"
 #include "common/metrics/serving_metrics.h"
 #include "common/transfer/remote_kv_pool.h"
 #include "decode_svc/decode_scheduler.h"
@@ -23,6 +24,7 @@ namespace sparseserve::decode {
 struct DecodeWorkerInfo {
   std::string model;               // path the worker loaded
   transfer::RemoteKvPool kv_pool;  // what a prefill worker needs to PUT here (empty: no UCX)
+  engine::RequestOptions request_defaults;  // what a Decode request leaves unset takes these
 };
 
 class DecodeWorkerService final : public v1::DecodeWorker::CallbackService {
@@ -59,8 +61,7 @@ class DecodeWorkerService final : public v1::DecodeWorker::CallbackService {
   kv::PrefixCacheStats reported_ ABSL_GUARDED_BY(stats_mu_);
 };
 
-// Proto <-> engine conversions shared by the workers.
-sampling::SamplingParams FromProto(const v1::SamplingParams& p);
+// Proto <-> engine conversions shared by the workers (sampling: rpc::SamplingFromProto).
 v1::FinishReason ToProto(engine::FinishReason reason);
 v1::KvLayout LayoutOf(const engine::ModelRunner& runner);
 

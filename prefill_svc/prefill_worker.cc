@@ -60,8 +60,9 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(
   w->engine_ =
       std::make_unique<PrefillEngine>(w->runner_.get(), w->kv_source_.get(), w->ring_.get(),
                                       options.max_queued, options.fault_put_delay);
-  w->service_ = std::make_unique<PrefillWorkerService>(w->engine_.get(), w->runner_.get(),
-                                                       w->metrics_.get(), options.model_path);
+  w->service_ =
+      std::make_unique<PrefillWorkerService>(w->engine_.get(), w->runner_.get(), w->metrics_.get(),
+                                             options.model_path, options.request_defaults);
   SS_ASSIGN_OR_RETURN(w->server_, rpc::RpcServer::Start(options.address, {w->service_.get()}));
   SS_LOG_INFO("prefill worker serving {} on port {} (metrics on {}); KV transfer {}",
               options.model_path, w->port(), w->metrics_port(), transfer_mode);

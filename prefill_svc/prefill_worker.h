@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "common/engine/model_runner.h"
 #include "common/engine/model_source.h"
+#include "common/engine/request_options.h"
 #include "common/metrics/metrics_exporter.h"
 #include "common/metrics/serving_metrics.h"
 #include "common/rpc/server_runner.h"
@@ -42,6 +43,9 @@ struct PrefillWorkerOptions {
   size_t kv_staging_bytes = size_t{256} << 20;
   // Fault injection for tests: sleep this long after each layer's KV PUT (PrefillEngine).
   absl::Duration fault_put_delay = absl::ZeroDuration();
+  // The attention and speculation methods of requests that leave them unset (the
+  // --attention / --spec flags); valid and implemented (checked by the caller).
+  engine::RequestOptions request_defaults;
 };
 
 class PrefillWorkerService;

@@ -1,6 +1,7 @@
 #include "prefill_svc/prefill_worker_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/rpc/request_conversion.h"
 #include "common/rpc/status_conversion.h"
 #include "decode_svc/decode_worker_service.h"
 
@@ -36,8 +37,13 @@ absl::StatusOr<PrefillTarget> TargetFromProto(const v1::KvReservation& r) {
 }  // namespace
 
 PrefillWorkerService::PrefillWorkerService(PrefillEngine* engine, engine::ModelRunner* runner,
-                                           metrics::ServingMetrics* metrics, std::string model)
-    : engine_(engine), runner_(runner), metrics_(metrics), model_(std::move(model)) {}
+                                           metrics::ServingMetrics* metrics, std::string model,
+                                           engine::RequestOptions request_defaults)
+    : engine_(engine),
+      runner_(runner),
+      metrics_(metrics),
+      model_(std::move(model)),
+      request_defaults_(std::move(request_defaults)) {}
 
 grpc::ServerUnaryReactor* PrefillWorkerService::Prefill(grpc::CallbackServerContext* context,
                                                         const v1::PrefillRequest* request,
@@ -46,13 +52,21 @@ grpc::ServerUnaryReactor* PrefillWorkerService::Prefill(grpc::CallbackServerCont
   PrefillTask task;
   task.request_id = request->request_id();
   task.prompt.assign(request->prompt_ids().begin(), request->prompt_ids().end());
-  task.sampling = decode::FromProto(request->sampling());
+  task.sampling = rpc::SamplingFromProto(request->sampling());
   task.deadline = absl::FromChrono(context->deadline());
   if (absl::Status s = sampling::Validate(task.sampling); !s.ok() || task.prompt.empty()) {
     reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                  s.ok() ? "empty prompt" : std::string(s.message())));
     return reactor;
   }
+  absl::StatusOr<engine::RequestOptions> options =
+      rpc::RequestOptionsFromProto(request->prefill_attention(), request->decode_attention(),
+                                   request->speculation(), request_defaults_);
+  if (!options.ok()) {
+    reactor->Finish(rpc::ToGrpcStatus(options.status()));
+    return reactor;
+  }
+  task.options = *std::move(options);
   for (int32_t t : task.prompt) {
     if (t < 0 || t >= runner_->config().vocab_size) {
       reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "token id out of range"));

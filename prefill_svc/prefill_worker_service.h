@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/engine/model_runner.h"
+#include "common/engine/request_options.h"
 #include "common/metrics/serving_metrics.h"
 #include "prefill_svc/prefill_engine.h"
 #include "sparseserve/v1/worker.grpc.pb.h"
@@ -15,8 +16,11 @@ namespace sparseserve::prefill {
 
 class PrefillWorkerService final : public v1::PrefillWorker::CallbackService {
  public:
+  // `request_defaults`: what a Prefill request leaves unset of its attention and speculation
+  // choices takes these (the worker's flags).
   PrefillWorkerService(PrefillEngine* engine, engine::ModelRunner* runner,
-                       metrics::ServingMetrics* metrics, std::string model);
+                       metrics::ServingMetrics* metrics, std::string model,
+                       engine::RequestOptions request_defaults);
 
   grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* context,
                                     const v1::PrefillRequest* request,
@@ -33,6 +37,7 @@ class PrefillWorkerService final : public v1::PrefillWorker::CallbackService {
   engine::ModelRunner* runner_;
   metrics::ServingMetrics* metrics_;
   const std::string model_;
+  const engine::RequestOptions request_defaults_;
 };
 
 }  // namespace sparseserve::prefill

@@ -130,6 +130,9 @@ v1::DecodeRequest GenerateCall::LocalDecodeRequestLocked() const {
   request.set_request_id(request_.request_id);
   request.mutable_prompt_ids()->Add(request_.prompt_ids.begin(), request_.prompt_ids.end());
   *request.mutable_sampling() = request_.sampling;
+  *request.mutable_prefill_attention() = request_.prefill_attention;
+  *request.mutable_decode_attention() = request_.decode_attention;
+  *request.mutable_speculation() = request_.speculation;
   request.set_max_tokens(request_.max_tokens);
   request.mutable_stop_token_ids()->Add(request_.stop_token_ids.begin(),
                                         request_.stop_token_ids.end());
@@ -180,6 +183,9 @@ void GenerateCall::OnReserveDone(int decode_idx, int prefill_idx, const grpc::St
       request.mutable_prompt_ids()->Add(request_.prompt_ids.begin(), request_.prompt_ids.end());
       *request.mutable_reservation() = response.reservation();
       *request.mutable_sampling() = request_.sampling;
+      *request.mutable_prefill_attention() = request_.prefill_attention;
+      *request.mutable_decode_attention() = request_.decode_attention;
+      *request.mutable_speculation() = request_.speculation;
       prefill_idx_ = prefill_idx;
       ++num_prefill_attempts_;
       WorkerRegistry& registry = *resources_->registry;

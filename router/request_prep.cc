@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/core/status.h"
+#include "common/rpc/request_conversion.h"
+#include "common/sampling/sampling_params.h"
 
 namespace sparseserve::router {
 namespace {
@@ -21,19 +23,6 @@ absl::Status CheckIds(absl::Span<const int32_t> ids, int vocab_size, absl::strin
 }
 
 }  // namespace
-
-sampling::SamplingParams SamplingFromProto(const v1::SamplingParams& proto) {
-  sampling::SamplingParams params;
-  params.temperature = proto.has_temperature() ? proto.temperature() : 1.0f;
-  params.top_k = proto.top_k();
-  params.top_p = proto.top_p() == 0.0f ? 1.0f : proto.top_p();
-  params.min_p = proto.min_p();
-  params.repetition_penalty =
-      proto.repetition_penalty() == 0.0f ? 1.0f : proto.repetition_penalty();
-  params.penalty_window = proto.penalty_window();
-  params.seed = proto.seed();
-  return params;
-}
 
 std::string NewRequestId() {
   absl::BitGen gen;
@@ -72,11 +61,18 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& reques
   }
   out.max_tokens = request.max_tokens() == 0 ? limits.default_max_tokens : request.max_tokens();
   SS_RETURN_IF_ERROR(
-      AnnotateStatus(sampling::Validate(SamplingFromProto(request.sampling())), "sampling"));
+      AnnotateStatus(sampling::Validate(rpc::SamplingFromProto(request.sampling())), "sampling"));
+  SS_RETURN_IF_ERROR(rpc::RequestOptionsFromProto(request.prefill_attention(),
+                                                  request.decode_attention(), request.speculation(),
+                                                  limits.request_defaults)
+                         .status());
   out.stop_token_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
   SS_RETURN_IF_ERROR(CheckIds(out.stop_token_ids, limits.vocab_size, "stop_token_ids"));
   out.stop.assign(request.stop().begin(), request.stop().end());
   out.sampling = request.sampling();
+  out.prefill_attention = request.prefill_attention();
+  out.decode_attention = request.decode_attention();
+  out.speculation = request.speculation();
   out.ignore_eos = request.ignore_eos();
   out.request_id = request.request_id().empty() ? NewRequestId() : request.request_id();
   return out;

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/sampling/sampling_params.h"
+#include "common/engine/request_options.h"
 #include "common/tokenizer/tokenizer.h"
 #include "sparseserve/v1/generation.pb.h"
 
@@ -20,6 +20,8 @@ struct PrepareLimits {
   int vocab_size = 0;            // token ids must be in [0, vocab_size)
   int max_context = 0;           // prompts must be shorter than this (tokens)
   int default_max_tokens = 256;  // used when the request's max_tokens is 0
+  // Fill the request's unset attention / speculation choices for its checks only.
+  engine::RequestOptions request_defaults;
 };
 
 // A validated request, ready to route.
@@ -27,15 +29,16 @@ struct PreparedRequest {
   std::string request_id;           // the client's, or a generated "req-<16 hex>"
   std::vector<int32_t> prompt_ids;  // tokenized text (BOS per the tokenizer) or the given ids
   v1::SamplingParams sampling;      // as sent by the client (forwarded to the workers)
-  int max_tokens = 0;               // > 0
-  std::vector<std::string> stop;    // stop strings
+  // The attention and speculation choices as sent by the client (forwarded to the workers,
+  // which fill unset ones from their own flags).
+  v1::PrefillAttention prefill_attention;
+  v1::DecodeAttention decode_attention;
+  v1::Speculation speculation;
+  int max_tokens = 0;             // > 0
+  std::vector<std::string> stop;  // stop strings
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
 };
-
-// The engine's SamplingParams for the proto's fields: has_temperature=false means 1.0; top_p 0
-// means 1 (off); repetition_penalty 0 means 1 (off).
-sampling::SamplingParams SamplingFromProto(const v1::SamplingParams& proto);
 
 // A new random request id, "req-" + 16 hex digits.
 std::string NewRequestId();
@@ -43,7 +46,9 @@ std::string NewRequestId();
 // Validates and tokenizes `request`. Returns kInvalidArgument (naming the field) for: no prompt
 // (no text and no ids, or an empty one), text the tokenizer rejects, a token id or stop token
 // id outside [0, vocab_size), a prompt of max_context tokens or more, max_tokens < 0, sampling
-// parameters sampling::Validate rejects.
+// parameters sampling::Validate rejects, an unknown attention or speculation method or one
+// engine::Validate rejects (with limits.request_defaults filling unset choices); kUnimplemented
+// naming a chosen method this build does not have yet.
 absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& request,
                                                const tokenizer::Tokenizer& tokenizer,
                                                const PrepareLimits& limits);

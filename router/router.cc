@@ -60,7 +60,8 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(RouterOptions options) {
                     .requests = &router->requests_,
                     .limits = {.vocab_size = source->config.vocab_size,
                                .max_context = source->config.max_position_embeddings,
-                               .default_max_tokens = router->options_.default_max_tokens}};
+                               .default_max_tokens = router->options_.default_max_tokens,
+                               .request_defaults = router->options_.request_defaults}};
   router->service_ = std::make_unique<GenerationService>(&router->resources_);
   SS_LOG_INFO("router: model {} ({} decode, {} prefill workers; {} decode healthy)",
               router->options_.model_path, router->options_.decode_workers.size(),

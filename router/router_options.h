@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/engine/request_options.h"
 #include "common/rpc/channel_cache.h"
 #include "prometheus/registry.h"
 
@@ -47,6 +48,10 @@ struct RouterOptions {
   int migration_limit = 3;
   // max_tokens used when a request leaves it 0; default 256 (generation.proto).
   int default_max_tokens = 256;
+  // Attention and speculation methods that fill what a request leaves unset when the router
+  // checks it (the --attention / --spec flags). The request is forwarded as given: each worker
+  // fills the unset choices from its own flags (docs/api.md).
+  engine::RequestOptions request_defaults;
 
   // Channel settings of the worker connections (keepalive, message size).
   rpc::ChannelOptions channel;

@@ -11,6 +11,7 @@
 #include "router/generation_client.h"
 #include "tools/command.h"
 #include "tools/model_flags.h"
+#include "tools/request_options_flags.h"
 
 ABSL_FLAG(std::string, prompt, "", "Prompt text (required).");
 ABSL_FLAG(int, max_tokens, 256, "Maximum number of new tokens to generate.");
@@ -50,8 +51,8 @@ absl::Status GenerateRemote() {
   request.set_text(absl::GetFlag(FLAGS_prompt));
   request.set_max_tokens(absl::GetFlag(FLAGS_max_tokens));
   request.set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+  SS_RETURN_IF_ERROR(SetRequestOptionsFromChangedFlags(&request));
   v1::SamplingParams* s = request.mutable_sampling();
-  s->set_has_temperature(true);
   s->set_temperature(static_cast<float>(absl::GetFlag(FLAGS_temperature)));
   s->set_top_k(absl::GetFlag(FLAGS_top_k));
   s->set_top_p(static_cast<float>(absl::GetFlag(FLAGS_top_p)));
@@ -80,6 +81,8 @@ absl::Status Generate() {
     return absl::InvalidArgumentError("--prompt is required (see --help)");
   }
   if (!absl::GetFlag(FLAGS_server).empty()) return GenerateRemote();
+  // Checked before the model loads: a bad flag fails at once.
+  SS_ASSIGN_OR_RETURN(const engine::RequestOptions request_options, RequestOptionsFromFlags());
   SS_ASSIGN_OR_RETURN(Device device, DeviceFromFlags());
   SS_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend, kernels::CreateBackend(device));
   SS_ASSIGN_OR_RETURN(engine::ModelSource source, engine::OpenModelSource(ModelPathFromFlags()));
@@ -98,6 +101,7 @@ absl::Status Generate() {
   request.sampling.repetition_penalty = static_cast<float>(absl::GetFlag(FLAGS_repetition_penalty));
   request.sampling.penalty_window = absl::GetFlag(FLAGS_penalty_window);
   request.sampling.seed = absl::GetFlag(FLAGS_seed);
+  request.options = request_options;
 
   engine::Generator generator(runner.get(), source.tokenizer.get());
   SS_ASSIGN_OR_RETURN(engine::GenerationResult result,

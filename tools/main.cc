@@ -19,8 +19,10 @@ const std::vector<Command>& Commands() {
        "Loads a model (a .gguf file or a Hugging Face directory with config.json,\n"
        "*.safetensors and tokenizer.json), encodes the prompt, and streams the continuation to\n"
        "stdout as it is generated. A one-line summary (prompt tokens, new tokens, time to first\n"
-       "token, tokens/s) goes to stderr. --temperature 0 is greedy decoding.",
-       {"tools/generate_command.cc", "tools/model_flags.cc"},
+       "token, tokens/s) goes to stderr. --temperature 0 is greedy decoding. The attention and\n"
+       "speculation flags choose the request's methods; with --server only those changed from\n"
+       "their defaults are sent, and the server's defaults fill the rest.",
+       {"tools/generate_command.cc", "tools/request_options_flags.cc", "tools/model_flags.cc"},
        &RunGenerateCommand},
       {"decode",
        "run a decode worker (continuous batching, KV import over UCX)",
@@ -31,7 +33,7 @@ const std::vector<Command>& Commands() {
        "'READY decode <address> metrics <address>' on stdout once serving; SIGINT/SIGTERM drain\n"
        "in-flight requests and exit.",
        {"tools/decode_command.cc", "tools/kv_staging_flags.cc:kv_staging,kv_staging_mb",
-        "tools/serve_flags.cc", "tools/model_flags.cc"},
+        "tools/request_options_flags.cc", "tools/serve_flags.cc", "tools/model_flags.cc"},
        &RunDecodeCommand},
       {"prefill",
        "run a prefill worker (chunked prefill, KV export over UCX)",
@@ -40,15 +42,19 @@ const std::vector<Command>& Commands() {
        "cache) and PUTs each layer's blocks over UCX into the decode worker's reservation as\n"
        "soon as the layer is done, then returns the first token. Prints 'READY prefill ...'.",
        {"tools/prefill_command.cc", "tools/kv_staging_flags.cc:kv_staging,prefill_kv_staging_mb",
-        "tools/serve_flags.cc", "tools/model_flags.cc"},
+        "tools/request_options_flags.cc", "tools/serve_flags.cc", "tools/model_flags.cc"},
        &RunPrefillCommand},
       {"router",
        "run the router (public Generation API) in front of running workers",
        "sparseserve router --model PATH --decode-workers A,B [--prefill-workers C] ...",
        "Serves sparseserve.v1.Generation: tokenizes, routes by load and prefix-cache overlap,\n"
        "sends long uncached prompts to prefill workers (--disagg-threshold), streams tokens,\n"
-       "retries and migrates on worker failure. --model is used for the tokenizer only.",
-       {"tools/router_command.cc", "tools/serve_flags.cc", "tools/model_flags.cc"},
+       "retries and migrates on worker failure. --model is used for the tokenizer only.\n"
+       "A request's attention and speculation choices are checked with this router's flags\n"
+       "filling what it leaves unset, then forwarded as given: each worker fills them from its\n"
+       "own flags (run the router and workers with the same ones; `up` does).",
+       {"tools/router_command.cc", "tools/request_options_flags.cc", "tools/serve_flags.cc",
+        "tools/model_flags.cc"},
        &RunRouterCommand},
       {"up",
        "start router + prefill + decode workers on this machine (first run)",
@@ -58,7 +64,7 @@ const std::vector<Command>& Commands() {
        "line per worker, then 'READY up <address> metrics <address>'. Use `sparseserve generate\n"
        "--server <address>` to talk to it. SIGINT/SIGTERM stop everything cleanly.",
        {"tools/up_command.cc", "tools/router_command.cc", "tools/kv_staging_flags.cc",
-        "tools/serve_flags.cc", "tools/model_flags.cc"},
+        "tools/request_options_flags.cc", "tools/serve_flags.cc", "tools/model_flags.cc"},
        &RunUpCommand},
       {"bench",
        "time prefill and decode of a synthetic model against the device's roofline",

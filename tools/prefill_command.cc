@@ -7,6 +7,7 @@
 #include "tools/command.h"
 #include "tools/kv_staging_flags.h"
 #include "tools/model_flags.h"
+#include "tools/request_options_flags.h"
 #include "tools/serve_flags.h"
 #include "tools/termination_signal.h"
 
@@ -37,7 +38,9 @@ int RunPrefillCommand(const std::vector<char*>& positional) {
   absl::StatusOr<Device> device = DeviceFromFlags();
   absl::StatusOr<transfer::KvStagingMode> staging = KvStagingModeFromFlags();
   absl::StatusOr<size_t> staging_bytes = PrefillKvStagingBytesFromFlags();
-  for (const absl::Status& s : {device.status(), staging.status(), staging_bytes.status()}) {
+  absl::StatusOr<engine::RequestOptions> request_defaults = RequestOptionsFromFlags();
+  for (const absl::Status& s :
+       {device.status(), staging.status(), staging_bytes.status(), request_defaults.status()}) {
     if (!s.ok()) {
       std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
       return 2;
@@ -46,6 +49,7 @@ int RunPrefillCommand(const std::vector<char*>& positional) {
   options.device = *device;
   options.kv_staging = *staging;
   options.kv_staging_bytes = *staging_bytes;
+  options.request_defaults = *request_defaults;
   auto worker = prefill::PrefillWorker::Start(options);
   if (!worker.ok()) {
     std::fprintf(stderr, "error: %s\n", worker.status().ToString().c_str());

@@ -9,6 +9,7 @@
 #include "router/router.h"
 #include "tools/command.h"
 #include "tools/model_flags.h"
+#include "tools/request_options_flags.h"
 #include "tools/serve_flags.h"
 #include "tools/termination_signal.h"
 
@@ -77,6 +78,12 @@ int RunRouterCommand(const std::vector<char*>& positional) {
     std::fprintf(stderr, "error: --decode-workers is required (see --help)\n");
     return 2;
   }
+  absl::StatusOr<engine::RequestOptions> request_defaults = RequestOptionsFromFlags();
+  if (!request_defaults.ok()) {
+    std::fprintf(stderr, "error: %s\n", request_defaults.status().ToString().c_str());
+    return 2;
+  }
+  options.request_defaults = *request_defaults;
   if (absl::Status s = ServeRouter(std::move(options), "router", nullptr); !s.ok()) {
     std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
     return 1;

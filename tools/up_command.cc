@@ -1,5 +1,7 @@
 // `sparseserve up`: router + N prefill + M decode worker processes on this machine.
 #include <cstdio>
+#include <iterator>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
@@ -8,6 +10,7 @@
 #include "router/router.h"
 #include "tools/child_process.h"
 #include "tools/command.h"
+#include "tools/request_options_flags.h"
 #include "tools/termination_signal.h"
 
 ABSL_FLAG(int, num_prefill, 1, "Prefill worker processes to start.");
@@ -41,7 +44,9 @@ constexpr const char* kForwardedFlags[] = {"model",
 
 std::vector<std::string> WorkerArgs(const char* role) {
   std::vector<std::string> args = {role, "--address=127.0.0.1:0", "--metrics_address=127.0.0.1:0"};
-  for (const char* name : kForwardedFlags) {
+  std::vector<const char*> names(std::begin(kForwardedFlags), std::end(kForwardedFlags));
+  names.insert(names.end(), RequestOptionFlagNames().begin(), RequestOptionFlagNames().end());
+  for (const char* name : names) {
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     if (flag != nullptr && flag->CurrentValue() != flag->DefaultValue()) {
       args.push_back(absl::StrCat("--", name, "=", flag->CurrentValue()));
@@ -64,8 +69,15 @@ int RunUpCommand(const std::vector<char*>& positional) {
     std::fprintf(stderr, "error: need --num-decode >= 1 and --num-prefill >= 0\n");
     return 2;
   }
+  // The router checks requests with these defaults; the workers get the same flags.
+  absl::StatusOr<engine::RequestOptions> request_defaults = RequestOptionsFromFlags();
+  if (!request_defaults.ok()) {
+    std::fprintf(stderr, "error: %s\n", request_defaults.status().ToString().c_str());
+    return 2;
+  }
   std::vector<std::unique_ptr<ChildProcess>> children;
   router::RouterOptions options = RouterOptionsFromFlags();
+  options.request_defaults = *request_defaults;
   options.decode_workers.clear();
   options.prefill_workers.clear();
   const absl::Duration start_timeout = absl::Seconds(absl::GetFlag(FLAGS_worker_start_seconds));

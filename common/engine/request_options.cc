@@ -1,6 +1,7 @@
 #include "common/engine/request_options.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/core/status.h"
 
 namespace sparseserve::engine {
 namespace {
@@ -44,6 +45,13 @@ absl::Status ValidatePhase(const AttentionChoice& c, absl::string_view phase) {
   return absl::InvalidArgumentError("unknown attention method");
 }
 
+// ParseAttentionMethod with the flag that gave the name in front of an error.
+absl::StatusOr<AttentionMethod> ParseNamedBy(absl::string_view flag, absl::string_view name) {
+  absl::StatusOr<AttentionMethod> method = ParseAttentionMethod(name);
+  if (!method.ok()) return AnnotateStatus(method.status(), flag);
+  return method;
+}
+
 }  // namespace
 
 absl::StatusOr<AttentionMethod> ParseAttentionMethod(absl::string_view name) {
@@ -85,6 +93,22 @@ absl::string_view SpecMethodName(SpecMethod method) {
     case SpecMethod::kSparseSelf: return "sparse-self";
   }
   return "?";
+}
+
+absl::Status ApplyAttentionMethodNames(absl::string_view attention, absl::string_view prefill,
+                                       absl::string_view decode, RequestOptions* options) {
+  if (!attention.empty()) {
+    SS_ASSIGN_OR_RETURN(const AttentionMethod m, ParseNamedBy("--attention", attention));
+    if (m != AttentionMethod::kTokenSelect) options->prefill.method = m;
+    if (m != AttentionMethod::kMInference) options->decode.method = m;
+  }
+  if (!prefill.empty()) {
+    SS_ASSIGN_OR_RETURN(options->prefill.method, ParseNamedBy("--prefill-attention", prefill));
+  }
+  if (!decode.empty()) {
+    SS_ASSIGN_OR_RETURN(options->decode.method, ParseNamedBy("--decode-attention", decode));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Validate(const RequestOptions& options) {

@@ -64,6 +64,15 @@ absl::string_view AttentionMethodName(AttentionMethod method);
 absl::StatusOr<SpecMethod> ParseSpecMethod(absl::string_view name);
 absl::string_view SpecMethodName(SpecMethod method);
 
+// Applies the attention method names of the command line over `options`: the shorthand
+// `attention` (--attention) sets the phase(s) its method belongs to — dense and sliding-window
+// both, minference the prefill, tokenselect the decode — and the per-phase names `prefill`
+// (--prefill-attention) and `decode` (--decode-attention) win over it. "" = not given (the
+// phase keeps its method). kInvalidArgument naming the flag for an unknown name; a method in the
+// wrong phase is left to Validate.
+absl::Status ApplyAttentionMethodNames(absl::string_view attention, absl::string_view prefill,
+                                       absl::string_view decode, RequestOptions* options);
+
 // kInvalidArgument when a method is used in the wrong phase (tokenselect for prefill,
 // minference for decode) or its parameters are out of range (a sliding window < 1, ...).
 absl::Status Validate(const RequestOptions& options);

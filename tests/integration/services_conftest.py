@@ -94,8 +94,7 @@ def greedy_request(prompt=None, ids=None, max_tokens=40, **kw):
         req.token_ids.ids.extend(ids)
     else:
         req.text = prompt
-    req.sampling.has_temperature = True
-    req.sampling.temperature = 0.0
+    req.sampling.temperature = 0.0  # `optional`: set to 0 is present, so greedy
     return req
 
 

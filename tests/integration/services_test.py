@@ -9,9 +9,9 @@ import time
 import grpc
 import pytest
 
-from services_conftest import (BIN, Cluster, free_port, gen_pb2, greedy_request, metric,
+from services_conftest import (BIN, MODEL, Cluster, free_port, gen_pb2, greedy_request, metric,
                                prompts, reference_tokens, run, send_garbage, wait_until,
-                               worker_status)
+                               worker_grpc, worker_pb2, worker_status)
 
 GOLDEN = open(os.path.join(os.path.dirname(__file__), "..", "data",
                            "golden_once_upon_a_time.txt")).read()[:-1]
@@ -510,3 +510,180 @@ def scrape_lines(address):
     import urllib.request
     with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as r:
         return r.read().decode().splitlines()
+
+
+def _code_and_details(stub, request):
+    with pytest.raises(grpc.RpcError) as err:
+        run(stub, request)
+    return err.value.code(), err.value.details()
+
+
+def test_request_options_unknown_or_not_built_are_refused_by_name():
+    c = Cluster(num_prefill=1, num_decode=1, extra=["--disagg-threshold=3"])
+    try:
+        for field, value in (("prefill_attention", "flash"), ("decode_attention", "sparse"),
+                             ("speculation", "medusa"), ("decode_attention", "Dense")):
+            req = greedy_request("Once upon a time", max_tokens=8)
+            getattr(req, field).method = value
+            code, details = _code_and_details(c.stub, req)
+            assert code == grpc.StatusCode.INVALID_ARGUMENT, (field, value)
+            assert f"{field}.method" in details and f"'{value}'" in details
+        req = greedy_request("Once upon a time", max_tokens=8)
+        req.prefill_attention.method = "tokenselect"  # a decode method
+        assert _code_and_details(c.stub, req)[0] == grpc.StatusCode.INVALID_ARGUMENT
+        req = greedy_request("Once upon a time", max_tokens=8)
+        req.decode_attention.method = "sliding-window"
+        req.decode_attention.window = 0
+        code, details = _code_and_details(c.stub, req)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "window" in details
+        for field, value in (("prefill_attention", "minference"),
+                             ("decode_attention", "tokenselect"), ("speculation", "lookahead"),
+                             ("speculation", "tokenswift")):
+            req = greedy_request("Once upon a time", max_tokens=8)
+            getattr(req, field).method = value
+            code, details = _code_and_details(c.stub, req)
+            assert code == grpc.StatusCode.UNIMPLEMENTED, (field, value)
+            assert f"'{value}'" in details
+        # Explicit defaults and a window covering the whole context (= dense) are served.
+        req = greedy_request("Once upon a time", max_tokens=60)
+        req.prefill_attention.method = "dense"
+        req.decode_attention.method = "sliding-window"
+        req.decode_attention.window = 512
+        req.speculation.method = "none"
+        assert run(c.stub, req)[1] == GOLDEN
+    finally:
+        c.close()
+
+
+def test_temperature_zero_sent_as_a_present_field_is_greedy():
+    from google.protobuf import json_format
+    c = Cluster(num_prefill=0, num_decode=1)
+    try:
+        # As grpcurl sends it through reflection: JSON with "temperature": 0.
+        req = json_format.Parse('{"text": "Once upon a time", "max_tokens": 60, '
+                                '"ignore_eos": true, "sampling": {"temperature": 0}}',
+                                gen_pb2.GenerateRequest())
+        assert req.sampling.HasField("temperature")
+        assert run(c.stub, req)[1] == GOLDEN
+        # Unset is 1.0 (sampled): the same seed as `generate --temperature 1` gives its text.
+        req.sampling.ClearField("temperature")
+        req.sampling.seed = 3
+        assert run(c.stub, req)[1] == reference_tokens("Once upon a time", 60,
+                                                       ["--temperature=1", "--seed=3"])
+    finally:
+        c.close()
+
+
+def test_request_options_reach_the_workers():
+    """The router checks a request with its own defaults and forwards it as given; each worker
+    fills what is unset from its own flags. Workers started with --sliding-window=0 (invalid
+    only for a request choosing sliding-window without a window) show which hop decided."""
+    model = f"--model={os.environ.get('SPARSESERVE_TEST_MODEL', 'models/stories260K/stories260K.gguf')}"
+    procs = []
+    try:
+        decode, d = _start(["decode", model, "--sliding-window=0"])
+        procs.append(decode)
+        prefill, p = _start(["prefill", model, "--sliding-window=0"])
+        procs.append(prefill)
+        router, r = _start(["router", model, f"--decode-workers={d[2]}",
+                            f"--prefill-workers={p[2]}", "--disagg-threshold=3"])
+        procs.append(router)
+        stub = gen_grpc_stub(r[2])
+        # Decode: the router (window 4096) lets it through; the decode worker refuses it.
+        req = greedy_request("Once upon a time", max_tokens=60)
+        req.decode_attention.method = "sliding-window"
+        code, details = _code_and_details(stub, req)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "window" in details
+        assert "decode worker" in details
+        req.decode_attention.window = 512  # the whole context: same tokens as dense
+        _, text, last = run(stub, req)
+        assert text == GOLDEN and last.timings.disaggregated
+        # Prefill: the prefill worker refuses the unset window, the router prefills on the
+        # decode worker instead, which refuses it too (both use --sliding-window=0).
+        req = greedy_request("Once upon a time", max_tokens=60)
+        req.prefill_attention.method = "sliding-window"
+        assert _code_and_details(stub, req)[0] == grpc.StatusCode.INVALID_ARGUMENT
+        req.prefill_attention.window = 512
+        _, text, last = run(stub, req)
+        assert text == GOLDEN and last.timings.disaggregated
+        # The workers check what reaches them directly, too.
+        dstub = worker_grpc.DecodeWorkerStub(grpc.insecure_channel(d[2]))
+        dreq = worker_pb2.DecodeRequest(request_id="direct", prompt_ids=[1, 403, 407, 261, 378],
+                                        max_tokens=4)
+        dreq.decode_attention.method = "tokenselect"
+        with pytest.raises(grpc.RpcError) as err:
+            list(dstub.Decode(dreq, timeout=30))
+        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        pstub = worker_grpc.PrefillWorkerStub(grpc.insecure_channel(p[2]))
+        preq = worker_pb2.PrefillRequest(request_id="direct", prompt_ids=[1, 403, 407, 261, 378])
+        preq.prefill_attention.method = "minference"
+        with pytest.raises(grpc.RpcError) as err:
+            pstub.Prefill(preq, timeout=30)
+        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert "'minference'" in err.value.details()
+    finally:
+        for proc in reversed(procs):
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+
+
+def test_request_option_flags():
+    def sparseserve(*args):
+        return subprocess.run([BIN] + list(args) + [f"--model={MODEL}", "--log-level=warning"],
+                              capture_output=True, text=True, timeout=120)
+
+    # Bad values stop a command before it loads anything, naming the flag or the method.
+    for role, code in (("decode", 2), ("prefill", 2), ("up", 2)):
+        out = sparseserve(role, "--attention=sparse")
+        assert out.returncode == code and "--attention" in out.stderr, out.stderr
+    out = sparseserve("up", "--decode-attention=tokenselect")
+    assert out.returncode == 2 and "UNIMPLEMENTED" in out.stderr and "tokenselect" in out.stderr
+    out = sparseserve("router", "--decode-workers=127.0.0.1:1", "--attention=sliding-window",
+                      "--sliding-window=0")
+    assert out.returncode == 2 and "window" in out.stderr, out.stderr
+    out = sparseserve("generate", "--prompt=Once upon a time", "--spec=medusa")
+    assert out.returncode == 1 and "--spec" in out.stderr, out.stderr
+    # In process: a window covering the whole context gives the dense tokens.
+    out = sparseserve("generate", "--prompt=Once upon a time", "--max-tokens=60", "--ignore-eos",
+                      "--temperature=0", "--attention=sliding-window", "--sliding-window=512")
+    assert out.returncode == 0 and out.stdout == GOLDEN + "\n", out.stderr
+    # `generate --server` sends the flags changed from their defaults; up forwards them to its
+    # workers, whose defaults fill the rest.
+    c = Cluster(num_prefill=0, num_decode=1, extra=["--attention=sliding-window",
+                                                    "--sliding-window=512"])
+    try:
+        out = sparseserve("generate", f"--server={c.address}", "--prompt=Once upon a time",
+                          "--max-tokens=60", "--ignore-eos", "--temperature=0")
+        assert out.returncode == 0 and out.stdout == GOLDEN + "\n", out.stderr
+        out = sparseserve("generate", f"--server={c.address}", "--prompt=Once upon a time",
+                          "--decode-attention=tokenselect")
+        assert out.returncode == 1 and "tokenselect" in out.stderr, out.stderr
+        out = sparseserve("generate", f"--server={c.address}", "--prompt=Once upon a time",
+                          "--sliding-window=0")
+        assert out.returncode == 1 and "window" in out.stderr, out.stderr
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("threshold,disaggregated", [(3, True), (100000, False)])
+def test_sliding_window_request_equals_generate_and_differs_from_dense(threshold, disaggregated):
+    """A request choosing a sliding window smaller than its context (prefill and decode) gets the
+    tokens of single-process `generate` with the same flags, and other tokens than dense."""
+    window_flags = ("--temperature=0", "--attention=sliding-window", "--sliding-window=16",
+                    "--sink-tokens=4")
+    want = reference_tokens("Once upon a time", 60, sampling=window_flags)
+    assert want != GOLDEN  # the window changes the output
+    cluster = Cluster(extra=[f"--disagg-threshold={threshold}"])
+    try:
+        req = greedy_request("Once upon a time", max_tokens=60)
+        for phase in (req.prefill_attention, req.decode_attention):
+            phase.method = "sliding-window"
+            phase.window = 16
+            phase.sink_tokens = 4
+        _, text, last = run(cluster.stub, req)
+        assert text == want
+        assert last.timings.disaggregated == disaggregated
+        _, dense_text, _ = run(cluster.stub, greedy_request("Once upon a time", max_tokens=60))
+        assert dense_text == GOLDEN
+    finally:
+        cluster.close()

@@ -6,6 +6,7 @@
 
 #include "common/engine/model_source.h"
 #include "common/kv/block_hash.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "router/output_text.h"
 #include "router/request_prep.h"
@@ -14,6 +15,8 @@
 
 namespace sparseserve::router {
 namespace {
+
+using ::testing::HasSubstr;
 
 DecodeCandidate Healthy(int free_blocks, int total_blocks, int overlap, int running = 0) {
   return {.healthy = true,
@@ -196,7 +199,6 @@ TEST_F(RouterTokenizerTest, PrepareRequestRejectsMalformedRequests) {
   r.mutable_sampling()->set_top_p(1.5f);
   EXPECT_EQ(code(r), absl::StatusCode::kInvalidArgument);
   r.mutable_sampling()->set_top_p(0.0f);  // 0 means off
-  r.mutable_sampling()->set_has_temperature(true);
   r.mutable_sampling()->set_temperature(-1.0f);
   EXPECT_EQ(code(r), absl::StatusCode::kInvalidArgument);
   r.mutable_sampling()->set_temperature(0.0f);  // greedy
@@ -205,22 +207,37 @@ TEST_F(RouterTokenizerTest, PrepareRequestRejectsMalformedRequests) {
   EXPECT_EQ(code(r), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(SamplingFromProtoTest, MapsUnsetFieldsToTheirDefaults) {
-  v1::SamplingParams proto;
-  proto.set_temperature(0.0f);  // ignored without has_temperature
-  sampling::SamplingParams p = SamplingFromProto(proto);
-  EXPECT_EQ(p.temperature, 1.0f);
-  EXPECT_EQ(p.top_p, 1.0f);
-  EXPECT_EQ(p.repetition_penalty, 1.0f);
-  proto.set_has_temperature(true);
-  proto.set_top_p(0.5f);
-  proto.set_repetition_penalty(1.2f);
-  proto.set_seed(7);
-  p = SamplingFromProto(proto);
-  EXPECT_EQ(p.temperature, 0.0f);
-  EXPECT_EQ(p.top_p, 0.5f);
-  EXPECT_FLOAT_EQ(p.repetition_penalty, 1.2f);
-  EXPECT_EQ(p.seed, 7u);
+TEST_F(RouterTokenizerTest, PrepareRequestChecksOptionsAndForwardsThemAsGiven) {
+  PrepareLimits limits{.vocab_size = 511, .max_context = 512, .default_max_tokens = 256};
+  v1::GenerateRequest r;
+  r.set_text("Once upon a time");
+  auto status = [&] { return PrepareRequest(r, *tokenizer_, limits).status(); };
+
+  r.mutable_decode_attention()->set_method("sparse");
+  EXPECT_EQ(status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status().message(), HasSubstr("decode_attention.method"));
+  r.mutable_decode_attention()->set_method("tokenselect");
+  EXPECT_EQ(status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(status().message(), HasSubstr("tokenselect"));
+  r.mutable_decode_attention()->set_method("sliding-window");
+  r.mutable_decode_attention()->set_window(0);
+  EXPECT_EQ(status().code(), absl::StatusCode::kInvalidArgument);
+
+  // The router's defaults fill what the request leaves unset, for the check only: the request
+  // goes on as given, and each worker fills it from its own flags.
+  r.mutable_decode_attention()->clear_window();
+  EXPECT_EQ(status().code(), absl::StatusCode::kInvalidArgument);  // default window 0
+  limits.request_defaults.decode.window = 64;
+  absl::StatusOr<PreparedRequest> prepared = PrepareRequest(r, *tokenizer_, limits);
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  EXPECT_EQ(prepared->decode_attention.method(), "sliding-window");
+  EXPECT_FALSE(prepared->decode_attention.has_window());
+  EXPECT_FALSE(prepared->prefill_attention.has_window());
+  EXPECT_TRUE(prepared->prefill_attention.method().empty());
+
+  r.mutable_speculation()->set_method("lookahead");
+  EXPECT_EQ(status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(status().message(), HasSubstr("lookahead"));
 }
 
 }  // namespace

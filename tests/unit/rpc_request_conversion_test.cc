@@ -1,0 +1,153 @@
+// common/rpc/request_conversion: sampling presence (temperature 0 set explicitly is greedy, also
+// when it arrives as JSON the way grpcurl sends it through reflection) and the attention /
+// speculation choices over the server's defaults.
+#include <string>
+
+#include "absl/status/status.h"
+#include "common/rpc/request_conversion.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+
+namespace sparseserve::rpc {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(SamplingFromProtoTest, MapsUnsetFieldsToTheirDefaults) {
+  v1::SamplingParams proto;
+  sampling::SamplingParams p = SamplingFromProto(proto);
+  EXPECT_EQ(p.temperature, 1.0f);  // unset
+  EXPECT_EQ(p.top_p, 1.0f);
+  EXPECT_EQ(p.repetition_penalty, 1.0f);
+  proto.set_temperature(0.0f);
+  proto.set_top_p(0.5f);
+  proto.set_repetition_penalty(1.2f);
+  proto.set_seed(7);
+  p = SamplingFromProto(proto);
+  EXPECT_EQ(p.temperature, 0.0f);  // set to 0: greedy
+  EXPECT_EQ(p.top_p, 0.5f);
+  EXPECT_FLOAT_EQ(p.repetition_penalty, 1.2f);
+  EXPECT_EQ(p.seed, 7u);
+}
+
+TEST(SamplingFromProtoTest, JsonTemperatureZeroIsGreedy) {
+  // What a client discovering the API through reflection sends (grpcurl -d '...').
+  v1::GenerateRequest request;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
+                  R"({"text": "Once upon a time", "sampling": {"temperature": 0}})", &request)
+                  .ok());
+  EXPECT_TRUE(request.sampling().has_temperature());
+  EXPECT_EQ(SamplingFromProto(request.sampling()).temperature, 0.0f);
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(R"({"text": "Once upon a time"})", &request)
+          .ok());
+  EXPECT_EQ(SamplingFromProto(request.sampling()).temperature, 1.0f);
+}
+
+absl::StatusOr<engine::RequestOptions> Convert(const v1::GenerateRequest& r,
+                                               const engine::RequestOptions& defaults = {}) {
+  return RequestOptionsFromProto(r.prefill_attention(), r.decode_attention(), r.speculation(),
+                                 defaults);
+}
+
+TEST(RequestOptionsFromProtoTest, UnsetChoicesTakeTheDefaults) {
+  engine::RequestOptions defaults;
+  defaults.decode.method = engine::AttentionMethod::kSlidingWindow;
+  defaults.decode.window = 256;
+  defaults.decode.sink_tokens = 4;
+  defaults.prefill.sparse_prefill_threshold = 100;
+  absl::StatusOr<engine::RequestOptions> o = Convert(v1::GenerateRequest(), defaults);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->prefill.method, engine::AttentionMethod::kDense);
+  EXPECT_EQ(o->decode.method, engine::AttentionMethod::kSlidingWindow);
+  EXPECT_EQ(o->decode.window, 256);
+  EXPECT_EQ(o->prefill.sparse_prefill_threshold, 100);
+  EXPECT_EQ(o->spec.method, engine::SpecMethod::kNone);
+}
+
+TEST(RequestOptionsFromProtoTest, SetChoicesReplaceTheDefaults) {
+  engine::RequestOptions defaults;
+  defaults.decode.window = 256;
+  defaults.decode.sink_tokens = 4;
+  v1::GenerateRequest r;
+  r.mutable_prefill_attention()->set_method("sliding-window");
+  r.mutable_prefill_attention()->set_window(32);
+  r.mutable_decode_attention()->set_method("sliding-window");
+  r.mutable_decode_attention()->set_sink_tokens(0);  // explicit 0: no sinks, not "unset"
+  absl::StatusOr<engine::RequestOptions> o = Convert(r, defaults);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->prefill.method, engine::AttentionMethod::kSlidingWindow);
+  EXPECT_EQ(o->prefill.window, 32);
+  EXPECT_EQ(o->decode.method, engine::AttentionMethod::kSlidingWindow);
+  EXPECT_EQ(o->decode.window, 256);  // unset: the default's
+  EXPECT_EQ(o->decode.sink_tokens, 0);
+
+  // A request choosing dense over a sliding-window default gets dense.
+  defaults.decode.method = engine::AttentionMethod::kSlidingWindow;
+  r.mutable_decode_attention()->set_method("dense");
+  o = Convert(r, defaults);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->decode.method, engine::AttentionMethod::kDense);
+}
+
+TEST(RequestOptionsFromProtoTest, UnknownNamesAreInvalidArgumentNamingTheField) {
+  v1::GenerateRequest r;
+  r.mutable_prefill_attention()->set_method("flash");
+  absl::Status s = Convert(r).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("prefill_attention.method"));
+  EXPECT_THAT(s.message(), HasSubstr("'flash'"));
+  r = v1::GenerateRequest();
+  r.mutable_decode_attention()->set_method("Dense");  // names are exact
+  EXPECT_EQ(Convert(r).status().code(), absl::StatusCode::kInvalidArgument);
+  r = v1::GenerateRequest();
+  r.mutable_speculation()->set_method("medusa");
+  s = Convert(r).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("speculation.method"));
+}
+
+TEST(RequestOptionsFromProtoTest, ValidateErrorsAreInvalidArgument) {
+  v1::GenerateRequest r;
+  r.mutable_decode_attention()->set_method("sliding-window");
+  r.mutable_decode_attention()->set_window(0);
+  absl::Status s = Convert(r).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("window"));
+  r = v1::GenerateRequest();
+  r.mutable_prefill_attention()->set_method("tokenselect");  // a decode method
+  EXPECT_EQ(Convert(r).status().code(), absl::StatusCode::kInvalidArgument);
+  r = v1::GenerateRequest();
+  r.mutable_decode_attention()->set_method("minference");  // a prefill method
+  EXPECT_EQ(Convert(r).status().code(), absl::StatusCode::kInvalidArgument);
+  r = v1::GenerateRequest();
+  r.mutable_speculation()->set_max_draft(-1);
+  EXPECT_EQ(Convert(r).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(RequestOptionsFromProtoTest, MethodsNotBuiltYetAreUnimplementedNamingThem) {
+  for (const auto& [field, method] : {std::pair<std::string, std::string>{"prefill", "minference"},
+                                      {"decode", "tokenselect"},
+                                      {"spec", "lookahead"},
+                                      {"spec", "prompt-lookup"},
+                                      {"spec", "tokenswift"},
+                                      {"spec", "kangaroo"},
+                                      {"spec", "sparse-self"}}) {
+    v1::GenerateRequest r;
+    if (field == "prefill") r.mutable_prefill_attention()->set_method(method);
+    if (field == "decode") r.mutable_decode_attention()->set_method(method);
+    if (field == "spec") r.mutable_speculation()->set_method(method);
+    absl::Status s = Convert(r).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << method;
+    EXPECT_THAT(s.message(), HasSubstr("'" + method + "'"));
+  }
+  // Explicit "none" and "dense" are fine.
+  v1::GenerateRequest r;
+  r.mutable_speculation()->set_method("none");
+  r.mutable_decode_attention()->set_method("dense");
+  EXPECT_TRUE(Convert(r).ok());
+}
+
+}  // namespace
+}  // namespace sparseserve::rpc

@@ -1,0 +1,144 @@
+#include "tools/request_options_flags.h"
+
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "common/core/status.h"
+
+ABSL_FLAG(std::string, attention, "",
+          "Shorthand attention method: dense or sliding-window set both phases, minference the "
+          "prefill one, tokenselect the decode one. --prefill-attention and --decode-attention "
+          "win over it. Empty = dense.");
+ABSL_FLAG(std::string, prefill_attention, "",
+          "Attention method of prompts: dense, sliding-window or minference. Empty = what "
+          "--attention sets, else dense. On a server: the default of requests that choose none.");
+ABSL_FLAG(std::string, decode_attention, "",
+          "Attention method of generated tokens: dense, sliding-window or tokenselect. Empty = "
+          "what --attention sets, else dense. On a server: the default of requests that choose "
+          "none.");
+ABSL_FLAG(int, sliding_window, 4096,
+          "sliding-window: each query sees the last N positions (itself included); >= 1. 4096 is "
+          "Mistral-7B's window.");
+ABSL_FLAG(int, sink_tokens, -1,
+          "sliding-window: the first N positions stay visible too (attention sinks, at their "
+          "true positions); -1 = the engine's default (4).");
+ABSL_FLAG(int, sparse_prefill_threshold, 8192,
+          "minference: prompts shorter than this many tokens are prefilled dense (MInference "
+          "paper: about 8K).");
+ABSL_FLAG(std::string, minference_config, "",
+          "minference: per-head pattern JSON in the MInference layout; empty = vertical-slash "
+          "(1000, 6096) on every head.");
+ABSL_FLAG(int, tokenselect_k, 2048,
+          "tokenselect: tokens selected per query by summed per-head softmax scores; >= 1.");
+ABSL_FLAG(int, tokenselect_initial, 128, "tokenselect: leading tokens always attended; >= 0.");
+ABSL_FLAG(int, tokenselect_local, 512, "tokenselect: most recent tokens always attended; >= 0.");
+ABSL_FLAG(double, tokenselect_theta, 0.9,
+          "tokenselect: cosine similarity of consecutive queries above which the selection "
+          "cache reuses the previous selection; in [-1, 1].");
+ABSL_FLAG(std::string, spec, "none",
+          "Speculative decoding: none, prompt-lookup, lookahead, tokenswift, kangaroo or "
+          "sparse-self. On a server: the default of requests that choose none.");
+ABSL_FLAG(int, spec_max_draft, 0,
+          "Speculation: draft tokens verified per step at most; 0 = the method's default.");
+ABSL_FLAG(int, lookahead_window, 0,
+          "lookahead: window W (parallel Jacobi positions); 0 = scaled to the model (paper: 15).");
+ABSL_FLAG(int, lookahead_ngram, 0, "lookahead: n-gram size N; 0 = default (paper: 5).");
+ABSL_FLAG(int, lookahead_guesses, 0,
+          "lookahead: n-gram guesses G verified per step; 0 = default (paper: 15).");
+
+namespace sparseserve::tools {
+namespace {
+
+bool Changed(const char* name) {
+  const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+  return flag != nullptr && flag->CurrentValue() != flag->DefaultValue();
+}
+
+// Every flag's value, methods included, over the engine's defaults; not validated.
+absl::StatusOr<engine::RequestOptions> OptionsOfFlags() {
+  engine::RequestOptions options;
+  SS_RETURN_IF_ERROR(engine::ApplyAttentionMethodNames(
+      absl::GetFlag(FLAGS_attention), absl::GetFlag(FLAGS_prefill_attention),
+      absl::GetFlag(FLAGS_decode_attention), &options));
+  for (engine::AttentionChoice* c : {&options.prefill, &options.decode}) {
+    c->window = absl::GetFlag(FLAGS_sliding_window);
+    c->sink_tokens = absl::GetFlag(FLAGS_sink_tokens);
+    c->sparse_prefill_threshold = absl::GetFlag(FLAGS_sparse_prefill_threshold);
+    c->minference_config = absl::GetFlag(FLAGS_minference_config);
+    c->tokenselect_k = absl::GetFlag(FLAGS_tokenselect_k);
+    c->tokenselect_initial = absl::GetFlag(FLAGS_tokenselect_initial);
+    c->tokenselect_local = absl::GetFlag(FLAGS_tokenselect_local);
+    c->tokenselect_theta = static_cast<float>(absl::GetFlag(FLAGS_tokenselect_theta));
+  }
+  absl::StatusOr<engine::SpecMethod> spec = engine::ParseSpecMethod(absl::GetFlag(FLAGS_spec));
+  if (!spec.ok()) return AnnotateStatus(spec.status(), "--spec");
+  options.spec.method = *spec;
+  options.spec.max_draft = absl::GetFlag(FLAGS_spec_max_draft);
+  options.spec.lookahead_window = absl::GetFlag(FLAGS_lookahead_window);
+  options.spec.lookahead_ngram = absl::GetFlag(FLAGS_lookahead_ngram);
+  options.spec.lookahead_guesses = absl::GetFlag(FLAGS_lookahead_guesses);
+  return options;
+}
+
+}  // namespace
+
+absl::StatusOr<engine::RequestOptions> RequestOptionsFromFlags() {
+  SS_ASSIGN_OR_RETURN(engine::RequestOptions options, OptionsOfFlags());
+  // Validate's messages name the phase and parameter ("decode attention sliding-window needs a
+  // window >= 1"); the flags are named after those.
+  SS_RETURN_IF_ERROR(AnnotateStatus(engine::Validate(options), "attention and speculation flags"));
+  SS_RETURN_IF_ERROR(engine::CheckImplemented(options));
+  return options;
+}
+
+absl::Status SetRequestOptionsFromChangedFlags(v1::GenerateRequest* request) {
+  SS_ASSIGN_OR_RETURN(const engine::RequestOptions options, OptionsOfFlags());
+  // A phase's method is sent when a flag named it: its own flag, or the shorthand when the
+  // shorthand covers that phase (ApplyAttentionMethodNames' rule; the name parsed above).
+  const std::string shorthand = absl::GetFlag(FLAGS_attention);
+  v1::PrefillAttention* p = request->mutable_prefill_attention();
+  if (Changed("prefill_attention") || (!shorthand.empty() && shorthand != "tokenselect")) {
+    p->set_method(std::string(engine::AttentionMethodName(options.prefill.method)));
+  }
+  v1::DecodeAttention* d = request->mutable_decode_attention();
+  if (Changed("decode_attention") || (!shorthand.empty() && shorthand != "minference")) {
+    d->set_method(std::string(engine::AttentionMethodName(options.decode.method)));
+  }
+  if (Changed("sliding_window")) {
+    p->set_window(options.prefill.window);
+    d->set_window(options.decode.window);
+  }
+  if (Changed("sink_tokens")) {
+    p->set_sink_tokens(options.prefill.sink_tokens);
+    d->set_sink_tokens(options.decode.sink_tokens);
+  }
+  if (Changed("sparse_prefill_threshold")) {
+    p->set_sparse_prefill_threshold(options.prefill.sparse_prefill_threshold);
+  }
+  if (Changed("minference_config")) p->set_minference_config(options.prefill.minference_config);
+  if (Changed("tokenselect_k")) d->set_tokenselect_k(options.decode.tokenselect_k);
+  if (Changed("tokenselect_initial")) {
+    d->set_tokenselect_initial(options.decode.tokenselect_initial);
+  }
+  if (Changed("tokenselect_local")) d->set_tokenselect_local(options.decode.tokenselect_local);
+  if (Changed("tokenselect_theta")) d->set_tokenselect_theta(options.decode.tokenselect_theta);
+  v1::Speculation* s = request->mutable_speculation();
+  if (Changed("spec")) s->set_method(std::string(engine::SpecMethodName(options.spec.method)));
+  if (Changed("spec_max_draft")) s->set_max_draft(options.spec.max_draft);
+  if (Changed("lookahead_window")) s->set_lookahead_window(options.spec.lookahead_window);
+  if (Changed("lookahead_ngram")) s->set_lookahead_ngram(options.spec.lookahead_ngram);
+  if (Changed("lookahead_guesses")) s->set_lookahead_guesses(options.spec.lookahead_guesses);
+  return absl::OkStatus();
+}
+
+const std::vector<const char*>& RequestOptionFlagNames() {
+  static const std::vector<const char*> names = {
+      "attention",           "prefill_attention",        "decode_attention",  "sliding_window",
+      "sink_tokens",         "sparse_prefill_threshold", "minference_config", "tokenselect_k",
+      "tokenselect_initial", "tokenselect_local",        "tokenselect_theta", "spec",
+      "spec_max_draft",      "lookahead_window",         "lookahead_ngram",   "lookahead_guesses"};
+  return names;
+}
+
+}  // namespace sparseserve::tools
