@@ -96,6 +96,9 @@ struct AttentionPlan {
     int num_decode_items = 0, max_decode_items = 0, num_merges = 0, num_prefill_tiles = 0;
     int total_q = 0;
     bool generic = false;  // every row on the generic kernel (head dims without a fast kernel)
+    // Some prefill-kernel (decode-kernel) sequence has a mask or a window: the kernel variant
+    // that checks every key runs; dense batches keep the plain one.
+    bool prefill_masked = false, decode_masked = false;
     bool operator==(const Layout&) const = default;
   } layout;
 };

@@ -66,6 +66,13 @@ if has baseline && [ -d .devbundle-baseline ]; then
     run "baseline_new_$round" sparseserve "${ab_args[@]}" --interleave-prompt 32768 \
       --interleave-batch 8 --interleave-context 1024
   done
+  # The attention kernels of both builds through their C APIs, one after the other.
+  if [ -f .devbundle-baseline/lib/libsparseserve_cuda_ops.so ]; then
+    run baseline_attention_old python3 bench/cuda/attention_bench.py \
+      --lib .devbundle-baseline/lib/libsparseserve_cuda_ops.so --out "$out/attention_old.json"
+    run baseline_attention_new python3 bench/cuda/attention_bench.py --lib "$lib" \
+      --out "$out/attention_new.json"
+  fi
 fi
 has graphs && run graphs sparseserve bench model --synthetic llama3-8b --device cuda \
   --prefill-lengths '' --cuda-graph-batch 0
@@ -81,6 +88,6 @@ has ncu && run ncu ncu --kernel-name regex:'Skinny|Attention|Merge|RmsNorm|Rope|
   --decode-batches 1 --decode-contexts 1024 --warmup 1 --iters 1 --cuda-graph-batch 0
 
 echo "--- $(cat "$out/gpu.txt")"
-for f in services attention peer bench graphs profile cublas baseline_old_1 baseline_new_1 baseline_old_2 baseline_new_2; do [ -f "$out/$f.log" ] && { echo "--- $f"; tail -n 25 "$out/$f.log"; }; done
+for f in services attention peer bench graphs profile cublas baseline_old_1 baseline_new_1 baseline_old_2 baseline_new_2 baseline_attention_old baseline_attention_new; do [ -f "$out/$f.log" ] && { echo "--- $f"; tail -n 25 "$out/$f.log"; }; done
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 [ -n "${OUT:-}" ] && tar -C "$out" -czf "$OUT/gpu_check.tgz" .

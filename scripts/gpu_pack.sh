@@ -24,10 +24,12 @@ fi
 strip --strip-debug .devbundle/bin/* .devbundle/lib/libsparseserve_cuda_ops.so
 bundles=.devbundle
 # $SPARSESERVE_BASELINE_BIN: an older `sparseserve` for A/B benchmarks (gpu_check.sh's `baseline`
-# stage), bundled with its own libraries.
+# stage), bundled with its own libraries and, when its build has it, its C API library.
 if [ -n "${SPARSESERVE_BASELINE_BIN:-}" ]; then
   rm -rf .devbundle-baseline
-  ../shared/tools/devbundle .devbundle-baseline "$SPARSESERVE_BASELINE_BIN" >/dev/null
+  baseline_ops=$(dirname "$SPARSESERVE_BASELINE_BIN")/../kernels/libsparseserve_cuda_ops.so
+  ../shared/tools/devbundle .devbundle-baseline "$SPARSESERVE_BASELINE_BIN" \
+    $( [ -f "$baseline_ops" ] && echo "$baseline_ops") >/dev/null
   strip --strip-debug .devbundle-baseline/bin/*
   bundles="$bundles .devbundle-baseline"
 fi

@@ -65,7 +65,9 @@ __device__ __forceinline__ void LoadTile(__nv_bfloat16* k_dst, __nv_bfloat16* v_
 
 // G: the GQA group size rounded up to a power of two; the padding heads compute on zero queries
 // and are never stored. A compile-time G keeps every per-head loop unrolled and unpredicated.
-template <int D, int G>
+// kMasked: the variant for batches with masks or windows, checking every key of a range against
+// kernels/attention_visibility.h; the dense variant needs only the range's end.
+template <int D, int G, bool kMasked>
 __global__ void __launch_bounds__(kThreads)
     DecodeAttentionKernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv,
                           AttentionSeqs seq_arrays, const int32_t* num_items, const int4* items,
@@ -93,7 +95,7 @@ __global__ void __launch_bounds__(kThreads)
   vis.window = seq.window;
   vis.sink_tokens = seq.sink_tokens;
   vis.mask = seq.mask_begin >= 0 ? seq_arrays.masks + seq.mask_begin : nullptr;
-  const bool per_key = vis.window > 0 || vis.mask != nullptr;
+  const bool per_key = kMasked && (vis.window > 0 || vis.mask != nullptr);
   const int group = dims.heads / dims.kv_heads;
   const int key_begin = it.y;
   const int key_end = min(seq.kv_len, it.z);
@@ -193,7 +195,9 @@ __global__ void __launch_bounds__(kThreads)
         const float new_max = fmaxf(old_max, m);
         // -inf while no key of the chunk was visible yet: exponentiate against 0 so masked
         // scores give 0 (exp(-inf - -inf) would be NaN).
-        const float safe_max = new_max == -INFINITY ? 0.0f : new_max;
+        // (Only the masked variant can meet a tile with no visible key: a dense chunk starts at a
+        // key its row sees.)
+        const float safe_max = kMasked && new_max == -INFINITY ? 0.0f : new_max;
         const float e0 = __expf(s0 - safe_max);
         const float e1 = __expf(s1 - safe_max);
         float sum = e0 + e1;
@@ -231,13 +235,16 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int j = 0; j < kOwned; ++j) {
       const int head = h0 + j * kHeadStride;
-      const float sum = head < G ? sum_s[head] : 0.0f;
-      if (head < group) partial_out[(head0 + head) * D + d] = sum > 0.0f ? acc[j] / sum : 0.0f;
+      if (head < group) {
+        const float sum = sum_s[head];
+        partial_out[(head0 + head) * D + d] = !kMasked || sum > 0.0f ? acc[j] / sum : 0.0f;
+      }
     }
   }
   if (threadIdx.x < group) {  // an empty chunk has weight exp(-inf) = 0 in the merge
     const float sum = sum_s[threadIdx.x];
-    partial_lse[head0 + threadIdx.x] = sum > 0.0f ? max_s[threadIdx.x] + __logf(sum) : -INFINITY;
+    partial_lse[head0 + threadIdx.x] =
+        !kMasked || sum > 0.0f ? max_s[threadIdx.x] + __logf(sum) : -INFINITY;
   }
 }
 
@@ -280,19 +287,19 @@ __global__ void MergeKernel(const float* partial_out, const float* partial_lse, 
   }
 }
 
-template <int D, int G>
+template <int D, int G, bool kMasked>
 cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqs& seqs,
                    const DecodeWork& work, const AttentionDims& dims, bf16_t* out,
                    cudaStream_t stream) {
   constexpr size_t kSmem = DecodeSmemBytes<D, G>();
   static const cudaError_t attr = cudaFuncSetAttribute(
-      DecodeAttentionKernel<D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      DecodeAttentionKernel<D, G, kMasked>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
-  if (cudaError_t err =
-          LaunchOverlapping(DecodeAttentionKernel<D, G>, dim3(work.max_items, dims.kv_heads),
-                            kThreads, kSmem, stream, reinterpret_cast<const __nv_bfloat16*>(q),
-                            reinterpret_cast<const __nv_bfloat16*>(kv_layer), seqs, work.num_items,
-                            work.items, dims, work.partial_out, work.partial_lse);
+  if (cudaError_t err = LaunchOverlapping(
+          DecodeAttentionKernel<D, G, kMasked>, dim3(work.max_items, dims.kv_heads), kThreads,
+          kSmem, stream, reinterpret_cast<const __nv_bfloat16*>(q),
+          reinterpret_cast<const __nv_bfloat16*>(kv_layer), seqs, work.num_items, work.items, dims,
+          work.partial_out, work.partial_lse);
       err != cudaSuccess) {
     return err;
   }
@@ -303,15 +310,15 @@ cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqs&
                            reinterpret_cast<__nv_bfloat16*>(out));
 }
 
-template <int D>
+template <int D, bool kMasked>
 cudaError_t LaunchForGroup(int group, const bf16_t* q, const bf16_t* kv_layer,
                            const AttentionSeqs& seqs, const DecodeWork& work,
                            const AttentionDims& dims, bf16_t* out, cudaStream_t stream) {
-  if (group <= 1) return Launch<D, 1>(q, kv_layer, seqs, work, dims, out, stream);
-  if (group <= 2) return Launch<D, 2>(q, kv_layer, seqs, work, dims, out, stream);
-  if (group <= 4) return Launch<D, 4>(q, kv_layer, seqs, work, dims, out, stream);
-  if (group <= 8) return Launch<D, 8>(q, kv_layer, seqs, work, dims, out, stream);
-  return Launch<D, 16>(q, kv_layer, seqs, work, dims, out, stream);
+  if (group <= 1) return Launch<D, 1, kMasked>(q, kv_layer, seqs, work, dims, out, stream);
+  if (group <= 2) return Launch<D, 2, kMasked>(q, kv_layer, seqs, work, dims, out, stream);
+  if (group <= 4) return Launch<D, 4, kMasked>(q, kv_layer, seqs, work, dims, out, stream);
+  if (group <= 8) return Launch<D, 8, kMasked>(q, kv_layer, seqs, work, dims, out, stream);
+  return Launch<D, 16, kMasked>(q, kv_layer, seqs, work, dims, out, stream);
 }
 
 }  // namespace
@@ -322,9 +329,11 @@ cudaError_t LaunchDecodeAttention(const bf16_t* q, const bf16_t* kv_layer,
   if (work.max_items == 0 || work.num_merges == 0) return cudaSuccess;
   if (dims.heads / dims.kv_heads > kMaxGroup) return cudaErrorInvalidValue;
   const int group = dims.heads / dims.kv_heads;
-  switch (dims.head_dim) {
-    case 64: return LaunchForGroup<64>(group, q, kv_layer, seqs, work, dims, out, stream);
-    case 128: return LaunchForGroup<128>(group, q, kv_layer, seqs, work, dims, out, stream);
+  switch (dims.head_dim * 2 + (work.masked ? 1 : 0)) {
+    case 128: return LaunchForGroup<64, false>(group, q, kv_layer, seqs, work, dims, out, stream);
+    case 129: return LaunchForGroup<64, true>(group, q, kv_layer, seqs, work, dims, out, stream);
+    case 256: return LaunchForGroup<128, false>(group, q, kv_layer, seqs, work, dims, out, stream);
+    case 257: return LaunchForGroup<128, true>(group, q, kv_layer, seqs, work, dims, out, stream);
     default: return cudaErrorInvalidValue;
   }
 }

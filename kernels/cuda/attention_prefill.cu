@@ -58,7 +58,10 @@ __device__ __forceinline__ void LoadKvTile(__nv_bfloat16* dst, const __nv_bfloat
   }
 }
 
-template <int D>
+// kMasked: the variant for batches with masks or windows (kernels/attention_visibility.h per
+// score, windowed tiles skipped); the dense variant keeps only the causal bound, so dense
+// prefill pays nothing for the rule (its registers would otherwise cost ~15% here).
+template <int D, bool kMasked>
 __global__ void __launch_bounds__(kThreads)
     PrefillAttentionKernel(const __nv_bfloat16* __restrict__ q,
                            const __nv_bfloat16* __restrict__ kv, AttentionSeqs seq_arrays,
@@ -85,15 +88,17 @@ __global__ void __launch_bounds__(kThreads)
   const int rows = min(kRows, seq.q_len - q0);
   const int first_pos = seq.kv_len - seq.q_len + q0;  // absolute position of tile row 0
   // Keys any row of the tile may see: the last valid row's causal bound, every key under a mask.
-  const int kv_end = vis.mask != nullptr ? seq.kv_len : first_pos + rows;
+  const int kv_end = kMasked && vis.mask != nullptr ? seq.kv_len : first_pos + rows;
   const int num_tiles = (kv_end + kKeys - 1) / kKeys;
   // With a window the tiles between the sinks and the first row's window are skipped: the loop
   // visits tiles [0, lead) and then [start_tile, num_tiles).
-  const int start_tile = WindowBegin(vis, q0) / kKeys;
-  const int lead = vis.window > 0 ? min((vis.sink_tokens + kKeys - 1) / kKeys, start_tile) : 0;
+  const int start_tile = kMasked ? WindowBegin(vis, q0) / kKeys : 0;
+  const int lead =
+      kMasked && vis.window > 0 ? min((vis.sink_tokens + kKeys - 1) / kKeys, start_tile) : 0;
   const int tile_count = lead + num_tiles - start_tile;
   auto tile_at = [&](int jj) { return jj < lead ? jj : start_tile + jj - lead; };
-  const bool per_key = vis.window > 0 || vis.mask != nullptr;  // beyond the causal bound
+  // beyond the causal bound
+  const bool per_key = kMasked && (vis.window > 0 || vis.mask != nullptr);
   const int64_t token_stride = int64_t{dims.kv_heads} * D;
   const int32_t* table = seq_arrays.block_tables + seq.table_begin;
 
@@ -129,7 +134,7 @@ __global__ void __launch_bounds__(kThreads)
     const int j = tile_at(jj);
     CpAsyncWait<1>();  // Q and K_j have landed (V_j may still be in flight)
     __syncthreads();
-    if (j == 0) {
+    if (jj == 0) {  // the first visited tile (not tile 0 when a window skips it)
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         const int r = warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
@@ -261,16 +266,16 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int D>
+template <int D, bool kMasked>
 cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqs& seqs,
                    const int2* tiles, int num_tiles, const AttentionDims& dims, bf16_t* out,
                    cudaStream_t stream) {
   constexpr size_t kSmem = PrefillSmemBytes<D>();
   static const cudaError_t attr = cudaFuncSetAttribute(
-      PrefillAttentionKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      PrefillAttentionKernel<D, kMasked>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
   const dim3 grid(num_tiles, dims.heads);
-  PrefillAttentionKernel<D><<<grid, kThreads, kSmem, stream>>>(
+  PrefillAttentionKernel<D, kMasked><<<grid, kThreads, kSmem, stream>>>(
       reinterpret_cast<const __nv_bfloat16*>(q), reinterpret_cast<const __nv_bfloat16*>(kv_layer),
       seqs, tiles, dims, reinterpret_cast<__nv_bfloat16*>(out));
   return cudaGetLastError();
@@ -280,11 +285,14 @@ cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqs&
 
 cudaError_t LaunchPrefillAttention(const bf16_t* q, const bf16_t* kv_layer,
                                    const AttentionSeqs& seqs, const int2* tiles, int num_tiles,
-                                   const AttentionDims& dims, bf16_t* out, cudaStream_t stream) {
+                                   const AttentionDims& dims, bool masked, bf16_t* out,
+                                   cudaStream_t stream) {
   if (num_tiles == 0) return cudaSuccess;
-  switch (dims.head_dim) {
-    case 64: return Launch<64>(q, kv_layer, seqs, tiles, num_tiles, dims, out, stream);
-    case 128: return Launch<128>(q, kv_layer, seqs, tiles, num_tiles, dims, out, stream);
+  switch (dims.head_dim * 2 + (masked ? 1 : 0)) {
+    case 128: return Launch<64, false>(q, kv_layer, seqs, tiles, num_tiles, dims, out, stream);
+    case 129: return Launch<64, true>(q, kv_layer, seqs, tiles, num_tiles, dims, out, stream);
+    case 256: return Launch<128, false>(q, kv_layer, seqs, tiles, num_tiles, dims, out, stream);
+    case 257: return Launch<128, true>(q, kv_layer, seqs, tiles, num_tiles, dims, out, stream);
     default: return cudaErrorInvalidValue;
   }
 }

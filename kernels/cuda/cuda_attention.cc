@@ -64,6 +64,7 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   const int kv_heads = shape.num_kv_heads;
   const bool generic = !HasTensorCoreKernel(shape.head_dim, shape.num_heads / kv_heads);
 
+  AttentionPlan plan;  // its layout's variant flags are set while the sequences are flattened
   std::vector<int32_t> seqs, tables, tiles, items, merges, merge_seqs, row_seq;
   std::vector<uint8_t> masks;
   std::vector<std::pair<int, int2>> tile_work;  // (keys visible, tile) for heaviest-first order
@@ -86,6 +87,8 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
     tables.insert(tables.end(), sa.block_table.begin(), sa.block_table.begin() + blocks);
     total_q = std::max(total_q, sa.q_begin + sa.q_len);
     if (generic || sa.q_len == 0) continue;
+    (sa.q_len == 1 ? plan.layout.decode_masked : plan.layout.prefill_masked) |=
+        window || !sa.mask.empty();
     if (sa.q_len == 1) {
       VisibleRanges(sa, &ranges);
       for (const auto& [b, e] : ranges) {
@@ -151,7 +154,6 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
     return at;
   };
   auto append_vec = [&append](const std::vector<int32_t>& v) { return append(v.data(), v.size()); };
-  AttentionPlan plan;
   plan.batch = &batch;
   plan.workspace = &workspace;
   plan.shape = shape;
@@ -259,11 +261,11 @@ absl::Status CudaBackend::Attention(const AttentionPlan& plan, const Tensor& q,
                                                    dims, out_ptr, stream()),
                       "Attention (generic)");
   }
-  SS_RETURN_IF_ERROR(
-      CudaStatus(cuda::LaunchPrefillAttention(q_ptr, kv_ptr, seqs,
-                                              reinterpret_cast<const int2*>(base + l.prefill_tiles),
-                                              l.num_prefill_tiles, dims, out_ptr, stream()),
-                 "Attention (prefill)"));
+  SS_RETURN_IF_ERROR(CudaStatus(
+      cuda::LaunchPrefillAttention(q_ptr, kv_ptr, seqs,
+                                   reinterpret_cast<const int2*>(base + l.prefill_tiles),
+                                   l.num_prefill_tiles, dims, l.prefill_masked, out_ptr, stream()),
+      "Attention (prefill)"));
   cuda::DecodeWork work;
   work.num_items = base;
   work.items = reinterpret_cast<const int4*>(base + l.decode_items);
@@ -271,6 +273,7 @@ absl::Status CudaBackend::Attention(const AttentionPlan& plan, const Tensor& q,
   work.merges = reinterpret_cast<const int2*>(base + l.merges);
   work.merge_seqs = base + l.merge_seqs;
   work.num_merges = l.num_merges;
+  work.masked = l.decode_masked;
   work.partial_out = ws.partial.data<float>();
   work.partial_lse = work.partial_out + int64_t{l.max_decode_items} * dims.heads * dims.head_dim;
   return CudaStatus(cuda::LaunchDecodeAttention(q_ptr, kv_ptr, seqs, work, dims, out_ptr, stream()),

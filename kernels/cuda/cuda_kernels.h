@@ -123,9 +123,11 @@ struct AttentionSeqs {
 // kernels/attention_visibility.h: causal or masked, optionally windowed (tiles outside every row's
 // window are skipped). `tiles` lists (sequence index, first query row of a 64-row tile) pairs,
 // heaviest first.
+// `masked`: some sequence has a mask or a window (the variant that checks every key).
 cudaError_t LaunchPrefillAttention(const bf16_t* q, const bf16_t* kv_layer,
                                    const AttentionSeqs& seqs, const int2* tiles, int num_tiles,
-                                   const AttentionDims& dims, bf16_t* out, cudaStream_t stream);
+                                   const AttentionDims& dims, bool masked, bf16_t* out,
+                                   cudaStream_t stream);
 inline constexpr int kPrefillTileRows = 64;
 
 // The split-KV work lists of one decode attention call. Counts that change with the KV lengths
@@ -140,6 +142,7 @@ struct DecodeWork {
   int num_merges = 0;
   float* partial_out = nullptr;  // [max_items, heads, head_dim]
   float* partial_lse = nullptr;  // [max_items, heads]
+  bool masked = false;  // some sequence has a mask or a window (the variant checking every key)
 };
 
 // Split-KV decode attention for single-query sequences (head_dim 64 or 128): each item covers

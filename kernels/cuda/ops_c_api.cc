@@ -1,13 +1,21 @@
 // The C interface of ops_c_api.h: wraps raw device pointers as Tensors and calls CudaBackend.
 #include "kernels/cuda/ops_c_api.h"
 
+#include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "kernels/cuda/cuda_backend.h"
 
 struct ss_backend {
   std::unique_ptr<sparseserve::kernels::CudaBackend> impl;
+  // The last attention call's batch and plan: a call with the same batch and shape reuses them,
+  // as a forward step plans once and runs every layer (timing loops then measure the kernels).
+  sparseserve::kernels::AttentionBatch batch;
+  sparseserve::kernels::AttentionShape shape;
+  sparseserve::kernels::AttentionWorkspace workspace;
+  std::optional<sparseserve::kernels::AttentionPlan> plan;
 };
 
 namespace {
@@ -133,9 +141,30 @@ int ss_attention(ss_backend* be, const void* q_dev, const void* kv_layer_dev, in
     q_begin += q_lens[s];
     batch.sequences.push_back(std::move(sa));
   }
-  return Report(RunAttention(*be->impl, batch, Bf16(q_dev, {q_begin, heads, head_dim}),
-                             Bf16(kv_layer_dev, {num_blocks * 2, block_tokens, kv_heads, head_dim}),
-                             Bf16(out_dev, {q_begin, heads, head_dim})));
+  const sparseserve::kernels::AttentionShape shape{heads, kv_heads, head_dim, q_begin, num_blocks};
+  auto same_seq = [](const auto& a, const auto& b) {
+    return a.q_begin == b.q_begin && a.q_len == b.q_len && a.kv_len == b.kv_len &&
+           a.block_table == b.block_table;
+  };
+  const bool same = be->plan.has_value() && be->shape.num_heads == heads &&
+                    be->shape.num_kv_heads == kv_heads && be->shape.head_dim == head_dim &&
+                    be->shape.num_rows == q_begin && be->shape.num_blocks == num_blocks &&
+                    be->batch.block_tokens == block_tokens && be->batch.scale == scale &&
+                    std::equal(batch.sequences.begin(), batch.sequences.end(),
+                               be->batch.sequences.begin(), be->batch.sequences.end(), same_seq);
+  if (!same) {
+    be->plan.reset();
+    be->batch = std::move(batch);
+    be->shape = shape;
+    absl::StatusOr<sparseserve::kernels::AttentionPlan> plan =
+        be->impl->PlanAttention(be->batch, be->shape, be->workspace);
+    if (!plan.ok()) return Report(plan.status());
+    be->plan = *plan;
+  }
+  return Report(
+      be->impl->Attention(*be->plan, Bf16(q_dev, {q_begin, heads, head_dim}),
+                          Bf16(kv_layer_dev, {num_blocks * 2, block_tokens, kv_heads, head_dim}), 0,
+                          Bf16(out_dev, {q_begin, heads, head_dim})));
 }
 
 }  // extern "C"

@@ -61,7 +61,8 @@ int ss_write_kv(ss_backend* be, const void* k_dev, const void* v_dev, const int3
  * q, out [total_q, heads, head_dim] packed by sequence; kv_layer as in ss_write_kv.
  * Host arrays: q_lens[num_seqs], kv_lens[num_seqs] (kv_len >= q_len; the queries are the last
  * q_len positions), block_tables = the sequences' block ids concatenated, each sequence holding
- * ceil(kv_len / block_tokens) entries. scale 0 means 1/sqrt(head_dim). */
+ * ceil(kv_len / block_tokens) entries. scale 0 means 1/sqrt(head_dim). A call with the same batch
+ * as the previous one reuses its plan (a forward step plans once and runs every layer). */
 int ss_attention(ss_backend* be, const void* q_dev, const void* kv_layer_dev, int64_t num_blocks,
                  int block_tokens, int heads, int kv_heads, int head_dim, int num_seqs,
                  const int32_t* q_lens, const int32_t* kv_lens, const int32_t* block_tables,
