@@ -287,63 +287,58 @@ absl::Status ModelRunner::Commit(SequenceKv& seq, absl::Span<const int32_t> keep
   return absl::OkStatus();
 }
 
+absl::Status ModelRunner::PrefillChunks(
+    absl::Span<const int32_t> prompt, SequenceKv& seq, const kernels::AttentionPattern& pattern,
+    const std::function<absl::Status(const StepRows& rows, bool last_chunk)>& run_chunk) {
+  SS_RETURN_IF_ERROR(BeginPrefill(prompt, seq).status());
+  const int n = static_cast<int>(prompt.size());
+  while (static_cast<int>(seq.tokens.size()) < n) {
+    const int start = static_cast<int>(seq.tokens.size());
+    const int len = std::min({options_.prefill_chunk_tokens, options_.max_step_tokens, n - start});
+    StepRows rows;
+    rows.seq = &seq;
+    rows.tokens.assign(prompt.begin() + start, prompt.begin() + start + len);
+    rows.pattern = pattern;
+    if (absl::Status s = run_chunk(rows, start + len == n); !s.ok()) {
+      Release(seq);
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int32_t> ModelRunner::PrefillSampled(
     absl::Span<const int32_t> prompt, SequenceKv& seq, const kernels::SamplingBatch& sampling,
     const kernels::AttentionPattern& pattern,
     const std::function<absl::Status(int layer)>& on_layer_done) {
-  SS_RETURN_IF_ERROR(BeginPrefill(prompt, seq).status());
-  const int n = static_cast<int>(prompt.size());
-  const kernels::SamplingBatch no_rows;
-  while (static_cast<int>(seq.tokens.size()) < n) {
-    const int start = static_cast<int>(seq.tokens.size());
-    const int len = std::min({options_.prefill_chunk_tokens, options_.max_step_tokens, n - start});
-    const bool last_chunk = start + len == n;
-    StepRows rows;
-    rows.seq = &seq;
-    rows.tokens.assign(prompt.begin() + start, prompt.begin() + start + len);
-    rows.sample = last_chunk ? model::LogitRows::kLast : model::LogitRows::kNone;
-    rows.pattern = pattern;
-    absl::StatusOr<std::vector<int32_t>> out =
-        Step(absl::MakeConstSpan(&rows, 1), last_chunk ? sampling : no_rows,
-             last_chunk ? on_layer_done : nullptr);
-    if (!out.ok()) {
-      Release(seq);
-      return out.status();
-    }
-    if (last_chunk) return out->front();
-  }
-  Release(seq);
-  return absl::InternalError("Prefill: no chunk computed the last prompt token");
+  int32_t first = -1;
+  SS_RETURN_IF_ERROR(
+      PrefillChunks(prompt, seq, pattern, [&](const StepRows& chunk, bool last_chunk) {
+        StepRows rows = chunk;
+        rows.sample = last_chunk ? model::LogitRows::kLast : model::LogitRows::kNone;
+        SS_ASSIGN_OR_RETURN(
+            std::vector<int32_t> out,
+            Step(absl::MakeConstSpan(&rows, 1), last_chunk ? sampling : kernels::SamplingBatch(),
+                 last_chunk ? on_layer_done : nullptr));
+        if (last_chunk) first = out.front();
+        return absl::OkStatus();
+      }));
+  return first;
 }
 
 absl::StatusOr<Tensor> ModelRunner::Prefill(
     absl::Span<const int32_t> prompt, SequenceKv& seq,
     const std::function<absl::Status(int layer)>& on_layer_done) {
-  SS_RETURN_IF_ERROR(BeginPrefill(prompt, seq).status());
-  const int n = static_cast<int>(prompt.size());
   Tensor logits;
-  while (static_cast<int>(seq.tokens.size()) < n) {
-    const int start = static_cast<int>(seq.tokens.size());
-    const int len = std::min({options_.prefill_chunk_tokens, options_.max_step_tokens, n - start});
-    const bool last_chunk = start + len == n;
-    StepRows rows;
-    rows.seq = &seq;
-    rows.tokens.assign(prompt.begin() + start, prompt.begin() + start + len);
-    absl::StatusOr<std::vector<model::ForwardSequence>> batch =
-        PrepareStep(absl::MakeConstSpan(&rows, 1));
-    if (!batch.ok()) {
-      Release(seq);
-      return batch.status();
-    }
-    absl::StatusOr<Tensor> out =
-        model_->Forward(*batch, *cache_, last_chunk ? on_layer_done : nullptr);
-    if (!out.ok()) {
-      Release(seq);
-      return out.status();
-    }
-    logits = *std::move(out);
-    FinishStep(absl::MakeConstSpan(&rows, 1));
-  }
+  SS_RETURN_IF_ERROR(
+      PrefillChunks(prompt, seq, {}, [&](const StepRows& rows, bool last_chunk) -> absl::Status {
+        const absl::Span<const StepRows> one = absl::MakeConstSpan(&rows, 1);
+        SS_ASSIGN_OR_RETURN(std::vector<model::ForwardSequence> batch, PrepareStep(one));
+        SS_ASSIGN_OR_RETURN(logits,
+                            model_->Forward(batch, *cache_, last_chunk ? on_layer_done : nullptr));
+        FinishStep(one);
+        return absl::OkStatus();
+      }));
   return logits;
 }
 

@@ -176,6 +176,12 @@ class ModelRunner {
   void UndoStep(absl::Span<const StepRows> rows);
   static std::vector<StepRows> DecodeRows(const std::vector<SequenceKv*>& seqs,
                                           absl::Span<const int32_t> tokens);
+  // BeginPrefill, then `run_chunk` for each chunk of the rest of the prompt (at most
+  // prefill_chunk_tokens and max_step_tokens rows) until the prompt is in the cache. `seq` is
+  // released on error.
+  absl::Status PrefillChunks(
+      absl::Span<const int32_t> prompt, SequenceKv& seq, const kernels::AttentionPattern& pattern,
+      const std::function<absl::Status(const StepRows& rows, bool last_chunk)>& run_chunk);
   // Hashes and registers the blocks of `seq` that became full.
   void RegisterFullBlocks(SequenceKv& seq);
   // Returns the blocks of `seq` past what its committed and pending rows need.

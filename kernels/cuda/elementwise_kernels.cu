@@ -256,18 +256,21 @@ __global__ void AddBiasKernel(void* out, bool out_f32, const bf16_t* bias, int64
 }
 
 // One thread per element of k (and the same element of v).
+// Element offset of KV slot `slot`'s key row in a paged layer (its value row follows
+// block_tokens * row_elems elements later).
+__device__ __forceinline__ int64_t SlotElement(int64_t slot, int block_tokens, int64_t row_elems) {
+  const int64_t block = slot / block_tokens;
+  return ((2 * block) * block_tokens + slot % block_tokens) * row_elems;
+}
+
 __global__ void WriteKvKernel(const bf16_t* k, const bf16_t* v, const int32_t* slots, int64_t n,
                               bf16_t* kv_layer, int block_tokens, int64_t row_elems) {
   WaitForPrecedingKernels();
   AllowNextKernelLaunch();
   for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < n * row_elems;
        t += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t row = t / row_elems;
-    const int64_t e = t % row_elems;
-    const int64_t slot = slots[row];
-    const int64_t block = slot / block_tokens;
-    const int64_t offset = slot % block_tokens;
-    const int64_t key_at = ((2 * block) * block_tokens + offset) * row_elems + e;
+    const int64_t key_at =
+        SlotElement(slots[t / row_elems], block_tokens, row_elems) + t % row_elems;
     kv_layer[key_at] = k[t];
     kv_layer[key_at + int64_t{block_tokens} * row_elems] = v[t];
   }
@@ -279,12 +282,8 @@ __global__ void ReadKvKernel(const bf16_t* kv_layer, const int32_t* slots, int64
   AllowNextKernelLaunch();
   for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < n * row_elems;
        t += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t row = t / row_elems;
-    const int64_t e = t % row_elems;
-    const int64_t slot = slots[row];
-    const int64_t block = slot / block_tokens;
-    const int64_t offset = slot % block_tokens;
-    const int64_t key_at = ((2 * block) * block_tokens + offset) * row_elems + e;
+    const int64_t key_at =
+        SlotElement(slots[t / row_elems], block_tokens, row_elems) + t % row_elems;
     k[t] = kv_layer[key_at];
     v[t] = kv_layer[key_at + int64_t{block_tokens} * row_elems];
   }
