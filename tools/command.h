@@ -46,6 +46,7 @@ absl::Status ServeRouter(router::RouterOptions options, const char* role,
                          const std::function<void()>& on_stop);
 
 int RunGenerateCommand(const std::vector<char*>& positional);
+int RunEvalCommand(const std::vector<char*>& positional);
 int RunDecodeCommand(const std::vector<char*>& positional);
 int RunPrefillCommand(const std::vector<char*>& positional);
 int RunRouterCommand(const std::vector<char*>& positional);

@@ -24,6 +24,19 @@ const std::vector<Command>& Commands() {
        "their defaults are sent, and the server's defaults fill the rest.",
        {"tools/generate_command.cc", "tools/request_options_flags.cc", "tools/model_flags.cc"},
        &RunGenerateCommand},
+      {"eval",
+       "long-context accuracy: run RULER-style tasks and print a table per task and length",
+       "sparseserve eval --tasks FILE.jsonl (--model PATH | --server HOST:PORT) [flags]",
+       "Runs the tasks of a JSON-lines file written by `python3 tools/longctx --tokenizer ...`\n"
+       "(passkey, multi-key, multi-value, variable tracking, common words, long generation)\n"
+       "greedily, in process or through a running server, with the attention and speculation\n"
+       "flags of `generate`. A task scores the fraction of its answers found in the output\n"
+       "(RULER's string match). Prints one row per task and length: prompts, score, attention\n"
+       "density (from these flags), mean prompt and new tokens, time to first token, decode\n"
+       "tokens/s; --out writes every output as JSON. Progress goes to stderr.",
+       {"tools/eval_command.cc", "tools/generate_command.cc:server,timeout_seconds",
+        "tools/request_options_flags.cc", "tools/model_flags.cc"},
+       &RunEvalCommand},
       {"decode",
        "run a decode worker (continuous batching, KV import over UCX)",
        "sparseserve decode --model PATH [--address HOST:PORT] [--metrics-address HOST:PORT] ...",

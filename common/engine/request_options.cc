@@ -1,5 +1,8 @@
 #include "common/engine/request_options.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "absl/strings/str_cat.h"
 #include "common/core/status.h"
 
@@ -153,6 +156,44 @@ kernels::AttentionPattern AttentionPatternOf(const AttentionChoice& choice) {
     case AttentionMethod::kTokenSelect: p.kind = kernels::AttentionMethodKind::kTokenSelect; break;
   }
   return p;
+}
+
+namespace {
+
+// Keys that the causal rows at positions [begin, end) see under `pattern` (no query mask).
+absl::StatusOr<int64_t> VisiblePairs(const kernels::AttentionPattern& pattern, int64_t begin,
+                                     int64_t end) {
+  switch (pattern.kind) {
+    case kernels::AttentionMethodKind::kDense: return (end * (end + 1) - begin * (begin + 1)) / 2;
+    case kernels::AttentionMethodKind::kSlidingWindow: {
+      int64_t pairs = 0;
+      for (int64_t pos = begin; pos < end; ++pos) {
+        const int64_t window = std::min<int64_t>(pos + 1, pattern.window);
+        pairs += window + std::min<int64_t>(pattern.sink_tokens, pos + 1 - window);
+      }
+      return pairs;
+    }
+    case kernels::AttentionMethodKind::kMInference:
+    case kernels::AttentionMethodKind::kTokenSelect: break;
+  }
+  return absl::UnimplementedError(
+      "the attention density of a data-dependent method is measured by the method, not known "
+      "ahead");
+}
+
+}  // namespace
+
+absl::StatusOr<double> AttentionDensity(const RequestOptions& options, int64_t prompt_tokens,
+                                        int64_t generated_tokens) {
+  const int64_t end = prompt_tokens + generated_tokens;
+  if (prompt_tokens < 0 || generated_tokens < 0 || end == 0) {
+    return absl::InvalidArgumentError("attention density needs at least one token");
+  }
+  SS_ASSIGN_OR_RETURN(const int64_t prefill,
+                      VisiblePairs(AttentionPatternOf(options.prefill), 0, prompt_tokens));
+  SS_ASSIGN_OR_RETURN(const int64_t decode,
+                      VisiblePairs(AttentionPatternOf(options.decode), prompt_tokens, end));
+  return static_cast<double>(prefill + decode) / static_cast<double>(end * (end + 1) / 2);
 }
 
 }  // namespace sparseserve::engine

@@ -83,6 +83,14 @@ absl::Status CheckImplemented(const RequestOptions& options);
 // it names its own). REQUIRES: Validate passed.
 kernels::AttentionPattern AttentionPatternOf(const AttentionChoice& choice);
 
+// The fraction of causal (query, key) pairs that a request's attention computes when its prompt of
+// `prompt_tokens` is prefilled with the prefill choice and `generated_tokens` more rows are decoded
+// with the decode choice: 1 for dense, less for a window shorter than the context. The
+// evaluation prints it beside every accuracy. Methods that pick keys from the data (minference,
+// tokenselect) cannot be known ahead: kUnimplemented until they report what they computed.
+absl::StatusOr<double> AttentionDensity(const RequestOptions& options, int64_t prompt_tokens,
+                                        int64_t generated_tokens);
+
 // Sinks a sliding window chosen per request keeps when it does not say (StreamingLLM §3: four
 // initial tokens hold most of the attention mass that a pure window would lose).
 inline constexpr int kDefaultRequestSinkTokens = 4;

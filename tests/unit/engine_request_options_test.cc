@@ -2,6 +2,11 @@
 // shorthand rule (--attention) against the per-phase names.
 #include "common/engine/request_options.h"
 
+#include <cstdint>
+#include <utility>
+
+#include "kernels/attention_visibility.h"
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -93,6 +98,45 @@ TEST(RequestOptionsTest, UnknownNamesNameTheFlag) {
   // The wrong phase is Validate's to refuse, not the parser's.
   ASSERT_TRUE(ApplyAttentionMethodNames("", "tokenselect", "", &o).ok());
   EXPECT_EQ(Validate(o).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Density against a brute-force count over kernels::KeyVisible, the rule the kernels use.
+double BruteForceDensity(const RequestOptions& o, int prompt, int generated) {
+  int64_t seen = 0, causal = 0;
+  const int end = prompt + generated;
+  for (int pos = 0; pos < end; ++pos) {
+    const kernels::AttentionPattern p = AttentionPatternOf(pos < prompt ? o.prefill : o.decode);
+    kernels::KeyVisibility v;
+    v.q_len = 1;
+    v.kv_len = pos + 1;
+    v.window = p.window;
+    v.sink_tokens = p.sink_tokens;
+    for (int key = 0; key <= pos; ++key) seen += kernels::KeyVisible(v, 0, key) ? 1 : 0;
+    causal += pos + 1;
+  }
+  return static_cast<double>(seen) / static_cast<double>(causal);
+}
+
+TEST(RequestOptionsTest, AttentionDensityCountsTheVisiblePairs) {
+  RequestOptions dense;
+  EXPECT_EQ(*AttentionDensity(dense, 100, 20), 1.0);
+  RequestOptions window;
+  window.prefill.method = window.decode.method = AttentionMethod::kSlidingWindow;
+  window.prefill.window = 16;
+  window.decode.window = 8;
+  window.decode.sink_tokens = 0;
+  for (const auto& [prompt, generated] : {std::pair{1, 0}, {10, 5}, {64, 40}, {300, 1}}) {
+    SCOPED_TRACE(prompt);
+    EXPECT_DOUBLE_EQ(*AttentionDensity(window, prompt, generated),
+                     BruteForceDensity(window, prompt, generated));
+  }
+  EXPECT_LT(*AttentionDensity(window, 300, 1), 0.2);
+  window.prefill.window = window.decode.window = 400;  // covers everything: dense
+  EXPECT_DOUBLE_EQ(*AttentionDensity(window, 300, 50), 1.0);
+  EXPECT_EQ(AttentionDensity(dense, 0, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  RequestOptions sparse;
+  sparse.prefill.method = AttentionMethod::kMInference;
+  EXPECT_EQ(AttentionDensity(sparse, 10, 1).status().code(), absl::StatusCode::kUnimplemented);
 }
 
 }  // namespace
