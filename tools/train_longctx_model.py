@@ -32,11 +32,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from longctx import bpe, tasks  # noqa: E402
 
 # Share of each kind of training sample; "filler" is plain stories (the long-generation task).
-MIX = {"passkey": 0.17, "multikey": 0.25, "multivalue": 0.15, "vartrack": 0.18, "cwe": 0.1,
-       "filler": 0.15}
+# Multi-key retrieval (the key decides which needle to copy) is learned last: it gets the most.
+# (A run with 35% multi-key reached 30% on it, and 100% on passkey and multi-value.)
+MIX = {"passkey": 0.06, "multikey": 0.5, "multivalue": 0.1, "vartrack": 0.14, "cwe": 0.06,
+       "filler": 0.14}
 # (fraction of the run, lengths drawn from then on): short first, every length by the end.
-CURRICULUM = [(0.0, [256, 512, 1024]), (0.2, [512, 1024, 2048, 4096]),
-              (0.45, [1024, 2048, 4096, 8192, 16384])]
+CURRICULUM = [(0.0, [256, 512, 1024]), (0.3, [512, 1024, 2048, 4096]),
+              (0.5, [1024, 2048, 4096, 8192, 16384])]
 PAD_EXTRA = 64  # room for the target and EOS after a prompt of `length` tokens
 TRAIN_SEED_BASE = 10_000_000  # training prompts never reuse an evaluation seed (< this)
 
@@ -50,21 +52,27 @@ def _init_worker(tokenizer_path):
 
 
 def make_batch(spec):
-    """Worker: (length, batch, seed) -> (ids, answer mask, valid lengths) as nested lists."""
+    """Worker: (length, batch, seed) -> (length, ids, answer mask, valid mask), numpy arrays of
+    [batch, length + PAD_EXTRA] (padding here keeps the training loop's Python cheap)."""
+    import numpy as np
+
     length, batch, seed = spec
     rng = random.Random(seed)
-    rows, answer_masks, lengths = [], [], []
+    width = length + PAD_EXTRA
+    ids = np.zeros((batch, width), dtype=np.int64)
+    ans = np.zeros((batch, width), dtype=bool)
+    valid = np.zeros((batch, width), dtype=bool)
     for i in range(batch):
         kind = rng.choices(list(MIX), weights=list(MIX.values()))[0]
         task = tasks.make_task("longgen" if kind == "filler" else kind, length, seed * 1024 + i,
                                _encoder)
         prompt = _encoder.encode(task["prompt"], add_bos=True)
         target = _encoder.encode(task["target"]) + [_encoder.eos_id] if task["target"] else []
-        ids = prompt + target
-        rows.append(ids)
-        answer_masks.append([0] * len(prompt) + [1] * len(target))
-        lengths.append(len(ids))
-    return length, rows, answer_masks, lengths
+        row = prompt + target
+        ids[i, :len(row)] = row
+        ans[i, len(prompt):len(row)] = True
+        valid[i, :len(row)] = True
+    return length, ids, ans, valid
 
 
 def pad_batch(torch, rows, masks, width):
@@ -175,11 +183,12 @@ def main():
     p.add_argument("--max-positions", type=int, default=65536,
                    help="config max_position_embeddings (trained up to 16K; more lets the "
                         "extrapolation be measured)")
-    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--lr", type=float, default=1e-3,
+                   help="peak learning rate (2e-3 learned no retrieval in 6 minutes on an H100)")
     p.add_argument("--batch-tokens", type=int, default=65536, help="tokens per optimizer step")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
-    p.add_argument("--eval-per-cell", type=int, default=40)
-    p.add_argument("--eval-lengths", default="2048,8192,16384,32768,65536")
+    p.add_argument("--eval-per-cell", type=int, default=30)
+    p.add_argument("--eval-lengths", default="2048,16384")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
 
@@ -225,7 +234,7 @@ def main():
         pending = collections.deque(
             pool.apply_async(make_batch, (next_spec(start),)) for _ in range(2 * args.workers))
         while True:
-            length, rows, masks, _ = pending.popleft().get()
+            length, ids, ans, valid = pending.popleft().get()
             pending.append(pool.apply_async(make_batch, (next_spec(start),)))
             elapsed = time.time() - start
             if elapsed >= budget:
@@ -235,8 +244,8 @@ def main():
             lr = args.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * fraction)))
             for g in opt.param_groups:
                 g["lr"] = lr
-            ids, ans, valid = pad_batch(torch, rows, masks, length + PAD_EXTRA)
-            ids, ans, valid = ids.to(DEVICE), ans.to(DEVICE), valid.to(DEVICE)
+            ids, ans, valid = (torch.from_numpy(x).to(DEVICE, non_blocking=True)
+                               for x in (ids, ans, valid))
             lm, answer = losses(torch, model, ids, ans, valid)
             loss = lm + answer
             opt.zero_grad(set_to_none=True)
@@ -257,13 +266,13 @@ def main():
     log["train_steps"] = step
     print(f"trained {step} steps in {log['train_seconds']}s", flush=True)
 
-    lengths = [int(x) for x in args.eval_lengths.split(",") if x]
-    log["eval_teacher_forced"] = evaluate(torch, model, encoder, lengths, args.eval_per_cell,
-                                          args.batch_tokens * 2)
-
+    # The checkpoint is written before the evaluation, which a time limit may cut short.
     os.makedirs(args.out, exist_ok=True)
     model.to(torch.bfloat16).save_pretrained(args.out, safe_serialization=True)
     shutil.copy(args.tokenizer, os.path.join(args.out, "tokenizer.json"))
+    lengths = [int(x) for x in args.eval_lengths.split(",") if x]
+    log["eval_teacher_forced"] = evaluate(torch, model, encoder, lengths, args.eval_per_cell,
+                                          args.batch_tokens * 2)
     with open(os.path.join(args.out, "train_log.json"), "w") as f:
         json.dump(log, f, indent=1)
     size = os.path.getsize(os.path.join(args.out, "model.safetensors"))
