@@ -1,8 +1,9 @@
 """A small pure-Python encoder for the long-context model's byte-level BPE tokenizer.json.
 
 The task generator sizes prompts in tokens on machines without the `tokenizers` package (CI), so
-it carries its own encoder for the one tokenizer kind it needs: ASCII text, a Digits
-(individual_digits) pre-tokenizer followed by ByteLevel with the GPT-2 split, BPE merges, and a
+it carries its own encoder for the one tokenizer kind it needs: ASCII text, a Split pre-tokenizer
+isolating DIGIT_PATTERN (one digit per token, with the space before it) followed by ByteLevel with
+the GPT-2 split, BPE merges, and a
 TemplateProcessing post-processor that puts BOS first. Anything else is refused rather than
 counted wrong. Words are memoised: filler text repeats a few hundred words.
 """
@@ -13,7 +14,9 @@ import re
 # The GPT-2 split restricted to ASCII (\p{L} = letters, \p{N} = digits): the generator writes
 # ASCII only and encode() refuses anything else.
 _SPLIT = re.compile(r"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+")
-_DIGIT_SPLIT = re.compile(r"[0-9]|[^0-9]+")
+# One digit per token, with the space before it: " 301" -> " 3", "0", "1".
+DIGIT_PATTERN = r" ?[0-9]"
+_DIGIT_SPLIT = re.compile("(" + DIGIT_PATTERN + ")")
 
 
 def _byte_to_unicode():
@@ -62,8 +65,10 @@ class ByteLevelBpe:
     def _check_pre_tokenizer(path, pre):
         stages = pre["pretokenizers"] if pre and pre.get("type") == "Sequence" else [pre]
         kinds = [(s or {}).get("type") for s in stages]
-        if kinds != ["Digits", "ByteLevel"] or not stages[0].get("individual_digits"):
-            raise ValueError(f"{path}: pre_tokenizer {kinds} is not Digits(individual)+ByteLevel")
+        split = stages[0] or {}
+        if (kinds != ["Split", "ByteLevel"] or split.get("pattern") != {"Regex": DIGIT_PATTERN}
+                or split.get("behavior") != "Isolated" or split.get("invert")):
+            raise ValueError(f"{path}: pre_tokenizer {kinds} is not Split({DIGIT_PATTERN})+ByteLevel")
         if stages[1].get("add_prefix_space"):
             raise ValueError(f"{path}: ByteLevel add_prefix_space is not supported")
 
@@ -90,7 +95,7 @@ class ByteLevelBpe:
         if not text.isascii():
             raise ValueError("the long-context encoder handles ASCII text only")
         ids = [self.bos_id] if add_bos and self.bos_id is not None else []
-        for piece in _DIGIT_SPLIT.findall(text):
+        for piece in _DIGIT_SPLIT.split(text):
             for word in _SPLIT.findall(piece):
                 ids.extend(self._word(word))
         return ids
