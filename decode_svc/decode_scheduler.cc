@@ -356,6 +356,7 @@ void DecodeScheduler::EngineStep() {
        : has_decode              ? options_.metrics->engine_steps_decode()
                                  : options_.metrics->engine_steps_prefill())
           .Increment();
+      options_.metrics->engine_step_sequences().Observe(static_cast<double>(rows.size()));
     }
     size_t k = 0;
     std::vector<Running*> finished;

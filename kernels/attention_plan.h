@@ -55,12 +55,20 @@ struct SequenceAttention {
   // int32 [ceil(kv_len / block_tokens)] KV block ids holding indices 0..kv_len-1 in order.
   std::vector<int32_t> block_table;
   AttentionPattern pattern;
+  // Row of AttentionBatch::sequence_state holding this sequence's persistent state, or -1 (none).
+  // Keyed by the sequence, not by its place in the batch (engine::SequenceStateTable), so an
+  // index builder finds the same state whatever row the sequence has in this step.
+  int32_t state_slot = -1;
 };
 
 struct AttentionBatch {
   int block_tokens = 64;  // tokens per KV block
   float scale = 0.0f;     // softmax scale; 0 means 1/sqrt(head_dim)
   std::vector<SequenceAttention> sequences;
+  // i32 [num_slots, slot_words] in the backend's memory, or empty: per-sequence state that
+  // index builders read and write at row SequenceAttention::state_slot (a view; the engine's
+  // SequenceStateTable owns the memory and keeps it alive across steps).
+  Tensor sequence_state;
 };
 
 // Caller-owned memory a plan lives in (in the backend's memory). PlanAttention grows its tensors

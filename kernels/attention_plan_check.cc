@@ -39,9 +39,22 @@ absl::Status ValidateAttentionBatch(const AttentionBatch& batch, const Attention
                                                    shape.num_kv_heads, " KV heads, head_dim ",
                                                    shape.head_dim, " is not a GQA shape"));
   }
+  const int64_t num_state_slots = batch.sequence_state.empty() ? 0 : batch.sequence_state.dim(0);
+  if (!batch.sequence_state.empty() &&
+      (batch.sequence_state.dtype() != DType::kI32 || batch.sequence_state.ndim() != 2)) {
+    return absl::InvalidArgumentError(
+        "Attention: sequence_state must be i32 [num_slots, slot_words]");
+  }
   std::vector<std::pair<int64_t, int64_t>> row_ranges;
+  std::vector<int32_t> state_slots;
   for (size_t idx = 0; idx < batch.sequences.size(); ++idx) {
     const SequenceAttention& seq = batch.sequences[idx];
+    if (seq.state_slot < -1 || seq.state_slot >= num_state_slots) {
+      return absl::InvalidArgumentError(absl::StrCat("Attention: sequence ", idx, " state slot ",
+                                                     seq.state_slot, " outside the ",
+                                                     num_state_slots, " slots of sequence_state"));
+    }
+    if (seq.state_slot >= 0) state_slots.push_back(seq.state_slot);
     if (absl::Status s = CheckPatternSupported(seq.pattern, backend); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("sequence ", idx, ": ", s.message()));
     }
@@ -76,6 +89,11 @@ absl::Status ValidateAttentionBatch(const AttentionBatch& batch, const Attention
             absl::StrCat("Attention: sequence ", idx, " mask entries must be 0 or 1"));
       }
     }
+  }
+  // Two sequences of one step with one slot would overwrite each other's state.
+  std::sort(state_slots.begin(), state_slots.end());
+  if (std::adjacent_find(state_slots.begin(), state_slots.end()) != state_slots.end()) {
+    return absl::InvalidArgumentError("Attention: two sequences share a state slot");
   }
   std::sort(row_ranges.begin(), row_ranges.end());
   for (size_t i = 1; i < row_ranges.size(); ++i) {

@@ -4,11 +4,14 @@
 // layout, [num_blocks * 2, block_tokens, kv_heads, head_dim] (block b = rows [2b, 2b + 2)),
 // registered with the KvTransferSource as the local source of every layer.
 //
-// In the per-layer hook of a prefill, StageAndPut copies the layer's blocks device -> host into
-// the next free slots and PUTs them from there. A PUT's source must not change before a Flush
-// (kv_write_session.h), so slots are used once per flush: when the ring is full, StageAndPut
-// flushes the session and starts over at slot 0. A prompt whose KV exceeds the ring thus costs a
-// flush per wrap, and any prompt fits.
+// Several prompts of one engine step may transfer their KV at once, each through its own write
+// session, so Reset splits the ring into lanes, one per transfer, of consecutive slots. In the
+// per-layer hook of a step, StageAndPut copies a layer's blocks device -> host into the next free
+// slots of the transfer's lane and PUTs them from there. A PUT's source must not change before a
+// Flush of its session (kv_write_session.h), so a lane's slots are used once per flush: when the
+// lane is full, StageAndPut flushes that lane's session (only its own: another transfer's peer
+// cannot stall or fail this one) and starts over at the lane's first slot. A prompt whose KV
+// exceeds its lane thus costs a flush per wrap, and any prompt fits.
 //
 // Ownership: owns the buffer; the KvTransferSource it was registered with borrows it, so the
 // ring must outlive that source. Not thread-safe: used by the prefill engine thread only (it
@@ -18,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -41,38 +45,51 @@ class KvStagingRing {
   KvStagingRing(const KvStagingRing&) = delete;
   KvStagingRing& operator=(const KvStagingRing&) = delete;
 
-  // Starts a request: every slot is free and the per-request counters are zero.
+  // Starts a round of `num_lanes` transfers: every slot is free, the ring is split into that many
+  // lanes of consecutive slots (as equal as can be) and the per-lane counters are zero.
+  // kInvalidArgument unless 1 <= num_lanes <= num_blocks().
   // REQUIRES: every PUT from the ring has been flushed, or its session destroyed.
-  void Reset();
+  absl::Status Reset(int num_lanes);
 
   // Copies block local_blocks[i] of `kv_layer` (layer `layer` of the backend's KV cache) into
-  // the ring and PUTs it through `session` into remote block remote_blocks[i] of that layer.
-  // When the ring has no free slot left, first flushes `session` (waiting until `deadline` at
-  // most) and reuses the ring from slot 0. No PUT starts at or past `deadline`.
-  // Returns kInvalidArgument for unequal lengths or bad ids, kDeadlineExceeded when the deadline
-  // passes (the ring must not be reused before the session is destroyed then), and the copy's,
-  // PutBlocks' or Flush's error otherwise.
-  absl::Status StageAndPut(kernels::Backend& backend, const Tensor& kv_layer, int layer,
-                           absl::Span<const int32_t> local_blocks,
+  // lane `lane_idx` and PUTs it through `session` (that lane's transfer, the same one every call
+  // since Reset) into remote block remote_blocks[i] of that layer. When the lane has no free slot
+  // left, first flushes `session` (waiting until `deadline` at most) and reuses the lane from its
+  // first slot. No PUT starts at or past `deadline`.
+  // Returns kInvalidArgument for unequal lengths, bad ids or a lane out of range,
+  // kDeadlineExceeded when the deadline passes (the lane must not be reused before the session
+  // is destroyed then), and the copy's, PutBlocks' or Flush's error otherwise.
+  absl::Status StageAndPut(int lane_idx, kernels::Backend& backend, const Tensor& kv_layer,
+                           int layer, absl::Span<const int32_t> local_blocks,
                            absl::Span<const int32_t> remote_blocks,
                            transfer::KvWriteSession& session, absl::Time deadline);
 
   int num_blocks() const { return static_cast<int>(buffer_.dim(0) / 2); }
+  int num_lanes() const { return static_cast<int>(lanes_.size()); }
   // The buffer, host [num_blocks * 2, block_tokens, kv_heads, head_dim].
   const Tensor& buffer() const { return buffer_; }
-  // Since Reset: slots holding data PUT after the last flush, flushes made to free the ring,
-  // and the time spent copying device -> host.
-  int num_used_blocks() const { return num_used_; }
-  int num_wrap_flushes() const { return num_wrap_flushes_; }
-  absl::Duration copy_time() const { return copy_time_; }
+  // Of lane `lane_idx` since Reset (REQUIRES: lane_idx < num_lanes()): its slots, its slots
+  // holding data PUT after its last flush, flushes made to free it, and the time spent copying
+  // device -> host into it.
+  int lane_blocks(int lane_idx) const { return lanes_[lane_idx].num_slots; }
+  int num_used_blocks(int lane_idx) const { return lanes_[lane_idx].num_used; }
+  int num_wrap_flushes(int lane_idx) const { return lanes_[lane_idx].num_wrap_flushes; }
+  absl::Duration copy_time(int lane_idx) const { return lanes_[lane_idx].copy_time; }
 
  private:
+  // Slots [first_slot, first_slot + num_slots) of the ring, used by one transfer.
+  struct Lane {
+    int first_slot = 0;
+    int num_slots = 0;
+    int num_used = 0;
+    int num_wrap_flushes = 0;
+    absl::Duration copy_time;
+  };
+
   explicit KvStagingRing(Tensor buffer) : buffer_(std::move(buffer)) {}
 
   Tensor buffer_;  // owns the host memory (registered with the source)
-  int num_used_ = 0;
-  int num_wrap_flushes_ = 0;
-  absl::Duration copy_time_;
+  std::vector<Lane> lanes_;
 };
 
 }  // namespace sparseserve::prefill

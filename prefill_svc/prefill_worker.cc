@@ -57,9 +57,15 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(
     SS_LOG_INFO("prefill worker KV transfer: UCX {}, transports {}", ucx.ucx_version,
                 ucx.resources);
   }
-  w->engine_ =
-      std::make_unique<PrefillEngine>(w->runner_.get(), w->kv_source_.get(), w->ring_.get(),
-                                      options.max_queued, options.fault_put_delay);
+  PrefillEngineOptions engine_options;
+  engine_options.max_queued = options.max_queued;
+  engine_options.max_running = options.max_running;
+  engine_options.max_step_tokens = options.runner.max_step_tokens;
+  engine_options.prefill_chunk = options.runner.prefill_chunk_tokens;
+  engine_options.put_delay = options.fault_put_delay;
+  engine_options.metrics = w->metrics_.get();
+  w->engine_ = std::make_unique<PrefillEngine>(w->runner_.get(), w->kv_source_.get(),
+                                               w->ring_.get(), std::move(engine_options));
   w->service_ =
       std::make_unique<PrefillWorkerService>(w->engine_.get(), w->runner_.get(), w->metrics_.get(),
                                              options.model_path, options.request_defaults);

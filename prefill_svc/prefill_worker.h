@@ -31,7 +31,10 @@ struct PrefillWorkerOptions {
   std::string metrics_address = "127.0.0.1:0";
   Device device = Device::kHost;
   engine::ModelRunnerOptions runner;
-  int max_queued = 256;            // queued prefills beyond this: RESOURCE_EXHAUSTED
+  int max_queued = 256;  // queued prefills beyond this: RESOURCE_EXHAUSTED
+  // Prompts prefilled at once at most, their chunks batched into shared engine steps under
+  // runner.max_step_tokens (--max-step-tokens) and runner.prefill_chunk_tokens (--prefill-chunk).
+  int max_running = 64;
   bool enable_kv_transfer = true;  // PUT KV into decode workers over UCX
   // Whether KV is copied into a host staging ring and PUT from there instead of straight from
   // the KV cache. kAuto stages exactly when the KV cache is not in host memory, which the UCX

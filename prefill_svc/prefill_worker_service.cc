@@ -121,7 +121,9 @@ grpc::ServerUnaryReactor* PrefillWorkerService::Status(grpc::CallbackServerConte
                                                        const v1::WorkerStatusRequest* /*request*/,
                                                        v1::WorkerStatusResponse* response) {
   response->set_role("prefill");
-  response->set_num_waiting(engine_->num_queued());
+  const PrefillEngineStats stats = engine_->stats();
+  response->set_num_waiting(stats.num_waiting);
+  response->set_num_running(stats.num_running);
   response->set_num_free_blocks(runner_->pool().num_free_blocks());
   response->set_num_total_blocks(runner_->pool().num_blocks());
   *response->mutable_layout() = decode::LayoutOf(*runner_);
@@ -130,7 +132,8 @@ grpc::ServerUnaryReactor* PrefillWorkerService::Status(grpc::CallbackServerConte
   response->set_vocab_size(runner_->config().vocab_size);
   response->set_architecture(std::string(model::ModelArchName(runner_->config().arch)));
   response->set_num_layers(runner_->config().num_layers);
-  metrics_->num_requests_waiting().Set(engine_->num_queued());
+  metrics_->num_requests_waiting().Set(stats.num_waiting);
+  metrics_->num_requests_running().Set(stats.num_running);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -76,6 +76,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   if (options.sequence_state_words > 0) {
     SS_ASSIGN_OR_RETURN(runner->state_, SequenceStateTable::Create(*backend, options.max_sequences,
                                                                    options.sequence_state_words));
+    runner->model_->set_sequence_state(runner->state_->memory());
   }
   return runner;
 }
@@ -171,6 +172,17 @@ absl::StatusOr<std::vector<model::ForwardSequence>> ModelRunner::PrepareStep(
     new_blocks += static_cast<int>(
         std::max<int64_t>(0, needed - static_cast<int64_t>(r.seq->block_ids.size())));
   }
+  // Each sequence's state slot, keyed by its id: the same slot whatever its row in this step,
+  // taken (and zeroed) here on the host, before any forward pass or graph capture. A slot taken
+  // for a step that then fails stays with its sequence until Release.
+  std::vector<int32_t> state_slots(rows.size(), -1);
+  if (state_ != nullptr) {
+    for (size_t i = 0; i < rows.size(); ++i) {
+      SequenceKv& s = *rows[i].seq;
+      if (s.id == 0) s.id = next_sequence_id_++;
+      SS_ASSIGN_OR_RETURN(state_slots[i], state_->Acquire(s.id));
+    }
+  }
   // Every new block first, so a shortage leaves all sequences untouched.
   SS_ASSIGN_OR_RETURN(std::vector<int32_t> fresh, pool_.Allocate(new_blocks));
   std::vector<model::ForwardSequence> batch(rows.size());
@@ -188,6 +200,7 @@ absl::StatusOr<std::vector<model::ForwardSequence>> ModelRunner::PrepareStep(
     f.block_table = s.block_ids;
     f.logits = r.sample;
     f.pattern = r.pattern;
+    f.state_slot = state_slots[i];
   }
   return batch;
 }

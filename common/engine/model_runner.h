@@ -46,6 +46,9 @@ struct ModelRunnerOptions {
   bool enable_prefix_cache = true;  // reuse full blocks of earlier prompts
   // Per-sequence persistent state on the backend (SequenceStateTable): slots of this many int32
   // words, one per sequence in flight up to max_sequences; 0 = none (no method needs any yet).
+  // A sequence takes its slot (zeroed) at its first step and keeps it until Release, whatever
+  // its row in later steps; every step's attention batch carries it (SequenceAttention::
+  // state_slot) with the table's memory (AttentionBatch::sequence_state).
   int64_t sequence_state_words = 0;
   int max_sequences = 256;
   // Decode batches of up to this many sequences run as step graphs (CUDA graphs) where the
@@ -100,9 +103,10 @@ class ModelRunner {
   // order, sampled on the backend under `sampling` (one SamplingRow per sampled row; sampling
   // rows are built by sampling::Sampler::NextRow). Non-speculative rows are committed (appended
   // to their sequence, full blocks registered in the prefix cache). `on_layer_done(layer)` as in
-  // Prefill. kResourceExhausted when the pool lacks blocks; kInvalidArgument for a bad row
-  // (empty, past the context, a sequence with uncommitted rows) or a sampling plan that does not
-  // match the sampled rows; nothing changes on error.
+  // Prefill. kResourceExhausted when the pool lacks blocks or every state slot is taken;
+  // kInvalidArgument for a bad row (empty, past the context, a sequence with uncommitted rows) or
+  // a sampling plan that does not match the sampled rows; nothing changes on error (except that a
+  // sequence keeps a state slot it took, until Release).
   absl::StatusOr<std::vector<int32_t>> Step(
       absl::Span<const StepRows> rows, const kernels::SamplingBatch& sampling,
       const std::function<absl::Status(int layer)>& on_layer_done = nullptr);

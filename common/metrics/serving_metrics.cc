@@ -155,6 +155,10 @@ void ServingMetrics::Register() {
     step_labels["kind"] = kind;
     *counter = &steps.Add(step_labels);
   }
+  engine_step_sequences_ =
+      AddHistogram(r, "engine_step_sequences",
+                   "Sequences in one engine forward step (decode streams and prompt chunks).",
+                   labels, kStepSequenceBuckets);
   requests_family_ = &AddCounterFamily(r, "requests_total", "Finished requests, by finish reason.");
   // Series for the standard reasons exist from the start, so rate() sees them go 0 -> 1.
   for (absl::string_view reason : {"length", "stop", "context", "aborted", "error"}) {

@@ -4,7 +4,8 @@
 // Names carry the `sparseserve_` prefix and Prometheus base units (seconds, bytes, ratios);
 // counters end in `_total` (prometheus-cpp 1.0 appends nothing). Every metric carries the label
 // `role` (router | prefill | decode), so several roles may share one registry (an all-in-one
-// process) without clashing. Bucket boundaries are `kLatencyBuckets` / `kTransferBuckets`.
+// process) without clashing. Bucket boundaries are `kLatencyBuckets` / `kTransferBuckets` /
+// `kStepSequenceBuckets`.
 //
 // ServingMetrics co-owns the registry (std::shared_ptr, with the MetricsExporter) so the metric
 // references it hands out stay valid for its lifetime. Thread-safe: prometheus-cpp metrics are
@@ -41,6 +42,8 @@ inline constexpr std::array<double, 17> kLatencyBuckets = {
 inline constexpr std::array<double, 16> kTransferBuckets = {
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
     0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10};
+// Sequences in one engine step (a count): powers of two up to a full decode batch.
+inline constexpr std::array<double, 9> kStepSequenceBuckets = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 
 class ServingMetrics {
  public:
@@ -90,6 +93,10 @@ class ServingMetrics {
   prometheus::Counter& engine_steps_decode() { return *engine_steps_decode_; }
   prometheus::Counter& engine_steps_prefill() { return *engine_steps_prefill_; }
   prometheus::Counter& engine_steps_mixed() { return *engine_steps_mixed_; }
+  // `engine_step_sequences`: sequences (decode streams and prompt chunks) in one engine step;
+  // buckets 1, 2, 4, ..., 256, so `_count - _bucket{le="1"}` counts the steps that batched
+  // several sequences.
+  prometheus::Histogram& engine_step_sequences() { return *engine_step_sequences_; }
   // `requests_total{finish_reason=...}`. The series "length", "stop", "context", "aborted" (the
   // proto FinishReason values) and "error" exist from the start; the first use of any other
   // reason creates its series. Each call looks the series up under the family's mutex.
@@ -134,6 +141,7 @@ class ServingMetrics {
   prometheus::Counter* engine_steps_decode_ = nullptr;
   prometheus::Counter* engine_steps_prefill_ = nullptr;
   prometheus::Counter* engine_steps_mixed_ = nullptr;
+  prometheus::Histogram* engine_step_sequences_ = nullptr;
   prometheus::Family<prometheus::Counter>* requests_family_ = nullptr;
 };
 

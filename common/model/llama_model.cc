@@ -69,6 +69,7 @@ absl::StatusOr<LlamaModel::StepInputs> LlamaModel::FlattenBatch(
   if (batch.empty()) return absl::InvalidArgumentError("Forward: empty batch");
   StepInputs in;
   in.attn.block_tokens = block_tokens;
+  in.attn.sequence_state = sequence_state_;
   for (size_t s = 0; s < batch.size(); ++s) {
     const ForwardSequence& seq = batch[s];
     const int32_t n = static_cast<int32_t>(seq.tokens.size());
@@ -96,6 +97,7 @@ absl::StatusOr<LlamaModel::StepInputs> LlamaModel::FlattenBatch(
     sa.mask = seq.mask;
     sa.block_table = seq.block_table;
     sa.pattern = seq.pattern;
+    sa.state_slot = seq.state_slot;
     in.attn.sequences.push_back(std::move(sa));
     for (int32_t i = 0; i < n; ++i) {
       const int32_t index = seq.start_pos + i;  // KV index of the row

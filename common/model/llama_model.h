@@ -45,6 +45,8 @@ struct ForwardSequence {
   std::vector<int32_t> block_table;
   LogitRows logits = LogitRows::kLast;
   kernels::AttentionPattern pattern;  // dense unless a method says otherwise
+  // Row of the model's sequence state (set_sequence_state) that is this sequence's, or -1.
+  int32_t state_slot = -1;
 };
 
 struct LayerWeights {
@@ -112,6 +114,11 @@ class LlamaModel {
   // captured so far.
   void set_step_graph_rows(int rows);
   static constexpr int kDefaultStepGraphRows = 64;
+
+  // The per-sequence state every step's attention batch carries (AttentionBatch::sequence_state):
+  // i32 [num_slots, slot_words] in the backend's memory, a view kept alive by its owner (the
+  // engine's SequenceStateTable), or empty for none. ForwardSequence::state_slot picks a row.
+  void set_sequence_state(Tensor memory) { sequence_state_ = std::move(memory); }
 
  private:
   LlamaModel(ModelConfig config, kernels::Backend* backend)
@@ -191,6 +198,7 @@ class LlamaModel {
   Tensor final_norm_;                               // [hidden]
   Tensor lm_head_;                                  // [vocab, hidden] (the embedding when tied)
   Tensor inv_freq_;                                 // f32 [head_dim / 2]
+  Tensor sequence_state_;  // i32 [num_slots, slot_words] or empty (set_sequence_state)
   std::vector<LayerWeights> layers_;
 };
 

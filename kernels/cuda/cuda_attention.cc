@@ -82,7 +82,7 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
     const bool window = sa.pattern.kind == AttentionMethodKind::kSlidingWindow;
     seqs.insert(seqs.end(),
                 {sa.q_begin, sa.q_len, sa.kv_len, table_begin, window ? sa.pattern.window : 0,
-                 window ? sa.pattern.sink_tokens : 0, mask_begin, 0});
+                 window ? sa.pattern.sink_tokens : 0, mask_begin, sa.state_slot});
     const int blocks = (sa.kv_len + bt - 1) / bt;
     tables.insert(tables.end(), sa.block_table.begin(), sa.block_table.begin() + blocks);
     total_q = std::max(total_q, sa.q_begin + sa.q_len);

@@ -98,7 +98,7 @@ struct AttentionSeqInfo {
   int32_t window;       // sliding window in keys (0 = none)
   int32_t sink_tokens;  // with a window: leading keys that stay visible
   int32_t mask_begin;   // byte offset of its uint8 [q_len * q_len] mask in `masks`, -1 = causal
-  int32_t pad;
+  int32_t state_slot;   // row of the per-sequence state (AttentionBatch::sequence_state), -1 = none
 };
 
 // Shapes shared by the attention launchers.

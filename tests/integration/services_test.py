@@ -39,6 +39,45 @@ def test_up_greedy_equals_single_process(threshold, disaggregated):
         c.close()
 
 
+@pytest.mark.parametrize("staging", ["off", "on"])
+def test_prefill_worker_batches_concurrent_prompts(staging):
+    """Eight concurrent prompts through one prefill worker in chunks of 16 rows: several prompts
+    share prefill engine steps (engine_step_sequences counts steps of more than one sequence),
+    each prompt's KV reaches the decode worker intact (straight from the KV cache, or through the
+    staging ring's lanes), and every output equals single-process `generate`. The 100 ms PUT
+    delay per layer keeps each finishing step long enough for the other requests to queue."""
+    pool = prompts(16)
+    texts = [" ".join(pool[i:i + 3 + i % 3]) for i in range(8)]
+    refs = [reference_tokens(t, 16) for t in texts]
+    c = Cluster(extra=["--disagg-threshold=3", "--prefill-chunk=16", "--max-step-tokens=64",
+                       f"--kv-staging={staging}", "--fault-kv-put-delay-ms=100"])
+    try:
+        prefill, decode = c.role("prefill")[0], c.role("decode")[0]
+        results = [None] * len(texts)
+
+        def one(i):
+            _, text, last = run(c.stub, greedy_request(texts[i], max_tokens=16), timeout=120)
+            results[i] = (text, last.timings.disaggregated, last.usage.prompt_tokens)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(texts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=180)
+        assert [r[0] for r in results] == refs
+        assert all(r[1] for r in results), "every prompt went through the prefill worker"
+        assert all(r[2] > 16 for r in results)  # several chunks each
+        steps = metric(prefill["metrics"], "sparseserve_engine_step_sequences_count")
+        single = sum(float(line.rsplit(" ", 1)[1]) for line in scrape_lines(prefill["metrics"])
+                     if line.startswith("sparseserve_engine_step_sequences_bucket{") and
+                     'le="1"' in line)
+        assert steps == metric(prefill["metrics"], "sparseserve_engine_steps_total")
+        assert steps - single >= 1, (steps, single)  # a step held chunks of several prompts
+        assert wait_until(lambda: _idle_and_full(decode["address"]))
+    finally:
+        c.close()
+
+
 def _idle_and_full(address):
     """The decode worker runs nothing and every KV pool and staging block is back."""
     st = worker_status(address)

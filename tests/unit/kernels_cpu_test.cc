@@ -194,6 +194,22 @@ TEST_F(CpuBackendTest, AttentionRejectsBadPlans) {
   EXPECT_EQ(RunAttention(be_, batch, q, kv, out).code(), absl::StatusCode::kInvalidArgument);
   batch.sequences[0].mask = {2};  // not 0/1
   EXPECT_EQ(RunAttention(be_, batch, q, kv, out).code(), absl::StatusCode::kInvalidArgument);
+  batch.sequences[0].mask = {};
+  batch.sequences[0].state_slot = 0;  // no sequence_state to point into
+  EXPECT_EQ(RunAttention(be_, batch, q, kv, out).code(), absl::StatusCode::kInvalidArgument);
+  batch.sequence_state = Tensor::Zeros(DType::kI32, {2, 4});
+  EXPECT_TRUE(RunAttention(be_, batch, q, kv, out).ok());
+  batch.sequences[0].state_slot = 2;  // past the 2 slots
+  EXPECT_EQ(RunAttention(be_, batch, q, kv, out).code(), absl::StatusCode::kInvalidArgument);
+  batch.sequences[0].state_slot = 1;
+  batch.sequences[0].q_begin = 0;
+  SequenceAttention other = batch.sequences[0];
+  other.q_begin = 1;
+  batch.sequences.push_back(other);  // two sequences, one slot
+  Tensor q2 = Random({2, 2, 8}, rng_), out2 = Tensor::Zeros(DType::kF32, {2, 2, 8});
+  EXPECT_EQ(RunAttention(be_, batch, q2, kv, out2).code(), absl::StatusCode::kInvalidArgument);
+  batch.sequences[1].state_slot = 0;
+  EXPECT_TRUE(RunAttention(be_, batch, q2, kv, out2).ok());
   EXPECT_EQ(be_.WriteKv(Random({1, 1, 8}, rng_), Random({1, 1, 8}, rng_), I32({32}), kv).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(

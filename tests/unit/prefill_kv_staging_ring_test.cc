@@ -1,6 +1,8 @@
 // KvStagingRing over real UCX in one process (tcp and shared memory): a layer's blocks are copied
 // into the host ring and PUT from there; a prompt's KV larger than the ring wraps it with a flush
-// per wrap and still lands block for block; no PUT starts past the deadline.
+// per wrap and still lands block for block; several transfers in flight at once, each in its
+// own lane with its own session, interleave layer by layer and each lands intact; no PUT starts
+// past the deadline.
 #include "prefill_svc/kv_staging_ring.h"
 
 #include <memory>
@@ -87,7 +89,7 @@ class KvStagingRingTest : public testing::TestWithParam<const char*> {
     auto session = source_->Connect(*pool);
     ASSERT_TRUE(session.ok()) << session.status();
     session_ = *std::move(session);
-    ring_->Reset();
+    ASSERT_TRUE(ring_->Reset(1).ok());
   }
 
   std::vector<float> LocalBlock(int layer, int block) const {
@@ -116,11 +118,11 @@ TEST_P(KvStagingRingTest, PromptLargerThanTheRingWrapsWithAFlushPerWrap) {
   const absl::Time deadline = absl::Now() + kTimeout;
   for (int l = 0; l < kNumLayers; ++l) {
     ASSERT_TRUE(
-        ring_->StageAndPut(backend_, local_[l], l, local, remote, *session_, deadline).ok());
+        ring_->StageAndPut(0, backend_, local_[l], l, local, remote, *session_, deadline).ok());
   }
   ASSERT_TRUE(session_->Flush(kTimeout).ok());
-  EXPECT_EQ(ring_->num_wrap_flushes(), 4);  // 15 / 3 fills, the last one flushed by the caller
-  EXPECT_EQ(ring_->num_used_blocks(), 3);
+  EXPECT_EQ(ring_->num_wrap_flushes(0), 4);  // 15 / 3 fills, the last one flushed by the caller
+  EXPECT_EQ(ring_->num_used_blocks(0), 3);
   for (int l = 0; l < kNumLayers; ++l) {
     for (size_t i = 0; i < local.size(); ++i) {
       EXPECT_EQ(RemoteBlock(l, remote[i]), LocalBlock(l, local[i])) << "layer " << l << " " << i;
@@ -135,32 +137,71 @@ TEST_P(KvStagingRingTest, RingLargerThanThePromptNeedsNoFlush) {
   MakeRing(16);
   const absl::Time deadline = absl::Now() + kTimeout;
   for (int l = 0; l < kNumLayers; ++l) {
-    ASSERT_TRUE(
-        ring_->StageAndPut(backend_, local_[l], l, {0, 1, 2, 3}, {4, 5, 6, 7}, *session_, deadline)
-            .ok());
+    ASSERT_TRUE(ring_
+                    ->StageAndPut(0, backend_, local_[l], l, {0, 1, 2, 3}, {4, 5, 6, 7}, *session_,
+                                  deadline)
+                    .ok());
   }
-  EXPECT_EQ(ring_->num_wrap_flushes(), 0);
-  EXPECT_EQ(ring_->num_used_blocks(), 12);
+  EXPECT_EQ(ring_->num_wrap_flushes(0), 0);
+  EXPECT_EQ(ring_->num_used_blocks(0), 12);
   ASSERT_TRUE(session_->Flush(kTimeout).ok());
   for (int l = 0; l < kNumLayers; ++l) {
     for (int b = 0; b < 4; ++b) EXPECT_EQ(RemoteBlock(l, 4 + b), LocalBlock(l, b));
   }
 }
 
+TEST_P(KvStagingRingTest, TwoTransfersInFlightUseTheirOwnLanes) {
+  MakeRing(5);  // lanes of 3 and 2 slots
+  ASSERT_TRUE(ring_->Reset(2).ok());
+  EXPECT_EQ(ring_->lane_blocks(0), 3);
+  EXPECT_EQ(ring_->lane_blocks(1), 2);
+  // A second connection to the same decode worker stands for a second request's session; the
+  // two write disjoint remote blocks, as two reservations do.
+  const auto block_bytes = static_cast<uint64_t>(FloatsPerBlock() * sizeof(float));
+  auto pool = target_->ExportPool(kNumLayers, block_bytes);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  auto other = source_->Connect(*pool);
+  ASSERT_TRUE(other.ok()) << other.status();
+  const std::vector<int32_t> local_a = {1, 2, 3}, remote_a = {0, 1, 2};
+  const std::vector<int32_t> local_b = {7, 8, 9}, remote_b = {5, 6, 7};
+  const absl::Time deadline = absl::Now() + kTimeout;
+  for (int l = 0; l < kNumLayers; ++l) {  // interleaved, as in one step's per-layer hook
+    ASSERT_TRUE(
+        ring_->StageAndPut(0, backend_, local_[l], l, local_a, remote_a, *session_, deadline).ok());
+    ASSERT_TRUE(
+        ring_->StageAndPut(1, backend_, local_[l], l, local_b, remote_b, **other, deadline).ok());
+  }
+  ASSERT_TRUE(session_->Flush(kTimeout).ok());
+  ASSERT_TRUE((*other)->Flush(kTimeout).ok());
+  EXPECT_EQ(ring_->num_wrap_flushes(0), 2);  // 9 blocks through 3 slots
+  EXPECT_EQ(ring_->num_wrap_flushes(1), 4);  // 9 blocks through 2 slots
+  for (int l = 0; l < kNumLayers; ++l) {
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(RemoteBlock(l, remote_a[i]), LocalBlock(l, local_a[i])) << "layer " << l;
+      EXPECT_EQ(RemoteBlock(l, remote_b[i]), LocalBlock(l, local_b[i])) << "layer " << l;
+    }
+  }
+  EXPECT_EQ(session_->bytes_transferred(),
+            static_cast<int64_t>(9 * FloatsPerBlock() * sizeof(float)));
+  EXPECT_EQ((*other)->bytes_transferred(), session_->bytes_transferred());
+  EXPECT_EQ(ring_->Reset(6).code(), absl::StatusCode::kInvalidArgument);  // more lanes than slots
+  EXPECT_EQ(ring_->Reset(0).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_P(KvStagingRingTest, NoPutStartsPastTheDeadlineAndBadInputIsRefused) {
   MakeRing(2);
-  EXPECT_EQ(
-      ring_
-          ->StageAndPut(backend_, local_[0], 0, {0}, {0}, *session_, absl::Now() - absl::Seconds(1))
-          .code(),
-      absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(ring_
+                ->StageAndPut(0, backend_, local_[0], 0, {0}, {0}, *session_,
+                              absl::Now() - absl::Seconds(1))
+                .code(),
+            absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(session_->bytes_posted(), 0);
   EXPECT_EQ(
-      ring_->StageAndPut(backend_, local_[0], 0, {0, 1}, {0}, *session_, absl::InfiniteFuture())
+      ring_->StageAndPut(0, backend_, local_[0], 0, {0, 1}, {0}, *session_, absl::InfiniteFuture())
           .code(),
       absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ring_
-                ->StageAndPut(backend_, local_[0], 0, {0}, {kRemoteBlocks}, *session_,
+                ->StageAndPut(0, backend_, local_[0], 0, {0}, {kRemoteBlocks}, *session_,
                               absl::InfiniteFuture())
                 .code(),
             absl::StatusCode::kInvalidArgument);  // remote id outside the decode worker's pool
