@@ -191,7 +191,9 @@ TEST_P(CudaShadowDenseTest, ShadowGraphStepsEqualKernelByKernelSteps) {
     shadowed += ge.empty() ? 0 : 1;
     for (size_t i = 0; i < ge.size(); ++i) {
       EXPECT_EQ(ge[i].relative_l2, we[i].relative_l2) << "step " << step << " entry " << i;
-      if (ge[i].sequence == 1) EXPECT_EQ(ge[i].relative_l2, 0.0f);  // its window covers all
+      if (ge[i].sequence == 1) {
+        EXPECT_EQ(ge[i].relative_l2, 0.0f);  // its window covers all
+      }
     }
     for (auto* seqs : {&a, &b}) {
       for (ForwardSequence& seq : *seqs) ++seq.start_pos;
@@ -201,10 +203,11 @@ TEST_P(CudaShadowDenseTest, ShadowGraphStepsEqualKernelByKernelSteps) {
   EXPECT_LT(shadowed, 35);
 }
 
-INSTANTIATE_TEST_SUITE_P(HeadDims, CudaShadowDenseTest, ::testing::Values(128, 32),
-                         [](const ::testing::TestParamInfo<int>& info) {
-                           return "HeadDim" + std::to_string(info.param);
-                         });
+std::string HeadDimName(const ::testing::TestParamInfo<int>& param) {
+  return "HeadDim" + std::to_string(param.param);
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, CudaShadowDenseTest, ::testing::Values(128, 32), HeadDimName);
 
 }  // namespace
 }  // namespace sparseserve::testing
