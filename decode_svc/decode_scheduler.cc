@@ -44,8 +44,21 @@ struct DecodeScheduler::Running {
 DecodeScheduler::DecodeScheduler(engine::ModelRunner* runner, DecodeSchedulerOptions options)
     : runner_(runner),
       options_(std::move(options)),
-      eos_(options_.eos_ids.begin(), options_.eos_ids.end()),
-      engine_([this] { EngineLoop(); }) {}
+      eos_(options_.eos_ids.begin(), options_.eos_ids.end()) {
+  if (options_.metrics != nullptr) {
+    // The shadow-dense monitor's errors (--shadow-dense-rate) of every step, local prefill chunks
+    // included, go to sparseserve_sparse_attention_error{role="decode", method}. Set before the
+    // engine thread starts: it is the one that calls the observer.
+    runner_->set_shadow_error_observer(
+        [metrics = options_.metrics](absl::Span<const model::ShadowAttentionError> errors) {
+          for (const model::ShadowAttentionError& e : errors) {
+            metrics->sparse_attention_error(engine::AttentionMethodKindName(e.method))
+                .Observe(e.relative_l2);
+          }
+        });
+  }
+  engine_ = std::thread([this] { EngineLoop(); });
+}
 
 DecodeScheduler::~DecodeScheduler() {
   {

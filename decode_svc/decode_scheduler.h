@@ -81,7 +81,9 @@ struct DecodeSchedulerOptions {
   int prefill_chunk = 512;       // one prompt's rows per step at most
   int max_waiting = 1024;        // queued requests beyond which Submit fails RESOURCE_EXHAUSTED
   std::vector<int32_t> eos_ids;  // the tokenizer's end-of-generation ids
-  // Borrowed, may be null; must outlive the scheduler. Receives the KV staging copy times.
+  // Borrowed, may be null; must outlive the scheduler. Receives the KV staging copy times, the
+  // engine step counts and the runner's shadow-dense errors (the scheduler installs the runner's
+  // shadow error observer).
   metrics::ServingMetrics* metrics = nullptr;
 };
 

@@ -138,6 +138,15 @@ class Backend {
   // out[i, :] = x[rows[i], :]. x [n, d], rows i32 [m], out [m, d].
   virtual absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) = 0;
 
+  // The shadow-dense quality monitor's comparison: out[i] = ||a[R_i] - b[R_i]|| / ||b[R_i]||
+  // (Frobenius norms, f32 accumulation) over the rows R_i = [ranges[i][0], ranges[i][0] +
+  // ranges[i][1]) of `actual` and `expected`, all their columns. 0 when the rows are equal
+  // (whatever their norm); 1 when `expected` is zero there but `actual` is not. actual, expected
+  // [n, ...] (same shape, compute dtype); ranges i32 [k, 2] (first row, row count); out f32 [k].
+  // Allocation-free and graph-safe. kInvalidArgument for shapes or dtypes that do not match.
+  virtual absl::Status RelativeL2Error(const Tensor& actual, const Tensor& expected,
+                                       const Tensor& ranges, const Tensor& out) = 0;
+
   // Step graphs: `record` queues a forward step's ops once and they are captured into a graph
   // instead of running; LaunchGraph then replays them in one launch (a decode step has ~15 small
   // ops per layer, and launching them one by one leaves the GPU idle between them). A replay

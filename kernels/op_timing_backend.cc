@@ -103,6 +103,12 @@ absl::Status OpTimingBackend::GatherRows(const Tensor& x, const Tensor& rows, co
   return Timed("GatherRows", [&] { return inner_->GatherRows(x, rows, out); });
 }
 
+absl::Status OpTimingBackend::RelativeL2Error(const Tensor& actual, const Tensor& expected,
+                                              const Tensor& ranges, const Tensor& out) {
+  return Timed("RelativeL2Error",
+               [&] { return inner_->RelativeL2Error(actual, expected, ranges, out); });
+}
+
 absl::StatusOr<AttentionPlan> OpTimingBackend::PlanAttention(const AttentionBatch& batch,
                                                              const AttentionShape& shape,
                                                              AttentionWorkspace& workspace) {

@@ -61,6 +61,8 @@ class OpTimingBackend final : public Backend {
                                               const AttentionShape& shape,
                                               AttentionWorkspace& workspace) override;
   absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
+  absl::Status RelativeL2Error(const Tensor& actual, const Tensor& expected, const Tensor& ranges,
+                               const Tensor& out) override;
   absl::StatusOr<std::unique_ptr<StepGraph>> CaptureGraph(
       const std::function<absl::Status()>& record) override;
   absl::Status LaunchGraph(const StepGraph& graph) override;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/core/logging.h"
 #include "common/core/status.h"
+#include "common/engine/request_options.h"
 #include "prefill_svc/prefill_worker_service.h"
 
 namespace sparseserve::prefill {
@@ -57,6 +58,16 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(
     SS_LOG_INFO("prefill worker KV transfer: UCX {}, transports {}", ucx.ucx_version,
                 ucx.resources);
   }
+  // The shadow-dense monitor's errors (--shadow-dense-rate) go to
+  // sparseserve_sparse_attention_error{role="prefill", method}; set before the engine thread that
+  // calls it starts.
+  w->runner_->set_shadow_error_observer(
+      [metrics = w->metrics_.get()](absl::Span<const model::ShadowAttentionError> errors) {
+        for (const model::ShadowAttentionError& e : errors) {
+          metrics->sparse_attention_error(engine::AttentionMethodKindName(e.method))
+              .Observe(e.relative_l2);
+        }
+      });
   PrefillEngineOptions engine_options;
   engine_options.max_queued = options.max_queued;
   engine_options.max_running = options.max_running;

@@ -4,9 +4,10 @@
 #   ../shared/tools/devbundle .devbundle build/bin/sparseserve build/bin/cuda_backend_test \
 #       build/kernels/libsparseserve_cuda_ops.so
 # and run `bash scripts/gpu_check.sh` there with .devbundle and models/ beside the tree.
-# Stages (default: all): tests sanitizer golden services kernels attention peer bench baseline
+# Stages (default: all): tests sanitizer golden services eval (long-context accuracy) kernels attention peer bench baseline
 # (this binary against an older one, when packed) graphs (the
-# decode cases with CUDA graphs off, for the A/B) profile cublas (decode GEMMs through cuBLASLt
+# decode cases with CUDA graphs off, for the A/B) shadow (the shadow-dense monitor's cost on
+# sliding-window decode: rate 0 against 0.01) profile cublas (decode GEMMs through cuBLASLt
 # instead of the skinny kernel) ncu (per-kernel device times of one decode step, from Nsight
 # Compute).
 # Logs go to /tmp/gpu_check and, packed as gpu_check.tgz, to $OUT when it is set (the device
@@ -20,7 +21,7 @@ rm -rf "$out" && mkdir -p "$out"
 source .devbundle/env.sh
 export SPARSESERVE_TEST_DATA_DIR=$root/tests/data SPARSESERVE_MODEL_MIRROR=$root/models
 export PYTHONUNBUFFERED=1
-stages=${*:-tests sanitizer golden services kernels attention peer bench baseline graphs profile cublas ncu}
+stages=${*:-tests sanitizer golden services eval kernels attention peer bench baseline graphs shadow profile cublas ncu}
 summary=()
 run() {  # run NAME CMD... — logs to $out/NAME.log, records ok/FAIL
   local name=$1; shift
@@ -38,13 +39,15 @@ has() { [[ " $stages " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$out/gpu.txt" 2>&1
 has tests && run tests cuda_backend_test
 has sanitizer && run sanitizer compute-sanitizer --tool memcheck --error-exitcode 1 \
-  cuda_backend_test --gtest_filter='*RmsNorm*:*Linear*:*Rope*:*SiluMul*:*FillUniform*:*Stories*:*StepGraph*:*SampleMatches*:*SampleRejects*:*ReadKv*:*FlipsAreRare*'
+  cuda_backend_test --gtest_filter='*RmsNorm*:*Linear*:*Rope*:*SiluMul*:*FillUniform*:*Stories*:*StepGraph*:*SampleMatches*:*SampleRejects*:*ReadKv*:*FlipsAreRare*:*Shadow*:*RelativeL2Error*'
 if has golden; then
   run golden bash -c "sparseserve generate --device cuda --model models/stories260K/stories260K.gguf \
     --prompt 'Once upon a time' --max-tokens 60 --temperature 0 >$out/golden.txt &&
     cmp $out/golden.txt tests/data/golden_once_upon_a_time.txt"
 fi
 has services && run services bash scripts/gpu_services_check.sh
+# Issue 11: the long-context accuracy table (dense, sliding window, transformers on a sample).
+has eval && run eval bash bench/longctx/eval_check.sh "$out"
 lib=.devbundle/lib/libsparseserve_cuda_ops.so
 has kernels && [ -f bench/cuda/kernel_check.py ] &&
   run kernels python3 bench/cuda/kernel_check.py --lib "$lib" --out "$out/kernel_check.json"
@@ -76,6 +79,11 @@ if has baseline && [ -d .devbundle-baseline ]; then
 fi
 has graphs && run graphs sparseserve bench model --synthetic llama3-8b --device cuda \
   --prefill-lengths '' --cuda-graph-batch 0
+# Issue 11: the shadow-dense monitor at R = 0.01 must cost <= 2% of decode throughput. Each case
+# runs at rate 0 and 0.01 (the same sliding window); ~20 of 2000 steps are shadowed.
+has shadow && run shadow sparseserve bench model --synthetic llama3-8b --device cuda \
+  --prefill-lengths '' --decode-batches 1,8 --decode-contexts 4096,32768 --decode-window 1024 \
+  --shadow-dense-rates 0,0.01 --iters 2000
 has profile && run profile sparseserve bench model --synthetic llama3-8b --device cuda \
   --prefill-lengths 8192 --decode-batches 1,8 --decode-contexts 1024,32768 --iters 3 --op-profile
 has cublas && run cublas env SPARSESERVE_CUDA_SKINNY_GEMM=0 sparseserve bench model \
@@ -88,6 +96,6 @@ has ncu && run ncu ncu --kernel-name regex:'Skinny|Attention|Merge|RmsNorm|Rope|
   --decode-batches 1 --decode-contexts 1024 --warmup 1 --iters 1 --cuda-graph-batch 0
 
 echo "--- $(cat "$out/gpu.txt")"
-for f in services attention peer bench graphs profile cublas baseline_old_1 baseline_new_1 baseline_old_2 baseline_new_2 baseline_attention_old baseline_attention_new; do [ -f "$out/$f.log" ] && { echo "--- $f"; tail -n 25 "$out/$f.log"; }; done
+for f in services eval attention peer bench graphs shadow profile cublas baseline_old_1 baseline_new_1 baseline_old_2 baseline_new_2 baseline_attention_old baseline_attention_new; do [ -f "$out/$f.log" ] && { echo "--- $f"; tail -n "$([ $f = eval ] && echo 80 || echo 25)" "$out/$f.log"; }; done
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 [ -n "${OUT:-}" ] && tar -C "$out" -czf "$OUT/gpu_check.tgz" .

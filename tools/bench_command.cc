@@ -46,6 +46,13 @@ ABSL_FLAG(int64_t, interleave_prompt, 0,
           "prefilled in chunks beside --interleave-batch running sequences (each step at most "
           "--max-step-tokens rows): the running streams' inter-token latency during a long "
           "prefill.");
+ABSL_FLAG(int, decode_window, 0,
+          "Decode cases attend with a sliding window of this many keys (4 sinks); 0 = dense.");
+ABSL_FLAG(std::string, shadow_dense_rates, "",
+          "Comma-separated rates in [0, 1] of the shadow-dense quality monitor "
+          "(--shadow-dense-rate of the serving commands): each decode case runs once per rate and "
+          "the throughput each loses against rate 0 is printed. Needs --decode-window (only sparse "
+          "steps are shadowed) and many --iters (rate x iters steps are shadowed). Empty = off.");
 ABSL_FLAG(int64_t, interleave_batch, 8, "Running sequences of the interleave case.");
 ABSL_FLAG(int64_t, interleave_context, 1024, "Their context in tokens.");
 
@@ -110,6 +117,19 @@ absl::StatusOr<ModelBenchOptions> ModelBenchOptionsFromFlags() {
     return absl::InvalidArgumentError(
         "--interleave-prompt must be >= 0, --interleave-batch and --interleave-context >= 1, "
         "and --max-step-tokens larger than --interleave-batch");
+  }
+  o.decode_window = absl::GetFlag(FLAGS_decode_window);
+  if (o.decode_window < 0) return absl::InvalidArgumentError("--decode-window must be >= 0");
+  const std::string rates = absl::GetFlag(FLAGS_shadow_dense_rates);
+  if (!rates.empty()) {
+    for (absl::string_view item : absl::StrSplit(rates, ',')) {
+      double rate = 0;
+      if (!absl::SimpleAtod(item, &rate) || !(rate >= 0 && rate <= 1)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--shadow-dense-rates: '", item, "' is not a rate in [0, 1] (in '", rates, "')"));
+      }
+      o.shadow_dense_rates.push_back(rate);
+    }
   }
   if (o.iters < 1) return absl::InvalidArgumentError("--iters must be >= 1");
   if (o.warmup < 0) return absl::InvalidArgumentError("--warmup must be >= 0");

@@ -31,6 +31,8 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kCudaDefaultPeakTflops = 989;  // H100/H200 SXM dense bf16 (datasheet)
 constexpr uint64_t kWeightsSeed = 1;            // any seed: the weights are noise
 constexpr uint64_t kKvSeed = 1000;
+constexpr uint64_t kShadowSeed = 11;   // the shadow monitor's draws (issue 11)
+constexpr int kDecodeWindowSinks = 4;  // --decode-window's sinks, as a request's default
 
 void Progress(const std::string& line) {
   std::fprintf(stderr, "bench: %s\n", line.c_str());
@@ -130,6 +132,9 @@ struct CaseResult {
   double tokens_per_s = 0;
   double ms = 0;  // prefill: the whole prompt; decode: one step
   RooflineFloor floor;
+  // Decode cases of a shadow-dense comparison (--shadow-dense-rates): their shape and rate.
+  int64_t batch = 0, context = 0;
+  double shadow_rate = -1;  // -1: not part of a comparison
 };
 
 // "14.96 GiB" / "2.10 MiB".
@@ -148,8 +153,9 @@ std::string PrefillLabel(int64_t len) {
   return absl::StrCat("prefill L=", len);
 }
 
-std::string DecodeLabel(int64_t batch, int64_t context) {
-  return absl::StrCat("decode B=", batch, " C=", context);
+std::string DecodeLabel(int64_t batch, int64_t context, double shadow_rate) {
+  return absl::StrCat("decode B=", batch, " C=", context,
+                      shadow_rate >= 0 ? absl::StrCat(" R=", shadow_rate) : "");
 }
 
 // A case whose forward step failed: a row of the table (the other cases still run).
@@ -289,9 +295,14 @@ class ModelBench {
   // B sequences of one token each at position C. Each gets its own blocks for its C + 1 tokens
   // where the cache holds them all; otherwise sequences share copies round-robin (the bytes
   // floor still counts every sequence's KV: the kernel reads it once per sequence).
-  absl::StatusOr<CaseResult> RunDecode(int64_t batch, int64_t context) {
+  // `shadow_rate` >= 0: the shadow-dense monitor runs at that rate (its graphs captured before
+  // the timed steps) and the note counts the steps it shadowed.
+  absl::StatusOr<CaseResult> RunDecode(int64_t batch, int64_t context, double shadow_rate) {
     CaseResult r;
-    r.label = DecodeLabel(batch, context);
+    r.label = DecodeLabel(batch, context, shadow_rate);
+    r.batch = batch;
+    r.context = context;
+    r.shadow_rate = shadow_rate;
     r.floor = FloorOf(DecodeStepCost(o_.config, backend_.compute_dtype(), batch, context),
                       bandwidth_gbps_, peak_tflops_);
     if (context + 1 > o_.config.max_position_embeddings) {  // the new token sits at position C
@@ -317,6 +328,11 @@ class ModelBench {
     for (int64_t s = 0; s < batch; ++s) {
       seqs[s].tokens = {SyntheticToken(s, o_.config.vocab_size)};
       seqs[s].start_pos = static_cast<int32_t>(context);
+      if (o_.decode_window > 0) {
+        seqs[s].pattern.kind = kernels::AttentionMethodKind::kSlidingWindow;
+        seqs[s].pattern.window = o_.decode_window;
+        seqs[s].pattern.sink_tokens = kDecodeWindowSinks;
+      }
       const int64_t first = (s % copies) * per_seq;
       for (int64_t b = 0; b < per_seq; ++b) {
         seqs[s].block_table.push_back(static_cast<int32_t>(first + b));
@@ -327,17 +343,39 @@ class ModelBench {
     // Steps end in a greedy pick on the device (ForwardSample with temperature-0 rows), as a
     // greedy serving step does. Every step rewrites the KV row at position C (shared copies: the
     // same row from several sequences in one step; the values do not matter).
+    if (shadow_rate > 0) {
+      // Two shadowed steps first (op by op, then the capture), so the timed steps replay the
+      // shadow graph as a server's would after its first few shadowed steps.
+      model_.set_shadow_dense(1.0, kShadowSeed);
+      for (int i = 0; i < 2; ++i) {
+        SS_RETURN_IF_ERROR(model_.ForwardSample(seqs, *cache_, greedy).status());
+      }
+    }
+    if (shadow_rate >= 0) model_.set_shadow_dense(shadow_rate, kShadowSeed);
     for (int i = 0; i < o_.warmup; ++i) {
       SS_RETURN_IF_ERROR(model_.ForwardSample(seqs, *cache_, greedy).status());
     }
     SS_RETURN_IF_ERROR(backend_.Synchronize());
+    int shadowed = 0;
+    double error_sum = 0;
+    int64_t errors = 0;
     const Clock::time_point start = Clock::now();
     for (int i = 0; i < o_.iters; ++i) {
       SS_RETURN_IF_ERROR(model_.ForwardSample(seqs, *cache_, greedy).status());
+      shadowed += model_.shadow_errors().empty() ? 0 : 1;
+      for (const model::ShadowAttentionError& e : model_.shadow_errors())
+        error_sum += e.relative_l2;
+      errors += static_cast<int64_t>(model_.shadow_errors().size());
     }
     SS_ASSIGN_OR_RETURN(const double seconds, SecondsSince(backend_, start));
     r.tokens_per_s = static_cast<double>(batch * o_.iters) / seconds;
     r.ms = seconds * 1e3 / o_.iters;
+    if (shadow_rate >= 0) {
+      r.note = absl::StrCat(
+          r.note, r.note.empty() ? "" : "; ", "shadowed ", shadowed, " of ", o_.iters, " steps",
+          errors > 0 ? absl::StrFormat(", mean error %.4g", error_sum / errors) : "");
+      model_.set_shadow_dense(0, kShadowSeed);  // later cases run without the monitor
+    }
     if (o_.op_profile) {
       auto steps = [&]() -> absl::Status {
         for (int i = 0; i < o_.iters; ++i) {
@@ -417,6 +455,30 @@ void PrintTable(const std::vector<CaseResult>& results) {
                 r.tokens_per_s, r.ms, r.floor.bytes_s * 1e3, flops_ms.c_str(),
                 r.floor.floor_s * 1e3, r.floor.bound, 100.0 * r.floor.floor_s * 1e3 / r.ms,
                 r.note.empty() ? "" : "  ", r.note.c_str());
+  }
+  std::fflush(stdout);
+}
+
+// For --shadow-dense-rates: each decode case's throughput at a rate > 0 against the same case at
+// rate 0, "shadow-dense overhead, decode B=8 C=32768: R=0.01 costs 0.84% of decode throughput".
+void PrintShadowOverhead(const std::vector<CaseResult>& results) {
+  bool header = false;
+  for (const CaseResult& base : results) {
+    if (base.shadow_rate != 0 || !base.skipped.empty()) continue;
+    for (const CaseResult& r : results) {
+      if (r.shadow_rate <= 0 || !r.skipped.empty() || r.batch != base.batch ||
+          r.context != base.context) {
+        continue;
+      }
+      if (!header) {
+        std::printf("\nshadow-dense monitor (decode throughput lost against rate 0):\n");
+        header = true;
+      }
+      std::printf("  decode B=%lld C=%lld: R=%g costs %.2f%% (%.1f -> %.1f tokens/s; %s)\n",
+                  static_cast<long long>(r.batch), static_cast<long long>(r.context), r.shadow_rate,
+                  100.0 * (1.0 - r.tokens_per_s / base.tokens_per_s), base.tokens_per_s,
+                  r.tokens_per_s, r.note.c_str());
+    }
   }
   std::fflush(stdout);
 }
@@ -519,15 +581,25 @@ absl::Status RunModelBench(const ModelBenchOptions& o) {
       SS_RETURN_IF_ERROR(backend.FillUniform(cache->layer(l), kKvSeed + l, -0.5f, 0.5f));
     }
   }
+  if (o.decode_window > 0) {
+    std::printf("decode attention: sliding window of %d keys, %d sinks (--decode-window)\n",
+                o.decode_window, kDecodeWindowSinks);
+  }
+  // Without --shadow-dense-rates each decode case runs once, the monitor off (rate -1).
+  const std::vector<double> rates =
+      o.shadow_dense_rates.empty() ? std::vector<double>{-1} : o.shadow_dense_rates;
   for (int64_t batch : o.decode_batches) {
     for (int64_t context : o.decode_contexts) {
-      absl::StatusOr<CaseResult> r = bench.RunDecode(batch, context);
-      if (!r.ok() && num_failed++ == 0) first_failure = r.status();
-      results.push_back(r.ok() ? *std::move(r)
-                               : FailedCase(DecodeLabel(batch, context), r.status()));
+      for (double rate : rates) {
+        absl::StatusOr<CaseResult> r = bench.RunDecode(batch, context, rate);
+        if (!r.ok() && num_failed++ == 0) first_failure = r.status();
+        results.push_back(r.ok() ? *std::move(r)
+                                 : FailedCase(DecodeLabel(batch, context, rate), r.status()));
+      }
     }
   }
   PrintTable(results);
+  PrintShadowOverhead(results);
   if (o.interleave_prompt > 0 && cache != nullptr) {
     if (absl::Status st = bench.RunInterleave(); !st.ok() && num_failed++ == 0) {
       first_failure = st;

@@ -40,6 +40,13 @@ struct ModelBenchOptions {
   int64_t interleave_batch = 8;
   int64_t interleave_context = 1024;
   int max_step_tokens = 2048;
+  // Decode cases attend with a sliding window of this many keys (4 sinks) instead of densely;
+  // 0 = dense. The shadow-dense monitor only shadows sparse steps, so its overhead needs one.
+  int decode_window = 0;
+  // The shadow-dense monitor's cost (LlamaModel::set_shadow_dense): each decode case runs once
+  // per rate, and the table is followed by the throughput each rate loses against rate 0 (which
+  // should be in the list). Empty = the monitor stays off and decode cases run once.
+  std::vector<double> shadow_dense_rates;
 };
 
 // Runs every case and prints the table. A case beyond the preset's context or the KV memory is

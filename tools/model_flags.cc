@@ -24,6 +24,12 @@ ABSL_FLAG(int, max_step_tokens, 2048,
           "streams wait behind a long prompt (their inter-token latency) and the activations of "
           "a step.");
 
+ABSL_FLAG(double, shadow_dense_rate, 0,
+          "Shadow-dense quality monitor: the fraction in [0, 1] of engine steps with sparse "
+          "attention (e.g. sliding-window requests) that also compute dense attention in every "
+          "layer for their sparse sequences and record the relative L2 error of the output "
+          "(metric sparseserve_sparse_attention_error{role, method}; `generate` prints a "
+          "summary). Costs about rate x (dense attention / step time). 0 = off.");
 ABSL_FLAG(int, cuda_graph_batch, 64,
           "Decode steps of up to this many sequences run as CUDA graphs (--device cuda): a batch "
           "size's first step runs kernel by kernel, its second is captured, later ones replay "
@@ -63,6 +69,7 @@ engine::ModelRunnerOptions RunnerOptionsFromFlags() {
   options.prefill_chunk_tokens = PrefillChunkFromFlags(options.prefill_chunk_tokens);
   options.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
   options.step_graph_rows = CudaGraphBatchFromFlags();
+  options.shadow_dense_rate = absl::GetFlag(FLAGS_shadow_dense_rate);
   return options;
 }
 

@@ -51,17 +51,20 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     const ModelSource& source, kernels::Backend* backend, const ModelRunnerOptions& options) {
   if (options.block_tokens <= 0 || options.block_tokens % 16 != 0 ||
       options.prefill_chunk_tokens <= 0 || options.max_step_tokens <= 0 ||
-      options.kv_cache_tokens < 0 || options.step_graph_rows < 0) {
+      options.kv_cache_tokens < 0 || options.step_graph_rows < 0 ||
+      !(options.shadow_dense_rate >= 0 && options.shadow_dense_rate <= 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("bad runner options: block_tokens=", options.block_tokens,
                      " (a multiple of 16), ", "prefill_chunk_tokens=", options.prefill_chunk_tokens,
                      ", max_step_tokens=", options.max_step_tokens, ", kv_cache_tokens=",
-                     options.kv_cache_tokens, ", step_graph_rows=", options.step_graph_rows));
+                     options.kv_cache_tokens, ", step_graph_rows=", options.step_graph_rows,
+                     ", shadow_dense_rate=", options.shadow_dense_rate, " (in [0, 1])"));
   }
   SS_ASSIGN_OR_RETURN(
       std::unique_ptr<model::LlamaModel> model,
       model::LlamaModel::Load(source.config, *source.weights, source.naming, backend));
   model->set_step_graph_rows(options.step_graph_rows);
+  model->set_shadow_dense(options.shadow_dense_rate, options.shadow_dense_seed);
   const model::ModelConfig& c = model->config();
   SS_ASSIGN_OR_RETURN(const int64_t tokens, KvCacheTokens(c, *backend, options));
   model::PagedKvCacheShape shape;
@@ -90,6 +93,12 @@ ModelRunner::ModelRunner(std::unique_ptr<model::LlamaModel> model,
       pool_(cache_->shape().num_blocks) {}
 
 ModelRunner::~ModelRunner() = default;
+
+void ModelRunner::ReportShadowErrors() {
+  if (shadow_observer_ != nullptr && !model_->shadow_errors().empty()) {
+    shadow_observer_(model_->shadow_errors());
+  }
+}
 
 void ModelRunner::RegisterFullBlocks(SequenceKv& seq) {
   const int bt = options_.block_tokens;
@@ -252,6 +261,7 @@ absl::StatusOr<std::vector<int32_t>> ModelRunner::Step(
     return next.status();
   }
   FinishStep(rows);
+  ReportShadowErrors();
   return next;
 }
 
@@ -350,6 +360,7 @@ absl::StatusOr<Tensor> ModelRunner::Prefill(
         SS_ASSIGN_OR_RETURN(logits,
                             model_->Forward(batch, *cache_, last_chunk ? on_layer_done : nullptr));
         FinishStep(one);
+        ReportShadowErrors();
         return absl::OkStatus();
       }));
   return logits;
@@ -368,6 +379,7 @@ absl::StatusOr<Tensor> ModelRunner::Decode(const std::vector<SequenceKv*>& seqs,
     return logits.status();
   }
   FinishStep(rows);
+  ReportShadowErrors();
   return logits;
 }
 

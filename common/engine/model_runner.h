@@ -52,9 +52,15 @@ struct ModelRunnerOptions {
   int64_t sequence_state_words = 0;
   int max_sequences = 256;
   // Decode batches of up to this many sequences run as step graphs (CUDA graphs) where the
-
   // backend has them; 0 = off. See LlamaModel::set_step_graph_rows.
   int step_graph_rows = model::LlamaModel::kDefaultStepGraphRows;
+  // The shadow-dense quality monitor (--shadow-dense-rate, issue 11): the probability in [0, 1]
+  // that a step with sparse attention also runs dense attention in every layer for its sparse
+  // sequences and reports the relative L2 error of each (LlamaModel::set_shadow_dense,
+  // set_shadow_error_observer). 0 = off (default). The draws come from a generator seeded with
+  // shadow_dense_seed, so a run is reproducible.
+  double shadow_dense_rate = 0;
+  uint64_t shadow_dense_seed = 0x5eedda7a;
 };
 
 // KV state of one sequence. Owned by the caller; handed to the runner for every step.
@@ -169,6 +175,17 @@ class ModelRunner {
   kernels::Backend& backend() const { return model_->backend(); }
   int block_tokens() const { return options_.block_tokens; }
 
+  // Receives the shadow monitor's errors (options.shadow_dense_rate) of each step that measured
+  // some, on the engine thread right after the step, before it returns: one call per step with
+  // every (sequence, layer) of it (sequence = index into that step's rows; a prefill's chunks are
+  // steps of one sequence). Services put them into the sparseserve_sparse_attention_error
+  // histogram. Null (the default) drops them. Must not call back into the runner.
+  using ShadowErrorObserver =
+      std::function<void(absl::Span<const model::ShadowAttentionError> errors)>;
+  void set_shadow_error_observer(ShadowErrorObserver observer) {
+    shadow_observer_ = std::move(observer);
+  }
+
  private:
   ModelRunner(std::unique_ptr<model::LlamaModel> model, std::unique_ptr<model::PagedKvCache> cache,
               const ModelRunnerOptions& options);
@@ -186,6 +203,8 @@ class ModelRunner {
   absl::Status PrefillChunks(
       absl::Span<const int32_t> prompt, SequenceKv& seq, const kernels::AttentionPattern& pattern,
       const std::function<absl::Status(const StepRows& rows, bool last_chunk)>& run_chunk);
+  // Hands the last forward step's shadow errors to the observer, if both exist.
+  void ReportShadowErrors();
   // Hashes and registers the blocks of `seq` that became full.
   void RegisterFullBlocks(SequenceKv& seq);
   // Returns the blocks of `seq` past what its committed and pending rows need.
@@ -197,6 +216,7 @@ class ModelRunner {
   kv::KvBlockPool pool_;
   std::unique_ptr<SequenceStateTable> state_;
   uint64_t next_sequence_id_ = 1;
+  ShadowErrorObserver shadow_observer_;
 };
 
 }  // namespace sparseserve::engine

@@ -76,6 +76,19 @@ absl::string_view AttentionMethodName(AttentionMethod method) {
   return "?";
 }
 
+absl::string_view AttentionMethodKindName(kernels::AttentionMethodKind kind) {
+  switch (kind) {
+    case kernels::AttentionMethodKind::kDense: return AttentionMethodName(AttentionMethod::kDense);
+    case kernels::AttentionMethodKind::kSlidingWindow:
+      return AttentionMethodName(AttentionMethod::kSlidingWindow);
+    case kernels::AttentionMethodKind::kMInference:
+      return AttentionMethodName(AttentionMethod::kMInference);
+    case kernels::AttentionMethodKind::kTokenSelect:
+      return AttentionMethodName(AttentionMethod::kTokenSelect);
+  }
+  return "?";
+}
+
 absl::StatusOr<SpecMethod> ParseSpecMethod(absl::string_view name) {
   for (SpecMethod m : {SpecMethod::kNone, SpecMethod::kPromptLookup, SpecMethod::kLookahead,
                        SpecMethod::kTokenSwift, SpecMethod::kKangaroo, SpecMethod::kSparseSelf}) {

@@ -60,6 +60,8 @@ struct RequestOptions {
 // "dense", "sliding-window", "minference", "tokenselect". kInvalidArgument otherwise.
 absl::StatusOr<AttentionMethod> ParseAttentionMethod(absl::string_view name);
 absl::string_view AttentionMethodName(AttentionMethod method);
+// The same names for a kernel pattern's method (the `method` label of per-method metrics).
+absl::string_view AttentionMethodKindName(kernels::AttentionMethodKind kind);
 // "none", "prompt-lookup", "lookahead", "tokenswift", "kangaroo", "sparse-self".
 absl::StatusOr<SpecMethod> ParseSpecMethod(absl::string_view name);
 absl::string_view SpecMethodName(SpecMethod method);

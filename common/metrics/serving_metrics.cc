@@ -109,6 +109,15 @@ void ServingMetrics::Register() {
       "for transfer (prefill: device to host, decode: host to device), seconds.",
       labels, kTransferBuckets);
 
+  attention_error_family_ =
+      &prometheus::BuildHistogram()
+           .Name(absl::StrCat(kPrefix, "sparse_attention_error"))
+           .Help(
+               "Relative L2 error ||sparse - dense|| / ||dense|| of the attention output of one "
+               "shadowed (sequence, layer) call of a sparse method, against dense attention "
+               "computed beside it (--shadow-dense-rate).")
+           .Register(r);
+
   num_requests_running_ =
       AddGauge(r, "num_requests_running", "Requests currently in the running batch.", labels);
   num_requests_waiting_ =
@@ -159,11 +168,24 @@ void ServingMetrics::Register() {
       AddHistogram(r, "engine_step_sequences",
                    "Sequences in one engine forward step (decode streams and prompt chunks).",
                    labels, kStepSequenceBuckets);
+  // Series for the sparse methods (engine::AttentionMethodName's names) exist from the start, so
+  // dashboards and rules see the family before the first shadowed call.
+  for (absl::string_view method : {"sliding-window", "minference", "tokenselect"}) {
+    sparse_attention_error(method);
+  }
   requests_family_ = &AddCounterFamily(r, "requests_total", "Finished requests, by finish reason.");
   // Series for the standard reasons exist from the start, so rate() sees them go 0 -> 1.
   for (absl::string_view reason : {"length", "stop", "context", "aborted", "error"}) {
     requests_finished(reason);
   }
+}
+
+prometheus::Histogram& ServingMetrics::sparse_attention_error(absl::string_view method) {
+  // Family::Add returns the existing series when these labels were added before.
+  return attention_error_family_->Add(
+      {{"role", std::string(ServiceRoleName(role_))}, {"method", std::string(method)}},
+      prometheus::Histogram::BucketBoundaries(kAttentionErrorBuckets.begin(),
+                                              kAttentionErrorBuckets.end()));
 }
 
 prometheus::Counter& ServingMetrics::requests_finished(absl::string_view finish_reason) {

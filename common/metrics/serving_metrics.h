@@ -44,6 +44,11 @@ inline constexpr std::array<double, 16> kTransferBuckets = {
     0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10};
 // Sequences in one engine step (a count): powers of two up to a full decode batch.
 inline constexpr std::array<double, 9> kStepSequenceBuckets = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+// Relative L2 errors of sparse attention against dense (the shadow-dense monitor), a ratio:
+// 1e-4 … 1. bf16 rounding alone gives ~1e-3; an exact method (a window covering the context)
+// lands in the first bucket; 1 means the output is as large as the dense one is wrong.
+inline constexpr std::array<double, 13> kAttentionErrorBuckets = {
+    0.0001, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1};
 
 class ServingMetrics {
  public:
@@ -67,6 +72,13 @@ class ServingMetrics {
   // One request's KV copies through host staging memory (prefill: device -> host ring, decode:
   // host staging area -> device pool), all layers together; only observed when KV is staged.
   prometheus::Histogram& kv_staging_copy_time() { return *kv_staging_copy_time_; }
+  // `sparse_attention_error{method=...}`: the relative L2 error ||sparse - dense|| / ||dense|| of
+  // one shadowed (sequence, layer) attention call (--shadow-dense-rate; buckets
+  // kAttentionErrorBuckets). `method` is the attention method's name ("sliding-window", ...);
+  // the series of the sparse methods exist from the start, any other is created on first use. Each
+  // call looks the series up under the family's mutex (a shadowed step observes layers x sequences
+  // values, a few percent of steps).
+  prometheus::Histogram& sparse_attention_error(absl::string_view method);
 
   // Gauges.
   prometheus::Gauge& num_requests_running() { return *num_requests_running_; }
@@ -143,6 +155,7 @@ class ServingMetrics {
   prometheus::Counter* engine_steps_mixed_ = nullptr;
   prometheus::Histogram* engine_step_sequences_ = nullptr;
   prometheus::Family<prometheus::Counter>* requests_family_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* attention_error_family_ = nullptr;
 };
 
 }  // namespace sparseserve::metrics

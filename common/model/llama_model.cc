@@ -13,6 +13,7 @@ absl::StatusOr<Tensor> LlamaModel::Forward(
   SS_ASSIGN_OR_RETURN(const StepViews v, ComputeLogits(batch, cache, on_layer_kv_written));
   Tensor host = Tensor::Zeros(DType::kF32, v.logits.shape());
   SS_RETURN_IF_ERROR(backend_->CopyToHost(v.logits, host));
+  SS_RETURN_IF_ERROR(ReadShadowErrors());
   return host;
 }
 
@@ -49,10 +50,15 @@ absl::StatusOr<std::vector<int32_t>> LlamaModel::ForwardSample(
     const kernels::SamplingBatch& sampling,
     const std::function<absl::Status(int layer)>& on_layer_kv_written) {
   SS_ASSIGN_OR_RETURN(const StepViews v, ComputeLogits(batch, cache, on_layer_kv_written));
-  if (v.logits.dim(0) == 0) return std::vector<int32_t>();  // no row asked for a token
+  if (v.logits.dim(0) == 0) {  // no row asked for a token (a prompt's middle chunk)
+    SS_RETURN_IF_ERROR(ReadShadowErrors());
+    return std::vector<int32_t>();
+  }
   SS_RETURN_IF_ERROR(backend_->Sample(v.logits, sampling, v.tokens));
   Tensor host = Tensor::Zeros(DType::kI32, v.tokens.shape());
   SS_RETURN_IF_ERROR(backend_->CopyToHost(v.tokens, host));
+  // After the tokens' copy the step is done: a shadowed step's errors cost one small copy more.
+  SS_RETURN_IF_ERROR(ReadShadowErrors());
   return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + host.numel());
 }
 
@@ -142,7 +148,11 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
     const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
     const std::function<absl::Status(int layer)>& on_layer_kv_written) {
   kernels::Backend& be = *backend_;
-  SS_ASSIGN_OR_RETURN(const StepInputs in, FlattenBatch(batch, cache));
+  shadow_errors_.clear();
+  shadow_pending_.clear();
+  shadow_pending_errors_ = Tensor();
+  SS_ASSIGN_OR_RETURN(StepInputs in, FlattenBatch(batch, cache));
+  PlanShadow(in);
   const int64_t n = static_cast<int64_t>(in.ids.size());
   const int64_t m = static_cast<int64_t>(in.logit_rows.size());
   kernels::AttentionShape shape;
@@ -168,7 +178,14 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
     SS_RETURN_IF_ERROR(UploadIndices(in, graph_step_));
     SS_ASSIGN_OR_RETURN(const kernels::AttentionPlan plan,
                         be.PlanAttention(in.attn, shape, graph_workspace_));
-    SS_RETURN_IF_ERROR(RunStepGraph(n, v, plan, cache));
+    kernels::AttentionPlan shadow_plan;
+    ShadowPass shadow;
+    if (in.shadow) {
+      SS_ASSIGN_OR_RETURN(shadow_plan,
+                          be.PlanAttention(in.shadow_attn, shape, shadow_graph_workspace_));
+      SS_ASSIGN_OR_RETURN(shadow, PrepareShadow(in, graph_step_, shadow_plan));
+    }
+    SS_RETURN_IF_ERROR(RunStepGraph(n, v, plan, in.shadow ? &shadow : nullptr, cache));
     return v;
   }
   if (step_.rows != n || step_.logit_rows != m) {
@@ -179,52 +196,68 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
   SS_RETURN_IF_ERROR(UploadIndices(in, step_));
   SS_ASSIGN_OR_RETURN(const kernels::AttentionPlan plan,
                       be.PlanAttention(in.attn, shape, step_workspace_));
-  SS_RETURN_IF_ERROR(RunLayers(v, plan, cache, on_layer_kv_written));
+  kernels::AttentionPlan shadow_plan;
+  ShadowPass shadow;
+  if (in.shadow) {
+    SS_ASSIGN_OR_RETURN(shadow_plan,
+                        be.PlanAttention(in.shadow_attn, shape, shadow_step_workspace_));
+    SS_ASSIGN_OR_RETURN(shadow, PrepareShadow(in, step_, shadow_plan));
+  }
+  SS_RETURN_IF_ERROR(RunLayers(v, plan, in.shadow ? &shadow : nullptr, cache, on_layer_kv_written));
   return v;
 }
 
 absl::Status LlamaModel::RunStepGraph(int64_t n, const StepViews& v,
-                                      const kernels::AttentionPlan& plan, PagedKvCache& cache) {
+                                      const kernels::AttentionPlan& plan, const ShadowPass* shadow,
+                                      PagedKvCache& cache) {
   kernels::Backend& be = *backend_;
-  GraphSlot& slot = graphs_[n];
+  GraphSlot& slot = graphs_[2 * n + (shadow != nullptr ? 1 : 0)];
   const void* kv_base = cache.layer(0).raw_data();
   if (slot.graph != nullptr &&
       (slot.kv_base != kv_base || slot.workspace_generation != plan.workspace->generation ||
-       !(slot.layout == plan.layout))) {
+       !(slot.layout == plan.layout) ||
+       (shadow != nullptr &&
+        (slot.shadow_workspace_generation != shadow->plan->workspace->generation ||
+         !(slot.shadow_layout == shadow->plan->layout) || slot.shadow_count != shadow->count)))) {
     slot.graph.reset();  // captured with other buffers or offsets
   }
   if (slot.graph != nullptr) {
     absl::Status launched = be.LaunchGraph(*slot.graph);
     // kUnimplemented: the backend wants this step op by op (per-op timing is on).
-    if (absl::IsUnimplemented(launched)) return RunLayers(v, plan, cache, nullptr);
+    if (absl::IsUnimplemented(launched)) return RunLayers(v, plan, shadow, cache, nullptr);
     return launched;
   }
   // A size's first step runs op by op: what ops create lazily (GEMM plans, workspaces) must
   // exist before a capture, which may not allocate.
   if (!slot.warmed || slot.failed) {
     slot.warmed = true;
-    return RunLayers(v, plan, cache, nullptr);
+    return RunLayers(v, plan, shadow, cache, nullptr);
   }
   absl::StatusOr<std::unique_ptr<kernels::StepGraph>> captured =
-      be.CaptureGraph([&] { return RunLayers(v, plan, cache, nullptr); });
+      be.CaptureGraph([&] { return RunLayers(v, plan, shadow, cache, nullptr); });
   if (!captured.ok()) {
     if (!absl::IsUnimplemented(captured.status())) {
       SS_LOG_WARNING("decode steps of {} sequences run op by op: graph capture failed: {}", n,
                      captured.status().ToString());
       slot.failed = true;
     }
-    return RunLayers(v, plan, cache, nullptr);
+    return RunLayers(v, plan, shadow, cache, nullptr);
   }
   slot.graph = *std::move(captured);
   slot.kv_base = kv_base;
   slot.workspace_generation = plan.workspace->generation;
   slot.layout = plan.layout;
+  if (shadow != nullptr) {
+    slot.shadow_workspace_generation = shadow->plan->workspace->generation;
+    slot.shadow_layout = shadow->plan->layout;
+    slot.shadow_count = shadow->count;
+  }
   return be.LaunchGraph(*slot.graph);
 }
 
 absl::Status LlamaModel::RunLayers(
-    const StepViews& v, const kernels::AttentionPlan& plan, PagedKvCache& cache,
-    const std::function<absl::Status(int layer)>& on_layer_kv_written) {
+    const StepViews& v, const kernels::AttentionPlan& plan, const ShadowPass* shadow,
+    PagedKvCache& cache, const std::function<absl::Status(int layer)>& on_layer_kv_written) {
   const ModelConfig& c = config_;
   kernels::Backend& be = *backend_;
   const int64_t n = v.ids.dim(0);
@@ -250,6 +283,12 @@ absl::Status LlamaModel::RunLayers(
     // Sparse methods build this layer's index from its queries and keys (attention_plan.h).
     SS_RETURN_IF_ERROR(be.BuildAttentionIndex(plan, q, cache.layer(l), l));
     SS_RETURN_IF_ERROR(be.Attention(plan, q, cache.layer(l), l, attn_out));
+    if (shadow != nullptr) {  // the dense reference (needs no index) and the comparison
+      const int64_t k = shadow->count;
+      SS_RETURN_IF_ERROR(be.Attention(*shadow->plan, q, cache.layer(l), l, shadow->out));
+      SS_RETURN_IF_ERROR(be.RelativeL2Error(attn_out, shadow->out, shadow->ranges,
+                                            shadow->errors.Slice(0, l * k, (l + 1) * k)));
+    }
     SS_RETURN_IF_ERROR(be.Linear(attn2, w.wo, w.bo, branch));
     SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, w.ffn_norm, c.rms_norm_eps, x));
     SS_RETURN_IF_ERROR(be.Linear(x, w.w_gate_up, Tensor(), v.gate_up));
@@ -284,6 +323,11 @@ absl::StatusOr<LlamaModel::StepBuffers> LlamaModel::AllocateStepBuffers(int64_t 
   // f32 logits: sampling and greedy argmax must not see bf16 rounding ties.
   SS_ASSIGN_OR_RETURN(b.logits, be.Allocate(DType::kF32, {logit_rows, c.vocab_size}));
   SS_ASSIGN_OR_RETURN(b.tokens, be.Allocate(DType::kI32, {logit_rows}));
+  if (shadow_rate_ > 0) {
+    SS_ASSIGN_OR_RETURN(b.shadow_out, be.Allocate(dt, {n, c.num_heads, hd}));
+    SS_ASSIGN_OR_RETURN(b.shadow_ranges, be.Allocate(DType::kI32, {n, 2}));
+    SS_ASSIGN_OR_RETURN(b.shadow_errors, be.Allocate(DType::kF32, {c.num_layers * n}));
+  }
   b.rows = rows;
   b.logit_rows = logit_rows;
   return b;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -47,6 +48,19 @@ struct ForwardSequence {
   kernels::AttentionPattern pattern;  // dense unless a method says otherwise
   // Row of the model's sequence state (set_sequence_state) that is this sequence's, or -1.
   int32_t state_slot = -1;
+};
+
+// One shadowed (sequence, layer) of a forward step (LlamaModel::set_shadow_dense): how far the
+// sequence's attention output in that layer, under its own (sparse) pattern, is from dense
+// attention over the same rows and KV.
+struct ShadowAttentionError {
+  int sequence = 0;  // index of the sequence in the step's batch
+  int layer = 0;
+  kernels::AttentionMethodKind method = kernels::AttentionMethodKind::kDense;  // its pattern's
+  // ||sparse - dense|| / ||dense|| over the sequence's rows of the step, all heads (Frobenius
+  // norms; Backend::RelativeL2Error): 0 when the method attended to every key the dense
+  // reference did.
+  float relative_l2 = 0;
 };
 
 struct LayerWeights {
@@ -120,6 +134,22 @@ class LlamaModel {
   // engine's SequenceStateTable), or empty for none. ForwardSequence::state_slot picks a row.
   void set_sequence_state(Tensor memory) { sequence_state_ = std::move(memory); }
 
+  // The shadow-dense quality monitor (issue 11). Each forward step holding a sequence with a
+  // sparse pattern (anything but kDense) is shadowed with probability `rate` in [0, 1], drawn on
+  // the host before the step is launched from a generator seeded with `seed`. A shadowed step
+  // also runs, in every layer, dense attention for its sparse sequences into a scratch output and
+  // Backend::RelativeL2Error of the two into a device buffer, read back with the step's result
+  // (shadow_errors()). The unit drawn is the step, not the layer: every (sequence, layer) call is
+  // still shadowed with probability `rate`, but steps that are not shadowed replay their plain
+  // step graph untouched, and shadowed decode steps replay a second graph of their batch size
+  // (keyed by the shadow flag) instead of running op by op. Dense sequences are never shadowed.
+  // 0 (the default) turns it off and allocates nothing. Turning it on or off drops the graphs and
+  // step buffers; changing a nonzero rate keeps them (the shadow graphs stay captured).
+  void set_shadow_dense(double rate, uint64_t seed);
+  // The errors of the last forward step, layer-major then sequence order (num_layers × shadowed
+  // sequences entries); empty when that step was not shadowed.
+  const std::vector<ShadowAttentionError>& shadow_errors() const { return shadow_errors_; }
+
  private:
   LlamaModel(ModelConfig config, kernels::Backend* backend)
       : config_(std::move(config)), backend_(backend) {}
@@ -136,6 +166,12 @@ class LlamaModel {
     std::vector<int32_t> ids, positions, slots, logit_rows;
     kernels::AttentionBatch attn;
     bool decode_only = true;  // every sequence adds one unmasked token (graph-able)
+    // A shadowed step's dense reference: its sparse sequences with the kDense pattern, their
+    // rows as int32 (first row, count) pairs, and the record of each (layer filled later).
+    bool shadow = false;
+    kernels::AttentionBatch shadow_attn;
+    std::vector<int32_t> shadow_ranges;
+    std::vector<ShadowAttentionError> shadow_records;
   };
   absl::StatusOr<StepInputs> FlattenBatch(const std::vector<ForwardSequence>& batch,
                                           const PagedKvCache& cache) const;
@@ -149,16 +185,35 @@ class LlamaModel {
     Tensor indices;
     Tensor h, x, qkv, q, attn_out, gate_up, act, branch, last, logits;
     Tensor tokens;  // i32 [logit_rows] the sampled token ids (ForwardSample)
+    // Only with the shadow monitor on: the dense reference's attention output (compute dtype
+    // [rows, heads, head_dim]), the shadowed sequences' rows (i32 [rows, 2]) and the errors
+    // (f32 [num_layers * rows], layer-major).
+    Tensor shadow_out, shadow_ranges, shadow_errors;
   };
   // A step's first n rows and m logits rows of some StepBuffers.
   struct StepViews {
     Tensor ids, positions, slots, logit_rows;
     Tensor h, x, qkv, q, attn_out, gate_up, act, branch, last, logits, tokens;
   };
+  // What RunLayers adds to each layer of a shadowed step: the dense plan run into `out`, then
+  // RelativeL2Error of attn_out against it for `count` row ranges into `errors` [layer * count..].
+  struct ShadowPass {
+    const kernels::AttentionPlan* plan = nullptr;
+    Tensor out, ranges, errors;
+    int64_t count = 0;
+  };
   absl::StatusOr<StepBuffers> AllocateStepBuffers(int64_t rows, int64_t logit_rows) const;
   static StepViews Views(const StepBuffers& buffers, int64_t n, int64_t m);
   // Writes the step's index arrays into `buffers.indices` (one upload).
   absl::Status UploadIndices(const StepInputs& in, const StepBuffers& buffers);
+
+  // Draws whether the step of `in` is shadowed and, when it is, fills its shadow fields.
+  void PlanShadow(StepInputs& in);
+  // Uploads a shadowed step's row ranges into `buffers` and returns the pass over its views.
+  absl::StatusOr<ShadowPass> PrepareShadow(const StepInputs& in, const StepBuffers& buffers,
+                                           const kernels::AttentionPlan& plan);
+  // Copies the errors of the step just run (if shadowed) to shadow_errors_. Waits for the step.
+  absl::Status ReadShadowErrors();
 
   // One step up to the logits; returns the views holding them.
   absl::StatusOr<StepViews> ComputeLogits(
@@ -166,11 +221,12 @@ class LlamaModel {
       const std::function<absl::Status(int layer)>& on_layer_kv_written);
   // The step's device ops, embedding to logits: what a step graph records.
   absl::Status RunLayers(const StepViews& v, const kernels::AttentionPlan& plan,
-                         PagedKvCache& cache,
+                         const ShadowPass* shadow, PagedKvCache& cache,
                          const std::function<absl::Status(int layer)>& on_layer_kv_written);
-  // RunLayers through the step graph of batch size `n` (capturing it on its second use).
+  // RunLayers through the step graph of batch size `n` (and shadow flag; capturing it on its
+  // second use).
   absl::Status RunStepGraph(int64_t n, const StepViews& v, const kernels::AttentionPlan& plan,
-                            PagedKvCache& cache);
+                            const ShadowPass* shadow, PagedKvCache& cache);
 
   struct GraphSlot {
     std::unique_ptr<kernels::StepGraph> graph;
@@ -179,6 +235,10 @@ class LlamaModel {
     const void* kv_base = nullptr;
     uint64_t workspace_generation = 0;
     kernels::AttentionPlan::Layout layout;
+    // A shadowed step's graph also baked in its dense plan and how many ranges it compares.
+    uint64_t shadow_workspace_generation = 0;
+    kernels::AttentionPlan::Layout shadow_layout;
+    int64_t shadow_count = 0;
     bool warmed = false;  // one step of this size ran op by op
     bool failed = false;  // capture failed: this size stays op by op
   };
@@ -191,13 +251,22 @@ class LlamaModel {
   // Where each step's attention plan lives: op-by-op steps plan into one, graph steps into the
   // other, so a prefill chunk that grows its workspace does not invalidate the graphs.
   kernels::AttentionWorkspace step_workspace_, graph_workspace_;
+  // The shadow monitor (set_shadow_dense): its dense plans' workspaces (as above), the draw, and
+  // the step in flight's records and device errors until ReadShadowErrors.
+  kernels::AttentionWorkspace shadow_step_workspace_, shadow_graph_workspace_;
+  double shadow_rate_ = 0;
+  std::mt19937_64 shadow_rng_;
+  std::vector<ShadowAttentionError> shadow_pending_;
+  Tensor shadow_pending_errors_;  // f32 [num_layers * shadowed sequences] view
+  std::vector<ShadowAttentionError> shadow_errors_;
   int step_graph_rows_ = kDefaultStepGraphRows;
   GraphSupport graph_support_ = GraphSupport::kUnknown;
-  absl::flat_hash_map<int64_t, GraphSlot> graphs_;  // by batch size
-  Tensor embedding_;                                // [vocab, hidden]
-  Tensor final_norm_;                               // [hidden]
-  Tensor lm_head_;                                  // [vocab, hidden] (the embedding when tied)
-  Tensor inv_freq_;                                 // f32 [head_dim / 2]
+  // By batch size and shadow flag (2 * rows + shadowed).
+  absl::flat_hash_map<int64_t, GraphSlot> graphs_;
+  Tensor embedding_;       // [vocab, hidden]
+  Tensor final_norm_;      // [hidden]
+  Tensor lm_head_;         // [vocab, hidden] (the embedding when tied)
+  Tensor inv_freq_;        // f32 [head_dim / 2]
   Tensor sequence_state_;  // i32 [num_slots, slot_words] or empty (set_sequence_state)
   std::vector<LayerWeights> layers_;
 };

@@ -235,6 +235,27 @@ absl::Status CudaBackend::GatherRows(const Tensor& x, const Tensor& rows, const 
       "GatherRows");
 }
 
+absl::Status CudaBackend::RelativeL2Error(const Tensor& actual, const Tensor& expected,
+                                          const Tensor& ranges, const Tensor& out) {
+  SS_RETURN_IF_ERROR(CheckCuda(actual, DType::kBf16, actual.ndim(), "RelativeL2Error", "actual"));
+  SS_RETURN_IF_ERROR(
+      CheckCuda(expected, DType::kBf16, actual.ndim(), "RelativeL2Error", "expected"));
+  SS_RETURN_IF_ERROR(CheckShape(expected, actual.shape(), "RelativeL2Error", "expected"));
+  SS_RETURN_IF_ERROR(CheckCuda(ranges, DType::kI32, 2, "RelativeL2Error", "ranges"));
+  SS_RETURN_IF_ERROR(CheckCuda(out, DType::kF32, 1, "RelativeL2Error", "out"));
+  if (actual.ndim() < 1 || ranges.dim(1) != 2 || out.dim(0) != ranges.dim(0)) {
+    return absl::InvalidArgumentError(absl::StrCat("RelativeL2Error: ranges ", ranges.DebugString(),
+                                                   " and out ", out.DebugString(),
+                                                   " do not match"));
+  }
+  if (out.dim(0) == 0) return absl::OkStatus();
+  const int64_t rows = actual.dim(0);
+  return CudaStatus(cuda::LaunchRelativeL2Error(
+                        Bf16(actual), Bf16(expected), rows, rows == 0 ? 0 : actual.numel() / rows,
+                        ranges.data<int32_t>(), ranges.dim(0), out.data<float>(), stream()),
+                    "RelativeL2Error");
+}
+
 absl::Status CudaBackend::RmsNorm(const Tensor& x, const Tensor& weight, float eps,
                                   const Tensor& out) {
   SS_RETURN_IF_ERROR(CheckCuda(x, IsF32(x) ? DType::kF32 : DType::kBf16, 2, "RmsNorm", "x"));

@@ -63,6 +63,8 @@ class CudaBackend final : public Backend {
   absl::Status ReadKv(const Tensor& kv_layer, const Tensor& slots, const Tensor& k,
                       const Tensor& v) override;
   absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
+  absl::Status RelativeL2Error(const Tensor& actual, const Tensor& expected, const Tensor& ranges,
+                               const Tensor& out) override;
   absl::StatusOr<std::unique_ptr<StepGraph>> CaptureGraph(
       const std::function<absl::Status()>& record) override;
   absl::Status LaunchGraph(const StepGraph& graph) override;

@@ -159,6 +159,14 @@ cudaError_t LaunchGenericAttention(const bf16_t* q, const bf16_t* kv_layer,
                                    const AttentionSeqs& seqs, int total_q, const int32_t* row_seq,
                                    const AttentionDims& dims, bf16_t* out, cudaStream_t stream);
 
+// out[i] = ||actual[R_i] - expected[R_i]|| / ||expected[R_i]|| over the rows R_i = [ranges[2i],
+// ranges[2i] + ranges[2i + 1]) of two bf16 [rows, row_elems] arrays (Backend::RelativeL2Error):
+// one CTA per range, f32 sums. Rows outside [0, rows) are ignored (ranges are not checked on the
+// host: they live on the device).
+cudaError_t LaunchRelativeL2Error(const bf16_t* actual, const bf16_t* expected, int64_t rows,
+                                  int64_t row_elems, const int32_t* ranges, int64_t num_ranges,
+                                  float* out, cudaStream_t stream);
+
 // k, v [n, kv_heads, head_dim] = the keys and values at slots [n] (WriteKv's inverse).
 cudaError_t LaunchReadKv(const bf16_t* kv_layer, const int32_t* slots, int64_t n, int block_tokens,
                          int kv_heads, int head_dim, bf16_t* k, bf16_t* v, cudaStream_t stream);

@@ -26,6 +26,30 @@ a=$(run_seed 7); b=$(run_seed 7); c=$(run_seed 8)
 [ -n "$a" ] && [ "$a" = "$b" ] && pass "same seed, same output" || fail "same seed, same output"
 [ "$a" != "$c" ] && pass "different seed, different output" || fail "different seed"
 
+# 2b. The shadow-dense monitor (issue 11): every sliding-window step shadowed at rate 1; a window
+# covering the context measures exactly 0, a 4-token one more (proof it can fail); rate 0 and
+# dense requests report nothing; the tokens are those of a run without the monitor.
+shadow() { "$bin" generate --model "$model" --prompt "Once upon a time" --max-tokens 20 \
+  --temperature 0 --attention sliding-window --sink-tokens 0 "$@"; }
+plain=$(shadow --sliding-window 4096 2>/dev/null)
+wide=$(shadow --sliding-window 4096 --shadow-dense-rate 1 2>"$tmp/shadow_wide")
+shadow --sliding-window 4 --shadow-dense-rate 1 >/dev/null 2>"$tmp/shadow_narrow"
+shadow --sliding-window 4 --shadow-dense-rate 0 >/dev/null 2>"$tmp/shadow_off"
+"$bin" generate --model "$model" --prompt "Once upon a time" --max-tokens 20 --temperature 0 \
+  --shadow-dense-rate 1 >/dev/null 2>"$tmp/shadow_dense"
+[ -n "$plain" ] && [ "$plain" = "$wide" ] && pass "shadow monitor leaves the tokens alone" ||
+  fail "shadow monitor leaves the tokens alone"
+grep -Eq 'shadow-dense: sliding-window, [1-9][0-9]* calls shadowed, .* mean 0, max 0$' \
+  "$tmp/shadow_wide" && pass "shadow: covering window measures 0" ||
+  { fail "shadow: covering window measures 0"; cat "$tmp/shadow_wide"; }
+if grep -Eq 'shadow-dense: sliding-window, [1-9][0-9]* calls shadowed, .* max ([1-9]|0\.[0-9]*[1-9])' \
+    "$tmp/shadow_narrow"; then pass "shadow: a short window measures > 0"
+else fail "shadow: a short window measures > 0"; cat "$tmp/shadow_narrow"; fi
+! grep -q 'shadow-dense' "$tmp/shadow_off" && pass "shadow: rate 0 reports nothing" ||
+  fail "shadow: rate 0 reports nothing"
+grep -q 'shadow-dense: no sparse attention call was shadowed' "$tmp/shadow_dense" &&
+  pass "shadow: dense is never shadowed" || { fail "shadow: dense is never shadowed"; cat "$tmp/shadow_dense"; }
+
 # 3. --help explains every flag and exits 0.
 if "$bin" generate --help >"$tmp/help"; then
   for f in --model --prompt --max-tokens --temperature --top-k --top-p --min-p \

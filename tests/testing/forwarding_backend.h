@@ -80,6 +80,10 @@ class ForwardingBackend : public kernels::Backend {
                          int layer, const Tensor& out) override {
     return inner_->Attention(plan, q, kv, layer, out);
   }
+  absl::Status RelativeL2Error(const Tensor& actual, const Tensor& expected, const Tensor& ranges,
+                               const Tensor& out) override {
+    return inner_->RelativeL2Error(actual, expected, ranges, out);
+  }
   absl::Status ReadKv(const Tensor& kv, const Tensor& slots, const Tensor& k,
                       const Tensor& v) override {
     return inner_->ReadKv(kv, slots, k, v);

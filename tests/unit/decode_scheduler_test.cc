@@ -215,6 +215,51 @@ TEST_F(DecodeSchedulerTest, RunningStreamsAdvanceInEveryStepOfALongPrefill) {
   EXPECT_EQ(running->tokens_, Reference(short_prompt, running_tokens));
 }
 
+// The shadow-dense monitor through the scheduler (issue 11): at rate 1 every decode step of a
+// sliding-window request lands in sparseserve_sparse_attention_error{role="decode",
+// method="sliding-window"}, one value per layer — all exactly 0 while the window covers the
+// context, some above 0 with a short window (proof the monitor can fail); a dense request adds
+// nothing; and the tokens stay those of a run without the monitor.
+TEST_F(DecodeSchedulerTest, ShadowDenseErrorsReachTheHistogram) {
+  engine::ModelRunnerOptions runner_options;
+  runner_options.block_tokens = 16;
+  runner_options.shadow_dense_rate = 1;
+  auto runner = engine::ModelRunner::Create(source_, &backend_, runner_options);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto metrics = metrics::ServingMetrics::Create(registry, metrics::ServiceRole::kDecode);
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  DecodeSchedulerOptions options;
+  options.metrics = metrics->get();
+  prometheus::Histogram& errors = (*metrics)->sparse_attention_error("sliding-window");
+  const std::vector<int32_t> prompt = Prompts(1)[0];
+  const int layers = (*runner)->config().num_layers;
+  constexpr int kTokens = 8;  // the first comes from the (dense) prefill, 7 decode steps follow
+  auto run = [&](int window, engine::AttentionMethod method) {
+    auto sink = std::make_shared<CollectingSink>();
+    DecodeJob job = Job("w" + std::to_string(window), prompt, kTokens, sink);
+    job.options.decode.method = method;
+    job.options.decode.window = window;
+    job.options.decode.sink_tokens = 0;
+    DecodeScheduler scheduler(runner->get(), options);
+    EXPECT_TRUE(scheduler.Submit(std::move(job)).ok());
+    EXPECT_TRUE(sink->Wait());
+    return sink->tokens_;
+  };
+  EXPECT_EQ(run(4096, engine::AttentionMethod::kSlidingWindow), Reference(prompt, kTokens));
+  prometheus::ClientMetric m = errors.Collect();
+  EXPECT_EQ(m.histogram.sample_count, static_cast<uint64_t>((kTokens - 1) * layers));
+  EXPECT_EQ(m.histogram.sample_sum, 0.0);
+
+  run(1, engine::AttentionMethod::kDense);  // the window is ignored: dense
+  EXPECT_EQ(errors.Collect().histogram.sample_count, m.histogram.sample_count);
+
+  run(4, engine::AttentionMethod::kSlidingWindow);
+  m = errors.Collect();
+  EXPECT_EQ(m.histogram.sample_count, static_cast<uint64_t>(2 * (kTokens - 1) * layers));
+  EXPECT_GT(m.histogram.sample_sum, 0.0);
+}
+
 TEST_F(DecodeSchedulerTest, SmallPoolPreemptsWithoutChangingOutputs) {
   auto runner = Runner(96);  // 6 blocks of 16: not enough for 4 sequences of ~50 tokens
   const auto prompts = Prompts(4);

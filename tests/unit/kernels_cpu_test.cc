@@ -168,6 +168,32 @@ TEST_F(CpuBackendTest, GreedySamplePicksTheLowestIndexOfTheMaximum) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// The shadow-dense monitor's comparison: per row range ||a - b|| / ||b||, exactly 0 for equal
+// rows, 1 where only b is zero, and ranges outside the rows rejected.
+TEST_F(CpuBackendTest, RelativeL2ErrorPerRowRange) {
+  Tensor b = Random({5, 2, 3}, rng_);
+  Tensor a = *b.ToF32();
+  for (int64_t j = 0; j < 6; ++j) a.data<float>()[2 * 6 + j] += 0.5f;  // row 2 differs by 0.5
+  for (int64_t j = 0; j < 6; ++j) b.data<float>()[4 * 6 + j] = 0;      // row 4: b is zero, a not
+  a.data<float>()[4 * 6] = 1;
+  Tensor ranges = Tensor::Zeros(DType::kI32, {4, 2});
+  const int32_t r[] = {0, 2, 1, 2, 4, 1, 3, 0};  // rows 0-1, 1-2, 4, none
+  std::copy(r, r + 8, ranges.data<int32_t>());
+  Tensor out = Tensor::Zeros(DType::kF32, {4});
+  ASSERT_TRUE(be_.RelativeL2Error(a, b, ranges, out).ok());
+  EXPECT_EQ(out.data<float>()[0], 0.0f);
+  double ref = 0;
+  for (int64_t j = 6; j < 18; ++j) ref += double(b.data<float>()[j]) * b.data<float>()[j];
+  EXPECT_NEAR(out.data<float>()[1], std::sqrt(6 * 0.25 / ref), 1e-6);
+  EXPECT_EQ(out.data<float>()[2], 1.0f);
+  EXPECT_EQ(out.data<float>()[3], 0.0f);  // no rows: nothing differs
+  ranges.data<int32_t>()[6] = 4;
+  ranges.data<int32_t>()[7] = 2;  // rows 4-5 of 5
+  EXPECT_EQ(be_.RelativeL2Error(a, b, ranges, out).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(be_.RelativeL2Error(a, Random({5, 6}, rng_), ranges, out).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(CpuBackendTest, AttentionRejectsBadPlans) {
   Tensor q = Random({1, 2, 8}, rng_), out = Tensor::Zeros(DType::kF32, {1, 2, 8});
   Tensor kv = Tensor::Zeros(DType::kF32, {4, 16, 1, 8});

@@ -73,6 +73,8 @@ TEST(MetricsExporterTest, ServesRegistryOnKernelChosenPort) {
   m.requests_finished("stop").Increment();
   m.requests_finished("stop").Increment();
   m.requests_finished("length").Increment();
+  m.sparse_attention_error("sliding-window").Observe(0.003);
+  m.sparse_attention_error("sliding-window").Observe(0);
 
   const std::string text = HttpGet((*exporter)->port(), "/metrics");
   ASSERT_THAT(text, HasSubstr("200 OK"));
@@ -98,6 +100,13 @@ TEST(MetricsExporterTest, ServesRegistryOnKernelChosenPort) {
               HasSubstr("sparseserve_requests_total{finish_reason=\"stop\",role=\"decode\"} 2"));
   EXPECT_THAT(text,
               HasSubstr("sparseserve_requests_total{finish_reason=\"length\",role=\"decode\"} 1"));
+  // The shadow-dense monitor's histogram: one series per method, ratio buckets.
+  EXPECT_THAT(text, HasSubstr("sparseserve_sparse_attention_error_bucket{method=\"sliding-window\","
+                              "role=\"decode\",le=\"0.0001\"} 1"));
+  EXPECT_THAT(text, HasSubstr("sparseserve_sparse_attention_error_bucket{method=\"sliding-window\","
+                              "role=\"decode\",le=\"0.005\"} 2"));
+  EXPECT_THAT(text, HasSubstr("sparseserve_sparse_attention_error_count{method=\"sliding-window\","
+                              "role=\"decode\"} 2"));
   // Untouched counters are exported at zero; prometheus-cpp adds no second "_total".
   EXPECT_THAT(text, HasSubstr("sparseserve_request_migrations_total{role=\"decode\"} 0"));
   EXPECT_THAT(text, HasSubstr("# TYPE sparseserve_kv_reservation_expiries_total counter"));
@@ -120,6 +129,7 @@ TEST(ServingMetricsTest, RegistersEveryArchitectureFamily) {
                              "num_requests_waiting gauge",
                              "kv_cache_usage_ratio gauge",
                              "sparse_attention_density gauge",
+                             "sparse_attention_error histogram",
                              "prefix_cache_queries_total counter",
                              "prefix_cache_hits_total counter",
                              "kv_transfer_bytes_total counter",

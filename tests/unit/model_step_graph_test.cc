@@ -115,6 +115,10 @@ class RecordingBackend final : public kernels::Backend {
   absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override {
     return Op([=, this] { return inner_->GatherRows(x, rows, out); });
   }
+  absl::Status RelativeL2Error(const Tensor& actual, const Tensor& expected, const Tensor& ranges,
+                               const Tensor& out) override {
+    return Op([=, this] { return inner_->RelativeL2Error(actual, expected, ranges, out); });
+  }
   absl::Status Sample(const Tensor& logits, const kernels::SamplingBatch& batch,
                       const Tensor& out) override {
     return Op([=, this] { return inner_->Sample(logits, batch, out); });
@@ -282,6 +286,46 @@ TEST_F(StepGraphTest, FailedCaptureFallsBackToOps) {
   EXPECT_EQ(recording.failed_captures, 1);
   EXPECT_EQ(recording.captures, 0);  // that size stays op by op
   EXPECT_EQ(recording.launches, 0);
+}
+
+// The shadow-dense monitor in graph steps: shadowed decode steps replay a graph of their own
+// (captured once per batch size), unshadowed ones the plain graph, and both give the logits and
+// the errors of op-by-op steps with the same draws.
+TEST_F(StepGraphTest, ShadowedStepsReplayTheirOwnGraph) {
+  RecordingBackend recording(&cpu_);
+  auto graph_model = MakeModel(&recording, 64);
+  auto cache_a = MakeCache(recording);
+  auto plain_model = MakeModel(&cpu_, 0);
+  auto cache_b = MakeCache(cpu_);
+  graph_model->set_shadow_dense(0.5, 3);
+  plain_model->set_shadow_dense(0.5, 3);
+  std::vector<ForwardSequence> prompts = Prompts();
+  prompts[0].pattern = {kernels::AttentionMethodKind::kSlidingWindow, 4, 1};
+  prompts[2].pattern = {kernels::AttentionMethodKind::kSlidingWindow, 64, 0};
+  std::vector<std::vector<ShadowAttentionError>> got_errors, want_errors;
+  auto batch_of = [](int) -> size_t { return 3; };
+  const std::vector<float> got =
+      Decode(*graph_model, *cache_a, prompts, 30, batch_of, [&](int step) {
+        if (step > 0) got_errors.push_back(graph_model->shadow_errors());
+      });
+  const std::vector<float> want =
+      Decode(*plain_model, *cache_b, prompts, 30, batch_of, [&](int step) {
+        if (step > 0) want_errors.push_back(plain_model->shadow_errors());
+      });
+  EXPECT_EQ(got, want);
+  ASSERT_EQ(got_errors.size(), want_errors.size());
+  int shadowed = 0;
+  for (size_t i = 0; i < got_errors.size(); ++i) {
+    ASSERT_EQ(got_errors[i].size(), want_errors[i].size()) << "step " << i + 1;
+    shadowed += got_errors[i].empty() ? 0 : 1;
+    for (size_t j = 0; j < got_errors[i].size(); ++j) {
+      EXPECT_EQ(got_errors[i][j].relative_l2, want_errors[i][j].relative_l2);
+      EXPECT_EQ(got_errors[i][j].sequence, want_errors[i][j].sequence);
+    }
+  }
+  EXPECT_GT(shadowed, 3);
+  EXPECT_LT(shadowed, 26);
+  EXPECT_EQ(recording.captures, 2);  // one plain and one shadow graph of batch size 3
 }
 
 TEST_F(StepGraphTest, PrefillAndLargeBatchesRunOpByOp) {

@@ -8,6 +8,7 @@ Each line is one task (see tasks.py for the fields); the same arguments give the
 
 import argparse
 import json
+import multiprocessing
 import os
 import sys
 
@@ -22,6 +23,21 @@ def parse_length(text):
     if value < 64:
         raise argparse.ArgumentTypeError(f"length {text} is below 64 tokens")
     return value
+
+
+_encoder = None
+
+
+def _init(tokenizer):
+    global _encoder
+    _encoder = bpe.ByteLevelBpe(tokenizer)
+
+
+def _line(spec):
+    task, length, seed, gen_tokens = spec
+    item = tasks.make_task(task, length, seed, _encoder, gen_tokens)
+    item["seed"] = seed
+    return json.dumps(item, sort_keys=True) + "\n"
 
 
 def main(argv=None):
@@ -40,6 +56,8 @@ def main(argv=None):
     parser.add_argument("--gen-tokens", type=int, default=4096,
                         help="tokens to generate for longgen (default 4096)")
     parser.add_argument("--out", default="-", help="output file (default: stdout)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="processes writing prompts (long prompts take ~2 ms per 1K tokens)")
     args = parser.parse_args(argv)
 
     names = [t.strip() for t in args.tasks.split(",") if t.strip()]
@@ -52,15 +70,19 @@ def main(argv=None):
         parser.error(f"--lengths: {e}")
     if args.num < 1:
         parser.error("--num must be at least 1")
-    encoder = bpe.ByteLevelBpe(args.tokenizer)
+    specs = [(task, length, args.seed + i, args.gen_tokens)
+             for task in names for length in lengths for i in range(args.num)]
     out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")
     with out:
-        for task in names:
-            for length in lengths:
-                for i in range(args.num):
-                    item = tasks.make_task(task, length, args.seed + i, encoder, args.gen_tokens)
-                    item["seed"] = args.seed + i
-                    out.write(json.dumps(item, sort_keys=True) + "\n")
+        if args.jobs > 1:
+            with multiprocessing.Pool(args.jobs, _init, (args.tokenizer,)) as pool:
+                lines = pool.imap(_line, specs, chunksize=4)
+                for line in lines:
+                    out.write(line)
+        else:
+            _init(args.tokenizer)
+            for spec in specs:
+                out.write(_line(spec))
     return 0
 
 
