@@ -6,6 +6,7 @@
 // shadowed; shadowed decode steps replayed from their CUDA graph give the errors and logits of the
 // same steps run kernel by kernel.
 #include <algorithm>
+#include <cmath>
 
 #include "common/model/llama_model.h"
 #include "tests/gpu/cuda_test_util.h"
@@ -141,7 +142,9 @@ TEST_P(CudaShadowDenseTest, CoveringWindowIsExactlyZeroAndAShortOneIsNot) {
     ASSERT_EQ(short_run.model->shadow_errors().size(), 2u * layers);
     for (const ShadowAttentionError& e : short_run.model->shadow_errors()) {
       EXPECT_GT(e.relative_l2, 1e-3f) << "step " << step << " seq " << e.sequence;
-      EXPECT_LT(e.relative_l2, 2.0f);
+      // No upper bound: with random weights the error of a short window can exceed 2 (seen on
+      // an H100); only a finite value is required.
+      EXPECT_TRUE(std::isfinite(e.relative_l2));
     }
     for (ForwardSequence& seq : windowed) ++seq.start_pos;
   }
