@@ -31,7 +31,7 @@ struct PrefillEngine::Running {
 
 PrefillEngine::PrefillEngine(engine::ModelRunner* runner, transfer::KvTransferSource* source,
                              KvStagingRing* ring, PrefillEngineOptions options)
-    : runner_(runner), source_(source), ring_(ring), options_(std::move(options)), engine_([this] {
+    : runner_(runner), source_(source), ring_(ring), options_(options), engine_([this] {
         EngineLoop();
       }) {}
 

@@ -76,7 +76,7 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(
   engine_options.put_delay = options.fault_put_delay;
   engine_options.metrics = w->metrics_.get();
   w->engine_ = std::make_unique<PrefillEngine>(w->runner_.get(), w->kv_source_.get(),
-                                               w->ring_.get(), std::move(engine_options));
+                                               w->ring_.get(), engine_options);
   w->service_ =
       std::make_unique<PrefillWorkerService>(w->engine_.get(), w->runner_.get(), w->metrics_.get(),
                                              options.model_path, options.request_defaults);

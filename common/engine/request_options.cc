@@ -206,7 +206,8 @@ absl::StatusOr<double> AttentionDensity(const RequestOptions& options, int64_t p
                       VisiblePairs(AttentionPatternOf(options.prefill), 0, prompt_tokens));
   SS_ASSIGN_OR_RETURN(const int64_t decode,
                       VisiblePairs(AttentionPatternOf(options.decode), prompt_tokens, end));
-  return static_cast<double>(prefill + decode) / static_cast<double>(end * (end + 1) / 2);
+  const int64_t causal_pairs = end * (end + 1) / 2;  // exact: one of end, end + 1 is even
+  return static_cast<double>(prefill + decode) / static_cast<double>(causal_pairs);
 }
 
 }  // namespace sparseserve::engine

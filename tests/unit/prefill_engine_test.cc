@@ -212,16 +212,20 @@ TEST_P(PrefillEngineTest, PromptsShareStepsAndEachKvEqualsALonePrefill) {
   StartEngine(/*max_step_tokens=*/64, /*prefill_chunk=*/24);
   // A first task holds the engine thread in its callback until the others are queued, so they
   // are admitted together (no timing involved).
-  absl::Notification queued;
+  absl::Notification entered, queued;
   Outcome gate;
   ASSERT_TRUE(engine_
                   ->Submit(Task("gate", Prompt(5, 1), 60),
                            [&](absl::StatusOr<PrefillResult> r) {
                              gate.result = std::move(r);
+                             entered.Notify();
                              queued.WaitForNotificationWithTimeout(kWait);
                              gate.done.Notify();
                            })
                   .ok());
+  // The others are submitted only once the engine thread waits in the gate's callback: on a busy
+  // machine they could otherwise join the gate's own step (seen in CI).
+  ASSERT_TRUE(entered.WaitForNotificationWithTimeout(kWait));
   const std::vector<std::vector<int32_t>> prompts = {Prompt(70, 2), Prompt(33, 3), Prompt(100, 4),
                                                      Prompt(17, 5)};
   const std::vector<int> first_remote = {0, 8, 12, 20};
@@ -255,16 +259,20 @@ TEST_P(PrefillEngineTest, PromptsShareStepsAndEachKvEqualsALonePrefill) {
 
 TEST_P(PrefillEngineTest, CachedRemotePrefixIsSkippedAndAnExpiredTransferFailsAlone) {
   StartEngine(/*max_step_tokens=*/256, /*prefill_chunk=*/32);
-  absl::Notification queued;
+  absl::Notification entered, queued;
   Outcome gate;
   ASSERT_TRUE(engine_
                   ->Submit(Task("gate", Prompt(5, 1), 60),
                            [&](absl::StatusOr<PrefillResult> r) {
                              gate.result = std::move(r);
+                             entered.Notify();
                              queued.WaitForNotificationWithTimeout(kWait);
                              gate.done.Notify();
                            })
                   .ok());
+  // The others are submitted only once the engine thread waits in the gate's callback: on a busy
+  // machine they could otherwise join the gate's own step (seen in CI).
+  ASSERT_TRUE(entered.WaitForNotificationWithTimeout(kWait));
   const std::vector<int32_t> a = Prompt(50, 6), b = Prompt(40, 7), c = Prompt(30, 8);
   Outcome out_a, out_b, out_c, out_aborted;
   Submit(Task("a", a, 0, /*cached_remote=*/2), &out_a);  // decode side holds a's first 2 blocks
