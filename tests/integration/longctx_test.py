@@ -111,3 +111,21 @@ def test_eval_refuses_bad_input(tmp_path):
     proc = subprocess.run([BIN, "eval", "--model", MODEL, "--tasks", str(tmp_path / "none")],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "cannot open" in proc.stderr
+
+
+def test_eval_through_a_server_equals_in_process(tmp_path, encoder):
+    """`sparseserve eval --server` over the real gRPC API (router, prefill and decode workers
+    started by `sparseserve up` with the test model) gives the in-process outputs."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from services_conftest import Cluster
+
+    items = [dict(tasks.make_task("passkey", 2048, seed, encoder), seed=seed) for seed in range(4)]
+    local = run_eval(tmp_path, "local", items)
+    cluster = Cluster(num_prefill=1, num_decode=1, extra=[f"--model={MODEL}"])
+    try:
+        remote = run_eval(tmp_path, "remote", items, "--server", cluster.address,
+                          "--concurrency", "2")
+    finally:
+        cluster.close()
+    assert [i["output"] for i in remote["items"]] == [i["output"] for i in local["items"]]
+    assert [i["prompt_tokens"] for i in remote["items"]] == [t["tokens"] for t in items]
