@@ -12,7 +12,9 @@
 #include "tools/serve_flags.h"
 #include "tools/termination_signal.h"
 
-ABSL_FLAG(int, max_running, 64, "Sequences decoded together in one batch step.");
+ABSL_FLAG(int, max_running, 64,
+          "Sequences in flight at once: decode streams batched into one step (decode), prompts "
+          "whose chunks share engine steps (prefill).");
 ABSL_FLAG(int, max_waiting, 1024, "Queued requests beyond which new ones get RESOURCE_EXHAUSTED.");
 ABSL_FLAG(double, kv_lease_seconds, 60, "Unused KV reservations return their blocks after this.");
 ABSL_FLAG(bool, kv_transfer, true,

@@ -54,7 +54,8 @@ const std::vector<Command>& Commands() {
        "Serves sparseserve.v1.PrefillWorker: computes a prompt's KV (with its own prefix\n"
        "cache) and PUTs each layer's blocks over UCX into the decode worker's reservation as\n"
        "soon as the layer is done, then returns the first token. Prints 'READY prefill ...'.",
-       {"tools/prefill_command.cc", "tools/kv_staging_flags.cc:kv_staging,prefill_kv_staging_mb",
+       {"tools/prefill_command.cc", "tools/decode_command.cc:max_running",
+        "tools/kv_staging_flags.cc:kv_staging,prefill_kv_staging_mb",
         "tools/request_options_flags.cc", "tools/serve_flags.cc", "tools/model_flags.cc"},
        &RunPrefillCommand},
       {"router",

@@ -1,6 +1,7 @@
 // `sparseserve prefill`: a prefill worker process.
 #include <cstdio>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "common/core/logging.h"
 #include "prefill_svc/prefill_worker.h"
@@ -19,6 +20,9 @@ ABSL_FLAG(int, fault_kv_put_delay_ms, 0,
           "Fault injection for tests: sleep this long after each layer's KV PUT, so a transfer "
           "can be interrupted mid-way (0 = off; never set in production).");
 
+// Shared with `decode` (decode_command.cc).
+ABSL_DECLARE_FLAG(int, max_running);
+
 namespace sparseserve::tools {
 
 int RunPrefillCommand(const std::vector<char*>& positional) {
@@ -33,6 +37,11 @@ int RunPrefillCommand(const std::vector<char*>& positional) {
   options.metrics_address = MetricsAddressFromFlags();
   options.runner = RunnerOptionsFromFlags();
   options.max_queued = absl::GetFlag(FLAGS_max_queued);
+  options.max_running = absl::GetFlag(FLAGS_max_running);
+  if (options.max_running < 1) {
+    std::fprintf(stderr, "error: --max-running must be at least 1\n");
+    return 2;
+  }
   options.enable_kv_transfer = absl::GetFlag(FLAGS_prefill_kv_transfer);
   options.fault_put_delay = absl::Milliseconds(absl::GetFlag(FLAGS_fault_kv_put_delay_ms));
   absl::StatusOr<Device> device = DeviceFromFlags();

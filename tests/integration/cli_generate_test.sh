@@ -83,6 +83,11 @@ expect_error "zero max tokens" "max_tokens" generate --model "$model" --prompt h
 expect_error "bad device" "device" generate --model "$model" --prompt hi --device tpu
 expect_error "unknown flag" "unknown" generate --model "$model" --prompt hi --no-such-flag 1
 expect_error "unknown command" "unknown command" frobnicate
+expect_error "prefill worker max running" "max-running" prefill --model "$model" --max-running 0
+"$bin" prefill --help >"$tmp/o" 2>&1
+if grep -q -- "--max-running" "$tmp/o"; then
+  pass "prefill --help lists --max-running"
+else fail "prefill --help lists --max-running"; fi
 
 # 5. Hugging Face directories: the tiny checkpoint generates; broken files fail naming the file.
 hf=$tmp/hf
