@@ -75,15 +75,13 @@ def make_batch(spec):
     return length, ids, ans, valid
 
 
-def pad_batch(torch, rows, masks, width):
-    ids = torch.zeros(len(rows), width, dtype=torch.long)
-    ans = torch.zeros(len(rows), width, dtype=torch.bool)
-    valid = torch.zeros(len(rows), width, dtype=torch.bool)
-    for r, (row, mask) in enumerate(zip(rows, masks)):
+def pad_ids(torch, rows):
+    """Token rows right-padded with 0 into one [rows, longest] tensor (causal: padding at the end
+    changes nothing before it)."""
+    ids = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.long)
+    for r, row in enumerate(rows):
         ids[r, :len(row)] = torch.tensor(row)
-        ans[r, :len(mask)] = torch.tensor(mask, dtype=torch.bool)
-        valid[r, :len(row)] = True
-    return ids, ans, valid
+    return ids
 
 
 def answer_spans(encoder, task, offset):
@@ -139,16 +137,13 @@ def evaluate(torch, model, encoder, lengths, per_cell, batch_tokens):
             step = max(1, batch_tokens // (length + PAD_EXTRA))
             for b in range(0, len(items), step):
                 chunk = items[b:b + step]
-                rows, masks, spans = [], [], []
+                rows, spans = [], []
                 for it in chunk:
                     prompt = encoder.encode(it["prompt"], add_bos=True)
                     target = encoder.encode(it["target"]) + [encoder.eos_id]
                     spans.append(answer_spans(encoder, it, len(prompt)))
                     rows.append(prompt + target)
-                    masks.append([0] * len(prompt) + [1] * len(target))
-                width = max(len(r) for r in rows)
-                ids, _, _ = pad_batch(torch, rows, masks, width)
-                ids = ids.to(DEVICE)
+                ids = pad_ids(torch, rows).to(DEVICE)
                 with torch.no_grad(), torch.autocast(DEVICE, dtype=torch.bfloat16):
                     hidden = model.model(input_ids=ids).last_hidden_state
                 for r, item_spans in enumerate(spans):
