@@ -18,15 +18,19 @@
 // A row that sees no key gets a zero output (never NaN). RoPE positions are not part of attention:
 // the model rotates Q and K at each row's own position before writing K (positions may repeat and
 // need not be monotone, as in tree verification and Lookahead's mask).
-// kMInference and kTokenSelect name the sparse methods of issues 12 and 13; until their kernels
-// exist every backend reports them unsupported (Backend::SupportsAttention).
+// kMInference (issue 12) adds per-head sparse patterns whose indices each layer builds from its
+// own queries and keys (Backend::BuildAttentionIndex); kernels/minference_index.h states which
+// keys a row sees under them. kTokenSelect names issue 13's method; until its kernels exist
+// every backend reports it unsupported (Backend::SupportsAttention).
 #ifndef SPARSESERVE_KERNELS_ATTENTION_PLAN_H_
 #define SPARSESERVE_KERNELS_ATTENTION_PLAN_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/tensor/tensor.h"
+#include "kernels/minference_index.h"
 
 namespace sparseserve::kernels {
 
@@ -40,6 +44,9 @@ struct AttentionPattern {
   // sliding-window gets 4 sinks by default (engine::AttentionChoice).
   int32_t window = 0;
   int32_t sink_tokens = 0;
+  // kMInference: the per-(layer, head) patterns (shared, immutable; never null for kMInference).
+  // A chunk under kMInference has no query mask.
+  std::shared_ptr<const MInferenceConfig> minference;
 
   bool operator==(const AttentionPattern&) const = default;
 };
@@ -77,6 +84,14 @@ struct AttentionBatch {
 struct AttentionWorkspace {
   Tensor metadata;  // i32: the plan's index arrays (sequence records, block tables, work lists)
   Tensor partial;   // f32: split-KV partial outputs and their log-sum-exps
+  // i32: the indices BuildAttentionIndex builds per layer for data-dependent methods (MInference:
+  // one area of MInferenceIndexShape::words_per_head per (sequence, head)).
+  Tensor sparse_index;
+  // f32 [sequences, 2]: per sequence of the plan, the (row, key) pairs its attention computed and
+  // the causal pairs of its rows, summed over the layers and heads built since PlanAttention
+  // zeroed them; zeros for sequences without a data-dependent method. Read after a step for
+  // sparseserve_sparse_attention_density.
+  Tensor sparse_stats;
   uint64_t generation = 0;
 };
 

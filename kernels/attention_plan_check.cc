@@ -18,9 +18,23 @@ absl::Status CheckPatternSupported(const AttentionPattern& pattern, absl::string
                          pattern.window, " and ", pattern.sink_tokens));
       }
       return absl::OkStatus();
-    case AttentionMethodKind::kMInference:
-      return absl::UnimplementedError(
-          absl::StrCat("Attention: MInference is not in the ", backend, " backend yet"));
+    case AttentionMethodKind::kMInference: {
+      const MInferenceConfig* c = pattern.minference.get();
+      if (c == nullptr || c->num_layers < 1 || c->num_heads < 1 ||
+          c->heads.size() != static_cast<size_t>(c->num_layers) * c->num_heads) {
+        return absl::InvalidArgumentError(
+            "Attention: MInference needs a config with a pattern per (layer, head)");
+      }
+      for (const HeadPattern& h : c->heads) {
+        if (h.v < 1 || (h.kind != HeadPatternKind::kBlockSparse && h.s < 1) ||
+            h.kind == HeadPatternKind::kDense) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "Attention: MInference head pattern ", static_cast<int>(h.kind), " (", h.v, ", ",
+              h.s, ") is not A-shape, vertical-slash or block-sparse with sizes >= 1"));
+        }
+      }
+      return absl::OkStatus();
+    }
     case AttentionMethodKind::kTokenSelect:
       return absl::UnimplementedError(
           absl::StrCat("Attention: TokenSelect is not in the ", backend, " backend yet"));
@@ -78,6 +92,17 @@ absl::Status ValidateAttentionBatch(const AttentionBatch& batch, const Attention
                                                        shape.num_blocks));
       }
     }
+    if (seq.pattern.kind == AttentionMethodKind::kMInference) {
+      if (seq.pattern.minference->num_heads != shape.num_heads) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Attention: sequence ", idx, " has an MInference config for ",
+            seq.pattern.minference->num_heads, " heads, the model has ", shape.num_heads));
+      }
+      if (!seq.mask.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Attention: sequence ", idx, " is MInference with a query mask"));
+      }
+    }
     if (!seq.mask.empty()) {
       if (static_cast<int64_t>(seq.mask.size()) != int64_t{seq.q_len} * seq.q_len) {
         return absl::InvalidArgumentError(absl::StrCat("Attention: sequence ", idx, " mask has ",
@@ -102,6 +127,12 @@ absl::Status ValidateAttentionBatch(const AttentionBatch& batch, const Attention
     }
   }
   return absl::OkStatus();
+}
+
+int64_t SparseIndexWords(const SequenceAttention& seq) {
+  if (seq.pattern.kind != AttentionMethodKind::kMInference || seq.q_len == 0) return 0;
+  const MInferenceConfig& c = *seq.pattern.minference;
+  return int64_t{MInferenceIndexShapeOf(c, seq.q_len, seq.kv_len).words_per_head} * c.num_heads;
 }
 
 }  // namespace sparseserve::kernels

@@ -9,9 +9,9 @@
 
 namespace sparseserve::kernels {
 
-// kOk for the patterns both reference semantics and kernels exist for on every backend (dense,
-// sliding window with window >= 1 and sinks >= 0), kInvalidArgument for bad sliding-window
-// parameters, kUnimplemented (naming `backend`) for the sparse methods not built yet.
+// kOk for the patterns with a reference semantics (dense, sliding window with window >= 1 and
+// sinks >= 0, MInference with a complete config), kInvalidArgument for bad parameters,
+// kUnimplemented (naming `backend`) for the sparse methods not built yet (TokenSelect).
 absl::Status CheckPatternSupported(const AttentionPattern& pattern, absl::string_view backend);
 
 // kInvalidArgument, naming the sequence, when: block_tokens < 1; a sequence's rows fall outside
@@ -20,6 +20,10 @@ absl::Status CheckPatternSupported(const AttentionPattern& pattern, absl::string
 // is not a GQA shape. The pattern check as CheckPatternSupported.
 absl::Status ValidateAttentionBatch(const AttentionBatch& batch, const AttentionShape& shape,
                                     absl::string_view backend);
+
+// Words of AttentionWorkspace::sparse_index that `seq` needs: one MInferenceIndexShape area per
+// query head for kMInference, 0 otherwise. REQUIRES: the batch passed ValidateAttentionBatch.
+int64_t SparseIndexWords(const SequenceAttention& seq);
 
 }  // namespace sparseserve::kernels
 

@@ -7,15 +7,15 @@
 #include <cstdint>
 
 #ifdef __CUDACC__
-#define SS_HOST_DEVICE __host__ __device__
+#define SS_UNIFORM_HOST_DEVICE __host__ __device__
 #else
-#define SS_HOST_DEVICE
+#define SS_UNIFORM_HOST_DEVICE
 #endif
 
 namespace sparseserve::kernels {
 
 // A value uniform in [0, 1) for element `index` of a tensor filled with `seed`.
-SS_HOST_DEVICE inline float UniformAt(uint64_t seed, uint64_t index) {
+SS_UNIFORM_HOST_DEVICE inline float UniformAt(uint64_t seed, uint64_t index) {
   uint64_t z = seed * 0xD1B54A32D192ED03ull + index * 0x9E3779B97F4A7C15ull + 1;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -25,6 +25,6 @@ SS_HOST_DEVICE inline float UniformAt(uint64_t seed, uint64_t index) {
 
 }  // namespace sparseserve::kernels
 
-#undef SS_HOST_DEVICE
+#undef SS_UNIFORM_HOST_DEVICE
 
 #endif  // SPARSESERVE_KERNELS_UNIFORM_RANDOM_H_

@@ -11,6 +11,7 @@
 #include "kernels/attention_visibility.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_checks.h"
+#include "kernels/cpu/cpu_minference.h"
 
 namespace sparseserve::kernels {
 
@@ -30,21 +31,54 @@ absl::StatusOr<AttentionPlan> CpuBackend::PlanAttention(const AttentionBatch& ba
   plan.workspace = &workspace;
   plan.shape = shape;
   plan.scale = batch.scale > 0 ? batch.scale : 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
+  // The MInference index areas (written per layer by BuildAttentionIndex) and the zeroed stats.
+  int64_t index_words = 0;
+  cpu_internal::SparseIndexOffsets(batch, &index_words);
+  if (workspace.sparse_index.numel() < index_words) {
+    workspace.sparse_index = Tensor::Zeros(DType::kI32, {index_words});
+    ++workspace.generation;
+  }
+  const int64_t stats = 2 * std::max<int64_t>(1, static_cast<int64_t>(batch.sequences.size()));
+  if (workspace.sparse_stats.numel() < stats) {
+    workspace.sparse_stats = Tensor::Zeros(DType::kF32, {stats});
+    ++workspace.generation;
+  }
+  std::fill_n(workspace.sparse_stats.data<float>(), workspace.sparse_stats.numel(), 0.0f);
   return plan;
 }
 
-absl::Status CpuBackend::BuildAttentionIndex(const AttentionPlan& plan, const Tensor& q,
-                                             const Tensor& kv_layer, int layer) {
+namespace {
+
+absl::Status CheckAttentionInputs(const AttentionPlan& plan, const Tensor& q,
+                                  const Tensor& kv_layer, int layer) {
   if (plan.batch == nullptr) return absl::InvalidArgumentError("Attention: empty plan");
   SS_RETURN_IF_ERROR(CheckTensor(q, DType::kF32, 3, "Attention", "q"));
   SS_RETURN_IF_ERROR(CheckTensor(kv_layer, DType::kF32, 4, "Attention", "kv_layer"));
   if (layer < 0) return absl::InvalidArgumentError("Attention: negative layer");
-  return absl::OkStatus();  // dense and sliding-window attention have no index to build
+  const AttentionShape& shape = plan.shape;
+  if (q.dim(0) != shape.num_rows || q.dim(1) != shape.num_heads || q.dim(2) != shape.head_dim ||
+      kv_layer.dim(0) != 2 * shape.num_blocks || kv_layer.dim(1) != plan.batch->block_tokens ||
+      kv_layer.dim(2) != shape.num_kv_heads || kv_layer.dim(3) != shape.head_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Attention: q ", q.DebugString(), " and kv_layer ", kv_layer.DebugString(),
+        " do not match the plan (", shape.num_rows, " rows, ", shape.num_heads, "/",
+        shape.num_kv_heads, " heads, head_dim ", shape.head_dim, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CpuBackend::BuildAttentionIndex(const AttentionPlan& plan, const Tensor& q,
+                                             const Tensor& kv_layer, int layer) {
+  SS_RETURN_IF_ERROR(CheckAttentionInputs(plan, q, kv_layer, layer));
+  // Dense and sliding-window attention have no index; MInference builds one per layer.
+  return cpu_internal::BuildMInferenceIndex(plan, q, kv_layer, layer, pool_);
 }
 
 absl::Status CpuBackend::Attention(const AttentionPlan& plan, const Tensor& q,
                                    const Tensor& kv_layer, int layer, const Tensor& out) {
-  SS_RETURN_IF_ERROR(BuildAttentionIndex(plan, q, kv_layer, layer));
+  SS_RETURN_IF_ERROR(CheckAttentionInputs(plan, q, kv_layer, layer));
   SS_RETURN_IF_ERROR(CheckTensor(out, DType::kF32, 3, "Attention", "out"));
   const AttentionShape& shape = plan.shape;
   const AttentionBatch& batch = *plan.batch;
@@ -65,6 +99,8 @@ absl::Status CpuBackend::Attention(const AttentionPlan& plan, const Tensor& q,
   const int64_t bt = batch.block_tokens;
   const int64_t token_stride = kv_heads * hd;  // floats between consecutive tokens of a block
   const float* kv = kv_layer.data<float>();
+  int64_t index_words = 0;
+  const std::vector<int64_t> index_offsets = cpu_internal::SparseIndexOffsets(batch, &index_words);
 
   // Work items: (sequence, query row, kv head) — one item computes the `group` query heads that
   // share a kv head, so each key/value row is read once per group.
@@ -96,35 +132,33 @@ absl::Status CpuBackend::Attention(const AttentionPlan& plan, const Tensor& q,
         vis.window = seq.pattern.window;
         vis.sink_tokens = seq.pattern.sink_tokens;
       }
-      keys.clear();
-      const int32_t key_end = KeyEnd(vis, item.row);
-      for (int32_t k = 0; k < key_end; ++k) {
-        if (KeyVisible(vis, item.row, k)) keys.push_back(k);
-      }
-      const int64_t num_keys = static_cast<int64_t>(keys.size());
       const int64_t row = seq.q_begin + item.row;
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      if (num_keys > 0) {
-        scores.resize(group * num_keys);
-        // The group's query heads, pre-scaled, contiguous [group][hd].
-        for (int64_t g = 0; g < group; ++g) {
+      auto row_of = [&](int32_t k, int kv_part) {  // kv_part 0 = key, 1 = value
+        return kv + ((seq.block_table[k / bt] * 2 + kv_part) * bt + k % bt) * token_stride +
+               kvh * hd;
+      };
+      // Attends the query heads [g0, g1) of the group over `keys` into acc.
+      auto attend = [&](int64_t g0, int64_t g1) {
+        const int64_t num_keys = static_cast<int64_t>(keys.size());
+        const int64_t ng = g1 - g0;
+        std::fill(acc.begin() + g0 * hd, acc.begin() + g1 * hd, 0.0f);
+        if (num_keys == 0) return;
+        scores.resize(ng * num_keys);
+        // The query heads, pre-scaled, contiguous [group][hd].
+        for (int64_t g = g0; g < g1; ++g) {
           const float* qh = q.data<float>() + (row * num_heads + kvh * group + g) * hd;
           for (int64_t d = 0; d < hd; ++d) qs[g * hd + d] = qh[d] * scale;
         }
-        auto row_of = [&](int32_t k, int kv_part) {  // kv_part 0 = key, 1 = value
-          return kv + ((seq.block_table[k / bt] * 2 + kv_part) * bt + k % bt) * token_stride +
-                 kvh * hd;
-        };
         for (int64_t t = 0; t < num_keys; ++t) {
           const float* k = row_of(keys[t], 0);
-          for (int64_t g = 0; g < group; ++g) {
+          for (int64_t g = g0; g < g1; ++g) {
             const float* qg = qs.data() + g * hd;
             float dot = 0;
             for (int64_t d = 0; d < hd; ++d) dot += qg[d] * k[d];
-            scores[g * num_keys + t] = dot;
+            scores[(g - g0) * num_keys + t] = dot;
           }
         }
-        for (int64_t g = 0; g < group; ++g) {
+        for (int64_t g = 0; g < ng; ++g) {
           float* s = scores.data() + g * num_keys;
           const float m = *std::max_element(s, s + num_keys);
           float sum = 0;
@@ -137,12 +171,31 @@ absl::Status CpuBackend::Attention(const AttentionPlan& plan, const Tensor& q,
         }
         for (int64_t t = 0; t < num_keys; ++t) {
           const float* v = row_of(keys[t], 1);
-          for (int64_t g = 0; g < group; ++g) {
-            const float w = scores[g * num_keys + t];
+          for (int64_t g = g0; g < g1; ++g) {
+            const float w = scores[(g - g0) * num_keys + t];
             float* a = acc.data() + g * hd;
             for (int64_t d = 0; d < hd; ++d) a[d] += w * v[d];
           }
         }
+      };
+      if (seq.pattern.kind == AttentionMethodKind::kMInference) {
+        // Each query head has its own index: the heads of a group attend one at a time.
+        const MInferenceIndexShape ishape = MInferenceIndexShapeOf(
+            *seq.pattern.minference, seq.q_len, seq.kv_len);
+        for (int64_t g = 0; g < group; ++g) {
+          const int32_t* area = plan.workspace->sparse_index.data<int32_t>() +
+                                index_offsets[item.seq] +
+                                (kvh * group + g) * int64_t{ishape.words_per_head};
+          cpu_internal::MInferenceKeys(seq, area, item.row, &keys);
+          attend(g, g + 1);
+        }
+      } else {
+        keys.clear();
+        const int32_t key_end = KeyEnd(vis, item.row);
+        for (int32_t k = 0; k < key_end; ++k) {
+          if (KeyVisible(vis, item.row, k)) keys.push_back(k);
+        }
+        attend(0, group);
       }
       for (int64_t g = 0; g < group; ++g) {
         float* o = out.data<float>() + (row * num_heads + kvh * group + g) * hd;

@@ -49,6 +49,9 @@ absl::Status CudaBackend::SupportsAttention(const AttentionPattern& pattern, int
     return absl::UnimplementedError(absl::StrCat(
         "Attention: the CUDA backend needs head_dim a multiple of 8 up to 256, got ", head_dim));
   }
+  if (pattern.kind == AttentionMethodKind::kMInference) {
+    return absl::UnimplementedError("Attention: MInference is not in the CUDA backend yet");
+  }
   return CheckPatternSupported(pattern, "CUDA");
 }
 
