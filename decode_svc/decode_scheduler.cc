@@ -94,14 +94,14 @@ absl::Status DecodeScheduler::Submit(DecodeJob job) {
   if (absl::Status s = engine::CheckImplemented(job.options); !s.ok()) return s;
   if (job.sink == nullptr) return absl::InvalidArgumentError("no sink");
   auto r = std::make_unique<Running>();
-  r->prefill_pattern = engine::AttentionPatternOf(job.options.prefill);
-  r->decode_pattern = engine::AttentionPatternOf(job.options.decode);
-  for (const kernels::AttentionPattern* p : {&r->prefill_pattern, &r->decode_pattern}) {
-    if (absl::Status s = runner_->backend().SupportsAttention(*p, runner_->config().head_dim);
-        !s.ok()) {
-      return s;
-    }
-  }
+  absl::StatusOr<kernels::AttentionPattern> prefill_pattern =
+      runner_->PrefillPattern(job.options.prefill, static_cast<int64_t>(job.prompt.size()));
+  if (!prefill_pattern.ok()) return prefill_pattern.status();
+  absl::StatusOr<kernels::AttentionPattern> decode_pattern =
+      runner_->DecodePattern(job.options.decode);
+  if (!decode_pattern.ok()) return decode_pattern.status();
+  r->prefill_pattern = *std::move(prefill_pattern);
+  r->decode_pattern = *std::move(decode_pattern);
   r->sampler = std::make_unique<sampling::Sampler>(job.sampling);
   r->history = job.prompt;
   r->job = std::move(job);
@@ -340,7 +340,8 @@ void DecodeScheduler::EngineStep() {
     if (!r->prefilling || budget == 0) continue;
     const int done = static_cast<int>(r->seq.tokens.size());
     const int remaining = static_cast<int>(r->input.size()) - done;
-    const int len = std::min({options_.prefill_chunk, remaining, budget});
+    const int len =
+        engine::PrefillChunkLength(done, done + remaining, options_.prefill_chunk, budget);
     engine::StepRows row;
     row.seq = &r->seq;
     row.tokens.assign(r->input.begin() + done, r->input.begin() + done + len);

@@ -29,8 +29,8 @@ absl::Status CheckPatternSupported(const AttentionPattern& pattern, absl::string
         if (h.v < 1 || (h.kind != HeadPatternKind::kBlockSparse && h.s < 1) ||
             h.kind == HeadPatternKind::kDense) {
           return absl::InvalidArgumentError(absl::StrCat(
-              "Attention: MInference head pattern ", static_cast<int>(h.kind), " (", h.v, ", ",
-              h.s, ") is not A-shape, vertical-slash or block-sparse with sizes >= 1"));
+              "Attention: MInference head pattern ", static_cast<int>(h.kind), " (", h.v, ", ", h.s,
+              ") is not A-shape, vertical-slash or block-sparse with sizes >= 1"));
         }
       }
       return absl::OkStatus();

@@ -40,15 +40,20 @@
 namespace sparseserve::kernels {
 
 namespace minference {
-inline constexpr int32_t kBlockRows = 64;        // query rows per block = keys per key block
-inline constexpr int32_t kEstimateRows = 64;     // last_q (§3.2)
-inline constexpr int32_t kSinkColumns = 30;      // always-kept columns [code]
-inline constexpr int32_t kLocalSlashes = 100;    // always-kept diagonal offsets [code]
+inline constexpr int32_t kBlockRows = 64;            // query rows per block = keys per key block
+inline constexpr int32_t kEstimateRows = 64;         // last_q (§3.2)
+inline constexpr int32_t kSinkColumns = 30;          // always-kept columns [code]
+inline constexpr int32_t kLocalSlashes = 100;        // always-kept diagonal offsets [code]
 inline constexpr float kDenseSwitchFraction = 0.6f;  // see the header comment
-inline constexpr int32_t kHeaderWords = 4;       // per (sequence, head) index area header
+inline constexpr int32_t kHeaderWords = 4;           // per (sequence, head) index area header
 }  // namespace minference
 
-enum class HeadPatternKind : int32_t { kAShape = 0, kVerticalSlash = 1, kBlockSparse = 2, kDense = 3 };
+enum class HeadPatternKind : int32_t {
+  kAShape = 0,
+  kVerticalSlash = 1,
+  kBlockSparse = 2,
+  kDense = 3
+};
 
 // One head's pattern and sizes (MInference's [type, v, s]). Block-sparse uses v only.
 struct HeadPattern {
@@ -137,8 +142,8 @@ SS_HOST_DEVICE int32_t PlantedColumn(uint64_t seed, int layer, int head, int32_t
   const int32_t j = i - minference::kSinkColumns;
   const float u = UniformAt(seed ^ (uint64_t(layer) << 40) ^ (uint64_t(head) << 20), 2 * j);
   const int32_t span = kv_len - minference::kSinkColumns;
-  const int32_t c = minference::kSinkColumns +
-                    static_cast<int32_t>((static_cast<double>(j) + u) * span / m);
+  const int32_t c =
+      minference::kSinkColumns + static_cast<int32_t>((static_cast<double>(j) + u) * span / m);
   return c < kv_len ? c : kv_len - 1;
 }
 SS_HOST_DEVICE int32_t PlantedSlash(uint64_t seed, int layer, int head, int32_t i, int32_t n,
@@ -198,8 +203,8 @@ SS_HOST_DEVICE VsBlockCover CoverVsBlock(const int32_t* columns, int32_t n_colum
 // Visible pairs of one query block under its cover: Σ over rows p in [row_begin, row_end) of
 // the covered keys k <= p.
 SS_HOST_DEVICE int64_t VsBlockPairs(const int32_t* run_begin, const int32_t* run_end,
-                                    int32_t num_runs, const int32_t* gathered,
-                                    int32_t num_columns, int32_t row_begin, int32_t row_end) {
+                                    int32_t num_runs, const int32_t* gathered, int32_t num_columns,
+                                    int32_t row_begin, int32_t row_end) {
   // A key k < row_end is seen by the rows max(k, row_begin) .. row_end - 1.
   int64_t pairs = 0;
   for (int32_t i = 0; i < num_runs; ++i) {

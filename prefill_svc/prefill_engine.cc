@@ -171,8 +171,10 @@ bool PrefillEngine::AdmitOne(std::unique_ptr<Running>& r) {
   absl::Status status = engine::Validate(task.options);
   if (status.ok()) status = engine::CheckImplemented(task.options);
   if (status.ok()) {
-    r->pattern = engine::AttentionPatternOf(task.options.prefill);
-    status = runner_->backend().SupportsAttention(r->pattern, runner_->config().head_dim);
+    absl::StatusOr<kernels::AttentionPattern> pattern =
+        runner_->PrefillPattern(task.options.prefill, static_cast<int64_t>(task.prompt.size()));
+    status = pattern.status();
+    if (pattern.ok()) r->pattern = *std::move(pattern);
   }
   if (status.ok() && target != nullptr) {
     if (source_ == nullptr) {
@@ -269,7 +271,7 @@ void PrefillEngine::EngineStep() {
     if (budget == 0) break;
     const int n = static_cast<int>(r->task.prompt.size());
     const int done = static_cast<int>(r->seq.tokens.size());
-    const int len = std::min({options_.prefill_chunk, n - done, budget});
+    const int len = engine::PrefillChunkLength(done, n, options_.prefill_chunk, budget);
     const bool last_chunk = done + len == n;
     if (last_chunk && r->session != nullptr) {
       if (lanes_left == 0) continue;

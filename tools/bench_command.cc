@@ -111,7 +111,8 @@ absl::StatusOr<ModelBenchOptions> ModelBenchOptionsFromFlags() {
   o.interleave_prompt = absl::GetFlag(FLAGS_interleave_prompt);
   o.interleave_batch = absl::GetFlag(FLAGS_interleave_batch);
   o.interleave_context = absl::GetFlag(FLAGS_interleave_context);
-  o.max_step_tokens = RunnerOptionsFromFlags().max_step_tokens;
+  SS_ASSIGN_OR_RETURN(const engine::ModelRunnerOptions runner_options, RunnerOptionsFromFlags());
+  o.max_step_tokens = runner_options.max_step_tokens;
   if (o.interleave_prompt < 0 || o.interleave_batch < 1 || o.interleave_context < 1 ||
       o.max_step_tokens <= o.interleave_batch) {
     return absl::InvalidArgumentError(

@@ -34,7 +34,12 @@ int RunDecodeCommand(const std::vector<char*>& positional) {
   options.model_path = ModelPathFromFlags();
   options.address = ListenAddressFromFlags();
   options.metrics_address = MetricsAddressFromFlags();
-  options.runner = RunnerOptionsFromFlags();
+  absl::StatusOr<engine::ModelRunnerOptions> runner_options = RunnerOptionsFromFlags();
+  if (!runner_options.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(runner_options.status().message()).c_str());
+    return 2;
+  }
+  options.runner = *std::move(runner_options);
   options.scheduler.max_running = absl::GetFlag(FLAGS_max_running);
   options.scheduler.max_waiting = absl::GetFlag(FLAGS_max_waiting);
   options.kv_lease = absl::Seconds(absl::GetFlag(FLAGS_kv_lease_seconds));

@@ -146,8 +146,9 @@ absl::StatusOr<std::vector<Outcome>> RunLocal(const std::vector<Task>& tasks,
   SS_ASSIGN_OR_RETURN(Device device, DeviceFromFlags());
   SS_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend, kernels::CreateBackend(device));
   SS_ASSIGN_OR_RETURN(engine::ModelSource source, engine::OpenModelSource(ModelPathFromFlags()));
+  SS_ASSIGN_OR_RETURN(const engine::ModelRunnerOptions runner_options, RunnerOptionsFromFlags());
   SS_ASSIGN_OR_RETURN(std::unique_ptr<engine::ModelRunner> runner,
-                      engine::ModelRunner::Create(source, backend.get(), RunnerOptionsFromFlags()));
+                      engine::ModelRunner::Create(source, backend.get(), runner_options));
   engine::Generator generator(runner.get(), source.tokenizer.get());
   std::vector<Outcome> outcomes(tasks.size());
   Progress progress(tasks.size());

@@ -118,7 +118,7 @@ absl::Status Generate() {
   SS_ASSIGN_OR_RETURN(Device device, DeviceFromFlags());
   SS_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend, kernels::CreateBackend(device));
   SS_ASSIGN_OR_RETURN(engine::ModelSource source, engine::OpenModelSource(ModelPathFromFlags()));
-  const engine::ModelRunnerOptions options = RunnerOptionsFromFlags();
+  SS_ASSIGN_OR_RETURN(const engine::ModelRunnerOptions options, RunnerOptionsFromFlags());
   SS_ASSIGN_OR_RETURN(std::unique_ptr<engine::ModelRunner> runner,
                       engine::ModelRunner::Create(source, backend.get(), options));
 

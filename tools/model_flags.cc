@@ -1,5 +1,6 @@
 #include "tools/model_flags.h"
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 
 ABSL_FLAG(std::string, model, "models/stories260K/stories260K.gguf",
@@ -35,6 +36,11 @@ ABSL_FLAG(int, cuda_graph_batch, 64,
           "size's first step runs kernel by kernel, its second is captured, later ones replay "
           "it in one launch. 0 = off.");
 
+// Defined with the other attention flags (request_options_flags.cc); the runner loads them.
+ABSL_DECLARE_FLAG(std::string, minference_config);
+ABSL_DECLARE_FLAG(std::string, minference_index);
+
+
 namespace sparseserve::tools {
 
 std::string ModelPathFromFlags() {
@@ -61,8 +67,15 @@ int PrefillChunkFromFlags(int command_default) {
   return chunk == 0 ? command_default : chunk;
 }
 
-engine::ModelRunnerOptions RunnerOptionsFromFlags() {
+absl::StatusOr<engine::ModelRunnerOptions> RunnerOptionsFromFlags() {
   engine::ModelRunnerOptions options;
+  const std::string index = absl::GetFlag(FLAGS_minference_index);
+  if (index != "estimated" && index != "planted") {
+    return absl::InvalidArgumentError("--minference-index must be estimated or planted, got '" +
+                                      index + "'");
+  }
+  options.minference_planted = index == "planted";
+  options.minference_config = absl::GetFlag(FLAGS_minference_config);
   options.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
   options.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   options.block_tokens = absl::GetFlag(FLAGS_block_tokens);

@@ -14,7 +14,7 @@ namespace sparseserve::tools {
 std::string ModelPathFromFlags();
 // --device: kInvalidArgument for anything but cpu / cuda.
 absl::StatusOr<Device> DeviceFromFlags();
-engine::ModelRunnerOptions RunnerOptionsFromFlags();
+absl::StatusOr<engine::ModelRunnerOptions> RunnerOptionsFromFlags();
 // --cuda-graph-batch as given (checked by ModelRunner / LlamaModel).
 int CudaGraphBatchFromFlags();
 // --block-tokens as given (checked by whoever sizes the KV cache).

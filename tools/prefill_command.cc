@@ -35,7 +35,12 @@ int RunPrefillCommand(const std::vector<char*>& positional) {
   options.model_path = ModelPathFromFlags();
   options.address = ListenAddressFromFlags();
   options.metrics_address = MetricsAddressFromFlags();
-  options.runner = RunnerOptionsFromFlags();
+  absl::StatusOr<engine::ModelRunnerOptions> runner_options = RunnerOptionsFromFlags();
+  if (!runner_options.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(runner_options.status().message()).c_str());
+    return 2;
+  }
+  options.runner = *std::move(runner_options);
   options.max_queued = absl::GetFlag(FLAGS_max_queued);
   options.max_running = absl::GetFlag(FLAGS_max_running);
   if (options.max_running < 1) {

@@ -29,6 +29,11 @@ ABSL_FLAG(int, sparse_prefill_threshold, 8192,
 ABSL_FLAG(std::string, minference_config, "",
           "minference: per-head pattern JSON in the MInference layout; empty = vertical-slash "
           "(1000, 6096) on every head.");
+ABSL_FLAG(std::string, minference_index, "estimated",
+          "minference: estimated (each layer builds its index from the chunk's last 64 queries, "
+          "the method) or planted (a seeded vertical-slash index of 1000 columns and 6096 "
+          "diagonals per head: for speed runs on random weights, which have no attention "
+          "structure to estimate; figures made with it must say so).");
 ABSL_FLAG(int, tokenselect_k, 2048,
           "tokenselect: tokens selected per query by summed per-head softmax scores; >= 1.");
 ABSL_FLAG(int, tokenselect_initial, 128, "tokenselect: leading tokens always attended; >= 0.");
@@ -133,11 +138,23 @@ absl::Status SetRequestOptionsFromChangedFlags(v1::GenerateRequest* request) {
 }
 
 const std::vector<const char*>& RequestOptionFlagNames() {
-  static const std::vector<const char*> names = {
-      "attention",           "prefill_attention",        "decode_attention",  "sliding_window",
-      "sink_tokens",         "sparse_prefill_threshold", "minference_config", "tokenselect_k",
-      "tokenselect_initial", "tokenselect_local",        "tokenselect_theta", "spec",
-      "spec_max_draft",      "lookahead_window",         "lookahead_ngram",   "lookahead_guesses"};
+  static const std::vector<const char*> names = {"attention",
+                                                 "prefill_attention",
+                                                 "decode_attention",
+                                                 "sliding_window",
+                                                 "sink_tokens",
+                                                 "sparse_prefill_threshold",
+                                                 "minference_config",
+                                                 "minference_index",
+                                                 "tokenselect_k",
+                                                 "tokenselect_initial",
+                                                 "tokenselect_local",
+                                                 "tokenselect_theta",
+                                                 "spec",
+                                                 "spec_max_draft",
+                                                 "lookahead_window",
+                                                 "lookahead_ngram",
+                                                 "lookahead_guesses"};
   return names;
 }
 

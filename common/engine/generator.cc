@@ -48,11 +48,11 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
 
   SS_RETURN_IF_ERROR(Validate(request.options));
   SS_RETURN_IF_ERROR(CheckImplemented(request.options));
-  const kernels::AttentionPattern prefill_pattern = AttentionPatternOf(request.options.prefill);
-  const kernels::AttentionPattern decode_pattern = AttentionPatternOf(request.options.decode);
-  for (const kernels::AttentionPattern* p : {&prefill_pattern, &decode_pattern}) {
-    SS_RETURN_IF_ERROR(runner_->backend().SupportsAttention(*p, runner_->config().head_dim));
-  }
+  SS_ASSIGN_OR_RETURN(const kernels::AttentionPattern prefill_pattern,
+                      runner_->PrefillPattern(request.options.prefill,
+                                              static_cast<int64_t>(result.prompt_tokens.size())));
+  SS_ASSIGN_OR_RETURN(const kernels::AttentionPattern decode_pattern,
+                      runner_->DecodePattern(request.options.decode));
 
   sampling::Sampler sampler(request.sampling);
   std::vector<int32_t> history = result.prompt_tokens;  // for the repetition penalty
@@ -69,6 +69,9 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
   SS_ASSIGN_OR_RETURN(int32_t token, runner_->PrefillSampled(result.prompt_tokens, seq,
                                                              next_sampling, prefill_pattern));
   result.num_cached_prompt_tokens = seq.num_cached_prompt_tokens;
+  if (seq.sparse_causal_pairs > 0) {
+    result.prefill_attention_density = seq.sparse_computed_pairs / seq.sparse_causal_pairs;
+  }
   // Only generated tokens go through it: the first one keeps its leading space.
   tokenizer::StreamingDecoder decoder(*tokenizer_, /*at_sequence_start=*/false);
   absl::Status status;

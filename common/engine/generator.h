@@ -37,6 +37,9 @@ struct GenerationResult {
   std::string text;  // the decoded continuation
   FinishReason finish_reason = FinishReason::kLength;
   int num_cached_prompt_tokens = 0;
+  // The fraction of dense attention work its prefill computed (1 for dense; MInference measures
+  // it over the chunks it computed, the prefix-cache hit excluded).
+  double prefill_attention_density = 1.0;
   double time_to_first_token_s = 0;  // from the call to the first sampled token
   double total_s = 0;
 };

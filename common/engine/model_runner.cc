@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/core/status.h"
+#include "common/engine/minference_config.h"
 #include "kernels/sampling_plan_check.h"
 
 namespace sparseserve::engine {
@@ -75,13 +76,44 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   shape.head_dim = c.head_dim;
   SS_ASSIGN_OR_RETURN(std::unique_ptr<model::PagedKvCache> cache,
                       model::PagedKvCache::Create(shape, *backend));
+  SS_ASSIGN_OR_RETURN(std::shared_ptr<const kernels::MInferenceConfig> minference,
+                      MInferencePatternsFor(options.minference_config, options.minference_planted,
+                                            c.num_layers, c.num_heads));
   std::unique_ptr<ModelRunner> runner(new ModelRunner(std::move(model), std::move(cache), options));
+  runner->minference_ = std::move(minference);
   if (options.sequence_state_words > 0) {
     SS_ASSIGN_OR_RETURN(runner->state_, SequenceStateTable::Create(*backend, options.max_sequences,
                                                                    options.sequence_state_words));
     runner->model_->set_sequence_state(runner->state_->memory());
   }
   return runner;
+}
+
+absl::StatusOr<kernels::AttentionPattern> ModelRunner::PrefillPattern(const AttentionChoice& choice,
+                                                                      int64_t prompt_tokens) const {
+  kernels::AttentionPattern pattern = AttentionPatternOf(choice);
+  if (choice.method == AttentionMethod::kMInference) {
+    if (!choice.minference_config.empty() &&
+        choice.minference_config != options_.minference_config) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "minference config '", choice.minference_config, "' is not this server's ('",
+          options_.minference_config, "'); a request may only name the server's config"));
+    }
+    if (prompt_tokens < choice.sparse_prefill_threshold) {
+      pattern = kernels::AttentionPattern();  // short prompts gain nothing (§4, pitfalls)
+    } else {
+      pattern.minference = minference_;
+    }
+  }
+  SS_RETURN_IF_ERROR(backend().SupportsAttention(pattern, config().head_dim));
+  return pattern;
+}
+
+absl::StatusOr<kernels::AttentionPattern> ModelRunner::DecodePattern(
+    const AttentionChoice& choice) const {
+  const kernels::AttentionPattern pattern = AttentionPatternOf(choice);
+  SS_RETURN_IF_ERROR(backend().SupportsAttention(pattern, config().head_dim));
+  return pattern;
 }
 
 ModelRunner::ModelRunner(std::unique_ptr<model::LlamaModel> model,
@@ -261,6 +293,11 @@ absl::StatusOr<std::vector<int32_t>> ModelRunner::Step(
     return next.status();
   }
   FinishStep(rows);
+  const std::vector<model::LlamaModel::SparseWork>& work = model_->sparse_work();
+  for (size_t i = 0; i < work.size() && i < rows.size(); ++i) {
+    rows[i].seq->sparse_computed_pairs += work[i].computed_pairs;
+    rows[i].seq->sparse_causal_pairs += work[i].causal_pairs;
+  }
   ReportShadowErrors();
   return next;
 }
@@ -317,7 +354,8 @@ absl::Status ModelRunner::PrefillChunks(
   const int n = static_cast<int>(prompt.size());
   while (static_cast<int>(seq.tokens.size()) < n) {
     const int start = static_cast<int>(seq.tokens.size());
-    const int len = std::min({options_.prefill_chunk_tokens, options_.max_step_tokens, n - start});
+    const int len =
+        PrefillChunkLength(start, n, options_.prefill_chunk_tokens, options_.max_step_tokens);
     StepRows rows;
     rows.seq = &seq;
     rows.tokens.assign(prompt.begin() + start, prompt.begin() + start + len);

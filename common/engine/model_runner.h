@@ -12,6 +12,7 @@
 #ifndef SPARSESERVE_COMMON_ENGINE_MODEL_RUNNER_H_
 #define SPARSESERVE_COMMON_ENGINE_MODEL_RUNNER_H_
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/engine/model_source.h"
+#include "common/engine/request_options.h"
 #include "common/engine/sequence_state_table.h"
 #include "common/kv/block_hash.h"
 #include "common/kv/block_table.h"
@@ -61,6 +63,12 @@ struct ModelRunnerOptions {
   // shadow_dense_seed, so a run is reproducible.
   double shadow_dense_rate = 0;
   uint64_t shadow_dense_seed = 0x5eedda7a;
+  // MInference prefill (issue 12): the per-head pattern file (--minference-config, MInference's
+  // JSON layout; empty = vertical-slash (1000, 6096) on every head), loaded once by Create, and
+  // --minference-index planted (issue 16's seeded index instead of estimation: speed runs on
+  // random weights only).
+  std::string minference_config;
+  bool minference_planted = false;
 };
 
 // KV state of one sequence. Owned by the caller; handed to the runner for every step.
@@ -71,6 +79,10 @@ struct SequenceKv {
   int num_cached_prompt_tokens = 0;         // prompt tokens served by the prefix cache
   // The speculative rows of its last step, at KV indices tokens.size() ...: Commit keeps some.
   std::vector<int32_t> pending_tokens;
+  // The attention work of its MInference chunks so far (LlamaModel::sparse_work): pairs computed
+  // and the causal pairs of those chunks; both 0 when its prompt ran dense.
+  double sparse_computed_pairs = 0;
+  double sparse_causal_pairs = 0;
   // Stable identity from BeginPrefill / AdoptPrefilledKv to Release (0 = none yet): what its
   // slot in the runner's SequenceStateTable is keyed by.
   uint64_t id = 0;
@@ -86,6 +98,14 @@ struct StepRows {
   bool speculative = false;  // rows stay pending until Commit (and out of the prefix cache)
   kernels::AttentionPattern pattern;
 };
+
+// Rows of a prompt's next chunk: up to the next multiple of `chunk_tokens` (chunks end at fixed
+// positions, so a prompt whose leading blocks came from the prefix cache computes the same chunks
+// as one computed whole, and MInference, whose index is built per chunk, the same output), at
+// most the `budget` left in the step and what is left of the `total` prompt tokens.
+inline int PrefillChunkLength(int done, int total, int chunk_tokens, int budget) {
+  return std::min({chunk_tokens - done % chunk_tokens, total - done, budget});
+}
 
 class ModelRunner {
  public:
@@ -164,6 +184,16 @@ class ModelRunner {
   // Returns the sequence's blocks to the pool (cached ones stay matchable) and clears it.
   void Release(SequenceKv& seq);
 
+  // The kernel pattern of a prompt of `prompt_tokens` tokens prefilled under `choice`:
+  // AttentionPatternOf, except that MInference runs dense below choice.sparse_prefill_threshold
+  // and otherwise with this runner's patterns (options.minference_config). kInvalidArgument when
+  // the choice names a config file other than the runner's (a request may not make a server read
+  // files); kUnimplemented as Backend::SupportsAttention.
+  absl::StatusOr<kernels::AttentionPattern> PrefillPattern(const AttentionChoice& choice,
+                                                           int64_t prompt_tokens) const;
+  // The kernel pattern of generated tokens under `choice`; errors as SupportsAttention.
+  absl::StatusOr<kernels::AttentionPattern> DecodePattern(const AttentionChoice& choice) const;
+
   const model::ModelConfig& config() const { return model_->config(); }
   int max_context() const { return model_->config().max_position_embeddings; }
   const kv::KvBlockPool& pool() const { return pool_; }
@@ -215,6 +245,7 @@ class ModelRunner {
   std::unique_ptr<model::PagedKvCache> cache_;
   kv::KvBlockPool pool_;
   std::unique_ptr<SequenceStateTable> state_;
+  std::shared_ptr<const kernels::MInferenceConfig> minference_;  // options.minference_config's
   uint64_t next_sequence_id_ = 1;
   ShadowErrorObserver shadow_observer_;
 };

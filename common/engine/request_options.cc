@@ -139,10 +139,10 @@ absl::Status Validate(const RequestOptions& options) {
 }
 
 absl::Status CheckImplemented(const RequestOptions& options) {
-  // The methods whose issues have not landed yet (MInference: issue 12, TokenSelect: issue 13,
-  // speculation: issues 14 and 15) are refused by name.
+  // The methods whose issues have not landed yet (TokenSelect: issue 13, speculation: issues 14
+  // and 15) are refused by name.
   for (const AttentionChoice* c : {&options.prefill, &options.decode}) {
-    if (c->method == AttentionMethod::kMInference || c->method == AttentionMethod::kTokenSelect) {
+    if (c->method == AttentionMethod::kTokenSelect) {
       return absl::UnimplementedError(absl::StrCat("attention method '",
                                                    AttentionMethodName(c->method),
                                                    "' is not implemented in this build yet"));

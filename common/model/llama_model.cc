@@ -13,8 +13,24 @@ absl::StatusOr<Tensor> LlamaModel::Forward(
   SS_ASSIGN_OR_RETURN(const StepViews v, ComputeLogits(batch, cache, on_layer_kv_written));
   Tensor host = Tensor::Zeros(DType::kF32, v.logits.shape());
   SS_RETURN_IF_ERROR(backend_->CopyToHost(v.logits, host));
-  SS_RETURN_IF_ERROR(ReadShadowErrors());
+  SS_RETURN_IF_ERROR(ReadStepReports());
   return host;
+}
+
+absl::Status LlamaModel::ReadStepReports() {
+  SS_RETURN_IF_ERROR(ReadShadowErrors());
+  if (sparse_pending_ == 0) return absl::OkStatus();
+  // Only op-by-op steps carry data-dependent methods (graph steps are plain decode).
+  const Tensor stats = step_workspace_.sparse_stats.Slice(0, 0, 2 * sparse_pending_);
+  Tensor host = Tensor::Zeros(DType::kF32, stats.shape());
+  SS_RETURN_IF_ERROR(backend_->CopyToHost(stats, host));
+  sparse_work_.resize(sparse_pending_);
+  for (int64_t i = 0; i < sparse_pending_; ++i) {
+    sparse_work_[i].computed_pairs = host.data<float>()[2 * i];
+    sparse_work_[i].causal_pairs = host.data<float>()[2 * i + 1];
+  }
+  sparse_pending_ = 0;
+  return absl::OkStatus();
 }
 
 absl::Status LlamaModel::StackProjections() {
@@ -51,14 +67,14 @@ absl::StatusOr<std::vector<int32_t>> LlamaModel::ForwardSample(
     const std::function<absl::Status(int layer)>& on_layer_kv_written) {
   SS_ASSIGN_OR_RETURN(const StepViews v, ComputeLogits(batch, cache, on_layer_kv_written));
   if (v.logits.dim(0) == 0) {  // no row asked for a token (a prompt's middle chunk)
-    SS_RETURN_IF_ERROR(ReadShadowErrors());
+    SS_RETURN_IF_ERROR(ReadStepReports());
     return std::vector<int32_t>();
   }
   SS_RETURN_IF_ERROR(backend_->Sample(v.logits, sampling, v.tokens));
   Tensor host = Tensor::Zeros(DType::kI32, v.tokens.shape());
   SS_RETURN_IF_ERROR(backend_->CopyToHost(v.tokens, host));
   // After the tokens' copy the step is done: a shadowed step's errors cost one small copy more.
-  SS_RETURN_IF_ERROR(ReadShadowErrors());
+  SS_RETURN_IF_ERROR(ReadStepReports());
   return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + host.numel());
 }
 
@@ -150,6 +166,8 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
   kernels::Backend& be = *backend_;
   shadow_errors_.clear();
   shadow_pending_.clear();
+  sparse_work_.clear();
+  sparse_pending_ = 0;
   shadow_pending_errors_ = Tensor();
   SS_ASSIGN_OR_RETURN(StepInputs in, FlattenBatch(batch, cache));
   PlanShadow(in);
@@ -196,6 +214,11 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
   SS_RETURN_IF_ERROR(UploadIndices(in, step_));
   SS_ASSIGN_OR_RETURN(const kernels::AttentionPlan plan,
                       be.PlanAttention(in.attn, shape, step_workspace_));
+  for (const kernels::SequenceAttention& sa : in.attn.sequences) {
+    if (sa.pattern.kind == kernels::AttentionMethodKind::kMInference) {
+      sparse_pending_ = static_cast<int64_t>(in.attn.sequences.size());
+    }
+  }
   kernels::AttentionPlan shadow_plan;
   ShadowPass shadow;
   if (in.shadow) {

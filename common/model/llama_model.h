@@ -150,6 +150,16 @@ class LlamaModel {
   // sequences entries); empty when that step was not shadowed.
   const std::vector<ShadowAttentionError>& shadow_errors() const { return shadow_errors_; }
 
+  // The attention work of the last forward step's sequences with a data-dependent sparse method
+  // (MInference): the (row, key) pairs computed and the causal pairs of their rows, summed over
+  // layers and query heads; zeros for other sequences, and empty when the step had none.
+  // sparseserve_sparse_attention_density and the evaluation's density column come from it.
+  struct SparseWork {
+    double computed_pairs = 0;
+    double causal_pairs = 0;
+  };
+  const std::vector<SparseWork>& sparse_work() const { return sparse_work_; }
+
  private:
   LlamaModel(ModelConfig config, kernels::Backend* backend)
       : config_(std::move(config)), backend_(backend) {}
@@ -214,6 +224,8 @@ class LlamaModel {
                                            const kernels::AttentionPlan& plan);
   // Copies the errors of the step just run (if shadowed) to shadow_errors_. Waits for the step.
   absl::Status ReadShadowErrors();
+  // ReadShadowErrors, then the sparse work of the step just run (sparse_work()). Waits for it.
+  absl::Status ReadStepReports();
 
   // One step up to the logits; returns the views holding them.
   absl::StatusOr<StepViews> ComputeLogits(
@@ -259,6 +271,9 @@ class LlamaModel {
   std::vector<ShadowAttentionError> shadow_pending_;
   Tensor shadow_pending_errors_;  // f32 [num_layers * shadowed sequences] view
   std::vector<ShadowAttentionError> shadow_errors_;
+  // Sequences of the step in flight whose sparse work is read back after it (0 = none).
+  int64_t sparse_pending_ = 0;
+  std::vector<SparseWork> sparse_work_;
   int step_graph_rows_ = kDefaultStepGraphRows;
   GraphSupport graph_support_ = GraphSupport::kUnknown;
   // By batch size and shadow flag (2 * rows + shadowed).

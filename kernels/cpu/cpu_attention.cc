@@ -59,10 +59,10 @@ absl::Status CheckAttentionInputs(const AttentionPlan& plan, const Tensor& q,
   if (q.dim(0) != shape.num_rows || q.dim(1) != shape.num_heads || q.dim(2) != shape.head_dim ||
       kv_layer.dim(0) != 2 * shape.num_blocks || kv_layer.dim(1) != plan.batch->block_tokens ||
       kv_layer.dim(2) != shape.num_kv_heads || kv_layer.dim(3) != shape.head_dim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Attention: q ", q.DebugString(), " and kv_layer ", kv_layer.DebugString(),
-        " do not match the plan (", shape.num_rows, " rows, ", shape.num_heads, "/",
-        shape.num_kv_heads, " heads, head_dim ", shape.head_dim, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Attention: q ", q.DebugString(), " and kv_layer ", kv_layer.DebugString(),
+                     " do not match the plan (", shape.num_rows, " rows, ", shape.num_heads, "/",
+                     shape.num_kv_heads, " heads, head_dim ", shape.head_dim, ")"));
   }
   return absl::OkStatus();
 }
@@ -180,8 +180,8 @@ absl::Status CpuBackend::Attention(const AttentionPlan& plan, const Tensor& q,
       };
       if (seq.pattern.kind == AttentionMethodKind::kMInference) {
         // Each query head has its own index: the heads of a group attend one at a time.
-        const MInferenceIndexShape ishape = MInferenceIndexShapeOf(
-            *seq.pattern.minference, seq.q_len, seq.kv_len);
+        const MInferenceIndexShape ishape =
+            MInferenceIndexShapeOf(*seq.pattern.minference, seq.q_len, seq.kv_len);
         for (int64_t g = 0; g < group; ++g) {
           const int32_t* area = plan.workspace->sparse_index.data<int32_t>() +
                                 index_offsets[item.seq] +

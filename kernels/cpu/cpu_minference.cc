@@ -14,8 +14,7 @@ using minference::kBlockRows;
 
 // The `n` best indices of `scores` (forced ones first, then the highest score, ties to the smaller
 // index), ascending.
-void TopIndices(const std::vector<float>& scores, int32_t forced, int32_t n,
-                int32_t* out) {
+void TopIndices(const std::vector<float>& scores, int32_t forced, int32_t n, int32_t* out) {
   const int32_t size = static_cast<int32_t>(scores.size());
   std::vector<int32_t> order(size);
   for (int32_t i = 0; i < size; ++i) order[i] = i;
@@ -36,8 +35,9 @@ struct PagedKv {
   const std::vector<int32_t>* block_table;
   int64_t block_tokens, token_stride, head_offset;
   const float* row(int32_t k, int part) const {
-    return kv + (((*block_table)[k / block_tokens] * 2 + part) * block_tokens + k % block_tokens) *
-                    token_stride +
+    return kv +
+           (((*block_table)[k / block_tokens] * 2 + part) * block_tokens + k % block_tokens) *
+               token_stride +
            head_offset;
   }
 };
@@ -62,7 +62,9 @@ struct HeadInputs {
   float scale;
 };
 
-const float* QueryRow(const HeadInputs& in, int32_t row) { return in.q + row * in.q_row_stride; }
+const float* QueryRow(const HeadInputs& in, int32_t row) {
+  return in.q + row * in.q_row_stride;
+}
 
 // Vertical-slash estimation (§3.2): the last rows' softmax, summed per column and per diagonal.
 void VerticalSlashScores(const HeadInputs& in, std::vector<float>* columns,
