@@ -249,7 +249,10 @@ bool DecodeScheduler::AdmitOne(std::unique_ptr<Running>& r) {
   if (!running_.empty() && runner_->pool().num_free_blocks() < BlocksReserved() + needed) {
     return false;  // wait for running sequences to free blocks
   }
-  absl::StatusOr<int> cached = runner_->BeginPrefill(r->input, r->seq);
+  absl::StatusOr<int> cached = runner_->BeginPrefill(
+      r->input, r->seq,
+      r->prefill_pattern.kind == kernels::AttentionMethodKind::kMInference ? options_.prefill_chunk
+                                                                           : 0);
   if (!cached.ok()) {
     Finish(*r, cached.status(), engine::FinishReason::kAborted);
     return true;

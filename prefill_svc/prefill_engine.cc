@@ -207,7 +207,14 @@ bool PrefillEngine::AdmitOne(std::unique_ptr<Running>& r) {
     }
     r->session = *std::move(session);
   }
-  if (absl::Status s = runner_->BeginPrefill(task.prompt, r->seq).status(); !s.ok()) {
+  if (absl::Status s =
+          runner_
+              ->BeginPrefill(task.prompt, r->seq,
+                             r->pattern.kind == kernels::AttentionMethodKind::kMInference
+                                 ? options_.prefill_chunk
+                                 : 0)
+              .status();
+      !s.ok()) {
     Finish(*r, s);
     return true;
   }

@@ -155,7 +155,8 @@ void ModelRunner::TrimBlocks(SequenceKv& seq) {
   seq.block_ids.resize(needed);
 }
 
-absl::StatusOr<int> ModelRunner::BeginPrefill(absl::Span<const int32_t> prompt, SequenceKv& seq) {
+absl::StatusOr<int> ModelRunner::BeginPrefill(absl::Span<const int32_t> prompt, SequenceKv& seq,
+                                              int reuse_granularity) {
   if (!seq.tokens.empty() || !seq.block_ids.empty() || !seq.pending_tokens.empty()) {
     return absl::FailedPreconditionError("Prefill: sequence already has KV state");
   }
@@ -178,6 +179,12 @@ absl::StatusOr<int> ModelRunner::BeginPrefill(absl::Span<const int32_t> prompt, 
   // Never reuse the block holding the last prompt token: its logits must be computed.
   hashes.resize(std::min<size_t>(hashes.size(), (n - 1) / bt));
   std::vector<int32_t> hit = pool_.Match(hashes);
+  if (reuse_granularity > 0) {
+    size_t keep = hit.size();
+    while (keep > 0 && (keep * bt) % reuse_granularity != 0) --keep;
+    pool_.Release(absl::MakeConstSpan(hit).subspan(keep));
+    hit.resize(keep);
+  }
   seq.block_ids = hit;
   seq.block_hashes.assign(hashes.begin(), hashes.begin() + hit.size());
   seq.tokens.assign(prompt.begin(), prompt.begin() + hit.size() * bt);
@@ -293,13 +300,17 @@ absl::StatusOr<std::vector<int32_t>> ModelRunner::Step(
     return next.status();
   }
   FinishStep(rows);
+  AddSparseWork(rows);
+  ReportShadowErrors();
+  return next;
+}
+
+void ModelRunner::AddSparseWork(absl::Span<const StepRows> rows) {
   const std::vector<model::LlamaModel::SparseWork>& work = model_->sparse_work();
   for (size_t i = 0; i < work.size() && i < rows.size(); ++i) {
     rows[i].seq->sparse_computed_pairs += work[i].computed_pairs;
     rows[i].seq->sparse_causal_pairs += work[i].causal_pairs;
   }
-  ReportShadowErrors();
-  return next;
 }
 
 absl::Status ModelRunner::Commit(SequenceKv& seq, absl::Span<const int32_t> keep) {
@@ -350,7 +361,9 @@ absl::Status ModelRunner::Commit(SequenceKv& seq, absl::Span<const int32_t> keep
 absl::Status ModelRunner::PrefillChunks(
     absl::Span<const int32_t> prompt, SequenceKv& seq, const kernels::AttentionPattern& pattern,
     const std::function<absl::Status(const StepRows& rows, bool last_chunk)>& run_chunk) {
-  SS_RETURN_IF_ERROR(BeginPrefill(prompt, seq).status());
+  const bool per_chunk_index = pattern.kind == kernels::AttentionMethodKind::kMInference;
+  SS_RETURN_IF_ERROR(
+      BeginPrefill(prompt, seq, per_chunk_index ? options_.prefill_chunk_tokens : 0).status());
   const int n = static_cast<int>(prompt.size());
   while (static_cast<int>(seq.tokens.size()) < n) {
     const int start = static_cast<int>(seq.tokens.size());
@@ -389,15 +402,17 @@ absl::StatusOr<int32_t> ModelRunner::PrefillSampled(
 
 absl::StatusOr<Tensor> ModelRunner::Prefill(
     absl::Span<const int32_t> prompt, SequenceKv& seq,
-    const std::function<absl::Status(int layer)>& on_layer_done) {
+    const std::function<absl::Status(int layer)>& on_layer_done,
+    const kernels::AttentionPattern& pattern) {
   Tensor logits;
-  SS_RETURN_IF_ERROR(
-      PrefillChunks(prompt, seq, {}, [&](const StepRows& rows, bool last_chunk) -> absl::Status {
+  SS_RETURN_IF_ERROR(PrefillChunks(
+      prompt, seq, pattern, [&](const StepRows& rows, bool last_chunk) -> absl::Status {
         const absl::Span<const StepRows> one = absl::MakeConstSpan(&rows, 1);
         SS_ASSIGN_OR_RETURN(std::vector<model::ForwardSequence> batch, PrepareStep(one));
         SS_ASSIGN_OR_RETURN(logits,
                             model_->Forward(batch, *cache_, last_chunk ? on_layer_done : nullptr));
         FinishStep(one);
+        AddSparseWork(one);
         ReportShadowErrors();
         return absl::OkStatus();
       }));

@@ -122,7 +122,11 @@ class ModelRunner {
   // block holding the last prompt token, whose logits must be computed) and returns how many
   // prompt tokens they hold; the rest is computed by Steps, chunk by chunk. kInvalidArgument for
   // an empty prompt or one that fills the context, kFailedPrecondition when `seq` is not empty.
-  absl::StatusOr<int> BeginPrefill(absl::Span<const int32_t> prompt, SequenceKv& seq);
+  // With `reuse_granularity` > 0 the reused prefix is cut to a multiple of that many tokens: a
+  // prompt under MInference (whose index is built per chunk) passes its chunk size, so it keeps
+  // the chunk boundaries, and the output, of a run without the hit.
+  absl::StatusOr<int> BeginPrefill(absl::Span<const int32_t> prompt, SequenceKv& seq,
+                                   int reuse_granularity = 0);
 
   // One forward step over `rows` (several sequences, each at most once): allocates the blocks
   // they need (all or nothing), writes their KV, and returns one token per sampled row, in
@@ -157,9 +161,11 @@ class ModelRunner {
   // than the context; kResourceExhausted when the pool lacks blocks (nothing is held then).
   // `on_layer_done(layer)`, when given, runs once per layer as soon as that layer's K/V for the
   // whole prompt are in the cache (during the last chunk), e.g. to start its KV transfer.
+  // `pattern` as PrefillPattern makes it (dense by default).
   absl::StatusOr<Tensor> Prefill(
       absl::Span<const int32_t> prompt, SequenceKv& seq,
-      const std::function<absl::Status(int layer)>& on_layer_done = nullptr);
+      const std::function<absl::Status(int layer)>& on_layer_done = nullptr,
+      const kernels::AttentionPattern& pattern = {});
 
   // Appends one token to each sequence and returns logits [seqs.size(), vocab] for the next
   // position. kResourceExhausted when a new block is needed and none is free (no sequence
@@ -233,6 +239,8 @@ class ModelRunner {
   absl::Status PrefillChunks(
       absl::Span<const int32_t> prompt, SequenceKv& seq, const kernels::AttentionPattern& pattern,
       const std::function<absl::Status(const StepRows& rows, bool last_chunk)>& run_chunk);
+  // Adds the last forward step's sparse work to its rows' sequences.
+  void AddSparseWork(absl::Span<const StepRows> rows);
   // Hands the last forward step's shadow errors to the observer, if both exist.
   void ReportShadowErrors();
   // Hashes and registers the blocks of `seq` that became full.

@@ -5,7 +5,10 @@
 #include <algorithm>
 #include "common/engine/model_runner.h"
 
+#include <fstream>
+
 #include "common/core/thread_pool.h"
+#include "common/engine/minference_config.h"
 #include "common/sampling/sampler.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -236,6 +239,99 @@ TEST_F(ModelRunnerTest, RejectsEmptyAndOverlongPrompts) {
   std::vector<int32_t> bad_id = {1, 100000};
   EXPECT_EQ(runner->Prefill(bad_id, seq).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(runner->pool().num_used_blocks(), 0);
+}
+
+}  // namespace
+}  // namespace sparseserve::engine
+
+namespace sparseserve::engine {
+namespace {
+
+// MInference on the real model (issue 12): a config mixing the three patterns per head really
+// computes less than dense, a prefix-cache hit gives the logits of the run without it, prompts
+// below the threshold run dense, and a request may not name another config file.
+class MInferenceRunnerTest : public ModelRunnerTest {
+ protected:
+  void SetUp() override {
+    ModelRunnerTest::SetUp();
+    if (IsSkipped()) return;
+    const model::ModelConfig& c = source_.config;
+    kernels::MInferenceConfig config =
+        kernels::MInferenceConfig::Uniform(c.num_layers, c.num_heads);
+    for (size_t i = 0; i < config.heads.size(); ++i) {
+      config.heads[i] =
+          i % 3 == 0   ? kernels::HeadPattern{kernels::HeadPatternKind::kAShape, 8, 48}
+          : i % 3 == 1 ? kernels::HeadPattern{kernels::HeadPatternKind::kBlockSparse, 3, 0}
+                       : kernels::HeadPattern{kernels::HeadPatternKind::kVerticalSlash, 30, 100};
+    }
+    config_path_ = ::testing::TempDir() + "/minference_runner_test.json";
+    std::ofstream(config_path_) << MInferenceConfigJson(config);
+    for (int i = 150; i < 450; ++i) prompt_.push_back(3 + (i * 53) % 500);
+  }
+
+  std::unique_ptr<ModelRunner> MInferenceRunner(bool prefix_cache) {
+    ModelRunnerOptions options;
+    options.prefill_chunk_tokens = 128;
+    options.enable_prefix_cache = prefix_cache;
+    options.minference_config = config_path_;
+    return MakeRunner(options);
+  }
+
+  AttentionChoice choice_{.method = AttentionMethod::kMInference, .sparse_prefill_threshold = 0};
+  std::string config_path_;
+};
+
+TEST_F(MInferenceRunnerTest, PrefixHitEqualsTheRunWithoutItAndWorkIsSparse) {
+  auto runner = MInferenceRunner(/*prefix_cache=*/true);
+  auto pattern = runner->PrefillPattern(choice_, static_cast<int64_t>(prompt_.size()));
+  ASSERT_TRUE(pattern.ok()) << pattern.status();
+  ASSERT_EQ(pattern->kind, kernels::AttentionMethodKind::kMInference);
+  SequenceKv first;
+  auto l1 = runner->Prefill(prompt_, first, nullptr, *pattern);
+  ASSERT_TRUE(l1.ok()) << l1.status();
+  const double density = first.sparse_computed_pairs / first.sparse_causal_pairs;
+  EXPECT_GT(density, 0.05);
+  EXPECT_LT(density, 0.9);
+  runner->Release(first);
+  SequenceKv second;
+  auto l2 = runner->Prefill(prompt_, second, nullptr, *pattern);
+  ASSERT_TRUE(l2.ok()) << l2.status();
+  // 450 tokens: 7 full blocks of 64 match, cut to the 3 chunks of 128 (384 tokens).
+  EXPECT_EQ(second.num_cached_prompt_tokens, 384);
+  ExpectClose(*l1, *l2, 0.0f);
+  // And the run without a prefix cache at all, and a dense run that differs.
+  auto fresh = MInferenceRunner(/*prefix_cache=*/false);
+  SequenceKv third, dense_seq;
+  auto l3 = fresh->Prefill(prompt_, third, nullptr, *pattern);
+  ASSERT_TRUE(l3.ok());
+  ExpectClose(*l1, *l3, 0.0f);
+  auto dense = fresh->Prefill(prompt_, dense_seq);
+  ASSERT_TRUE(dense.ok());
+  float max_diff = 0;
+  for (int64_t i = 0; i < dense->numel(); ++i) {
+    max_diff = std::max(max_diff, std::abs(dense->data<float>()[i] - l1->data<float>()[i]));
+  }
+  EXPECT_GT(max_diff, 1e-3f);
+  EXPECT_EQ(dense_seq.sparse_causal_pairs, 0.0);
+}
+
+TEST_F(MInferenceRunnerTest, ShortPromptsRunDenseAndForeignConfigsAreRefused) {
+  auto runner = MInferenceRunner(/*prefix_cache=*/false);
+  AttentionChoice choice = choice_;
+  choice.sparse_prefill_threshold = 451;
+  auto pattern = runner->PrefillPattern(choice, 450);
+  ASSERT_TRUE(pattern.ok());
+  EXPECT_EQ(pattern->kind, kernels::AttentionMethodKind::kDense);
+  EXPECT_EQ(runner->PrefillPattern(choice, 451)->kind, kernels::AttentionMethodKind::kMInference);
+  choice.minference_config = "/etc/passwd";
+  EXPECT_EQ(runner->PrefillPattern(choice, 451).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  choice.minference_config = config_path_;
+  EXPECT_TRUE(runner->PrefillPattern(choice, 451).ok());
+  ModelRunnerOptions bad;
+  bad.minference_config = ::testing::TempDir() + "/missing.json";
+  EXPECT_EQ(ModelRunner::Create(source_, &backend_, bad).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 }  // namespace
