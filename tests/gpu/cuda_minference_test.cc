@@ -300,6 +300,15 @@ TEST_F(CudaMInferenceTest, RandomInputsEveryPatternHeadDimAndBatch) {
   }
 }
 
+// A few small cases for compute-sanitizer (scripts/gpu_check.sh's sanitizer stage).
+TEST_F(CudaMInferenceTest, MInferenceSmallBatches) {
+  const std::vector<SeqSpec> seqs = {{130, 130}, {1, 500}, {37, 37, false}, {70, 900}};
+  for (int hd : {16, 64}) {
+    RunMinfCase(*this, cpu_, *gpu_, MinfCase{hd, 8, 2, 16, seqs, Mixed(8), "mixed"}, rng_);
+    RunMinfCase(*this, cpu_, *gpu_, MinfCase{hd, 8, 4, 64, seqs, Planted(8), "planted"}, rng_);
+  }
+}
+
 TEST_F(CudaMInferenceTest, LongContextChunk) {
   const std::vector<SeqSpec> seqs = {{300, 9000}, {1, 4000, false}};
   RunMinfCase(*this, cpu_, *gpu_,
