@@ -122,6 +122,11 @@ struct AttentionPlan {
     // Some prefill-kernel (decode-kernel) sequence has a mask or a window: the kernel variant
     // that checks every key runs; dense batches keep the plain one.
     bool prefill_masked = false, decode_masked = false;
+    // kMInference sequences (their own kernels): records and (record, row) pairs in metadata,
+    // and the grid bounds of the index build.
+    int64_t minference_seqs = 0, minference_rows = 0;
+    int num_minference_seqs = 0, num_minference_rows = 0;
+    int minference_key_tiles = 0, minference_query_blocks = 0;
     bool operator==(const Layout&) const = default;
   } layout;
 };

@@ -4,9 +4,10 @@
 // The plan is flattened into one int32 array on the host (sequence records, work lists, masks,
 // block tables), uploaded with one copy into workspace.metadata. Single-query sequences go to the
 // split-KV decode kernel, longer chunks to the tensor-core prefill kernel; head dims other than
-// 64/128 take the generic kernel. Sections whose sizes depend only on the batch's shape come
-// first and the block tables (which grow with the contexts) last, so a decode batch keeps its
-// layout step after step and a captured step graph stays valid.
+// 64/128 take the generic kernel. kMInference sequences go to their own kernels whatever their
+// shape: BuildAttentionIndex builds their per-layer index, Attention reads it. Sections whose sizes
+// depend only on the batch's shape come first and the block tables (which grow with the contexts)
+// last, so a decode batch keeps its layout step after step and a captured step graph stays valid.
 #include <algorithm>
 #include <cmath>
 
@@ -49,9 +50,6 @@ absl::Status CudaBackend::SupportsAttention(const AttentionPattern& pattern, int
     return absl::UnimplementedError(absl::StrCat(
         "Attention: the CUDA backend needs head_dim a multiple of 8 up to 256, got ", head_dim));
   }
-  if (pattern.kind == AttentionMethodKind::kMInference) {
-    return absl::UnimplementedError("Attention: MInference is not in the CUDA backend yet");
-  }
   return CheckPatternSupported(pattern, "CUDA");
 }
 
@@ -72,6 +70,7 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   std::vector<uint8_t> masks;
   std::vector<std::pair<int, int2>> tile_work;  // (keys visible, tile) for heaviest-first order
   std::vector<std::pair<int, int>> ranges;
+  std::vector<int32_t> table_begins(num_seqs, 0);
   int total_q = 0, decode_seqs = 0;
   int64_t decode_tiles = 0;
   for (int s = 0; s < num_seqs; ++s) {
@@ -89,7 +88,8 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
     const int blocks = (sa.kv_len + bt - 1) / bt;
     tables.insert(tables.end(), sa.block_table.begin(), sa.block_table.begin() + blocks);
     total_q = std::max(total_q, sa.q_begin + sa.q_len);
-    if (generic || sa.q_len == 0) continue;
+    table_begins[s] = table_begin;
+    if (generic || sa.q_len == 0 || sa.pattern.kind == AttentionMethodKind::kMInference) continue;
     (sa.q_len == 1 ? plan.layout.decode_masked : plan.layout.prefill_masked) |=
         window || !sa.mask.empty();
     if (sa.q_len == 1) {
@@ -145,9 +145,13 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
     row_seq.assign(total_q, -1);
     for (int s = 0; s < num_seqs; ++s) {
       const SequenceAttention& sa = batch.sequences[s];
+      if (sa.pattern.kind == AttentionMethodKind::kMInference) continue;  // their own kernel
       for (int r = 0; r < sa.q_len; ++r) row_seq[sa.q_begin + r] = s;
     }
   }
+
+  CudaMInferencePlan minference;
+  SS_RETURN_IF_ERROR(PlanMInference(batch, shape, table_begins, &minference));
 
   std::vector<int32_t> host;
   auto append = [&host](const int32_t* data, size_t n) {
@@ -170,6 +174,10 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   l.merge_seqs = append_vec(merge_seqs);
   l.prefill_tiles = append_vec(tiles);
   l.row_seq = append_vec(row_seq);
+  l.minference_seqs =
+      append(reinterpret_cast<const int32_t*>(minference.seqs.data()),
+             minference.seqs.size() * sizeof(cuda::MInferenceSeqInfo) / sizeof(int32_t));
+  l.minference_rows = append_vec(minference.rows);
   std::vector<int32_t> mask_words((masks.size() + 3) / 4, 0);
   std::copy(masks.begin(), masks.end(), reinterpret_cast<uint8_t*>(mask_words.data()));
   l.masks = append_vec(mask_words);
@@ -180,11 +188,21 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   l.num_prefill_tiles = static_cast<int>(tiles.size() / 2);
   l.total_q = total_q;
   l.generic = generic;
+  l.num_minference_seqs = static_cast<int>(minference.seqs.size());
+  l.num_minference_rows = static_cast<int>(minference.rows.size() / 2);
+  l.minference_key_tiles = minference.max_key_tiles;
+  l.minference_query_blocks = minference.max_query_blocks;
 
+  // The decode partials and the MInference estimation scratch share `partial`: the scratch is
+  // dead once BuildAttentionIndex's kernels are done, before Attention's decode kernel runs.
   const int64_t partial_floats = int64_t{max_items} * shape.num_heads * (shape.head_dim + 1);
+  const int64_t stats_floats = 2 * std::max<int64_t>(1, num_seqs);
   const bool grow_metadata = workspace.metadata.numel() < static_cast<int64_t>(host.size());
-  const bool grow_partial = workspace.partial.numel() < partial_floats;
-  if (grow_metadata || grow_partial) {
+  const bool grow_partial =
+      workspace.partial.numel() < std::max(partial_floats, minference.scratch_floats);
+  const bool grow_index = workspace.sparse_index.numel() < minference.index_words;
+  const bool grow_stats = workspace.sparse_stats.numel() < stats_floats;
+  if (grow_metadata || grow_partial || grow_index || grow_stats) {
     if (capturing_) {
       return absl::FailedPreconditionError(
           "Attention: the workspace must be planned (and sized) before a graph capture");
@@ -196,7 +214,17 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
     }
     if (grow_partial) {
       workspace.partial = Tensor();
-      SS_ASSIGN_OR_RETURN(workspace.partial, Allocate(DType::kF32, {2 * partial_floats}));
+      SS_ASSIGN_OR_RETURN(
+          workspace.partial,
+          Allocate(DType::kF32, {std::max(2 * partial_floats, minference.scratch_floats)}));
+    }
+    if (grow_index) {
+      workspace.sparse_index = Tensor();
+      SS_ASSIGN_OR_RETURN(workspace.sparse_index, Allocate(DType::kI32, {minference.index_words}));
+    }
+    if (grow_stats) {
+      workspace.sparse_stats = Tensor();
+      SS_ASSIGN_OR_RETURN(workspace.sparse_stats, Allocate(DType::kF32, {stats_floats}));
     }
     ++workspace.generation;  // graphs captured before hold the old addresses
   }
@@ -207,11 +235,19 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
       CudaStatus(cudaMemcpyAsync(workspace.metadata.raw_data(), host.data(),
                                  host.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream()),
                  "Attention metadata upload"));
+  SS_RETURN_IF_ERROR(
+      CudaStatus(cudaMemsetAsync(workspace.sparse_stats.raw_data(), 0,
+                                 workspace.sparse_stats.numel() * sizeof(float), stream()),
+                 "Attention sparse_stats reset"));
   return plan;
 }
 
-absl::Status CudaBackend::BuildAttentionIndex(const AttentionPlan& plan, const Tensor& q,
-                                              const Tensor& kv_layer, int layer) {
+namespace {
+
+// The tensor checks BuildAttentionIndex and Attention share: contiguous CUDA bf16 q [rows, heads,
+// head_dim] covering the plan's rows and a kv_layer of the plan's shape.
+absl::Status CheckAttentionTensors(const AttentionPlan& plan, const Tensor& q,
+                                   const Tensor& kv_layer, int layer) {
   if (plan.workspace == nullptr || plan.batch == nullptr) {
     return absl::InvalidArgumentError("Attention: empty plan");
   }
@@ -224,33 +260,74 @@ absl::Status CudaBackend::BuildAttentionIndex(const AttentionPlan& plan, const T
                      "got q ",
                      q.DebugString(), " kv_layer ", kv_layer.DebugString()));
   }
-  return absl::OkStatus();  // dense and sliding-window attention have no index to build
+  const AttentionShape& shape = plan.shape;
+  if (q.dim(0) < plan.layout.total_q || q.dim(1) != shape.num_heads || q.dim(2) != shape.head_dim ||
+      kv_layer.dim(0) != 2 * shape.num_blocks || kv_layer.dim(1) != plan.batch->block_tokens ||
+      kv_layer.dim(2) != shape.num_kv_heads || kv_layer.dim(3) != shape.head_dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Attention: q ", q.DebugString(), " and kv_layer ", kv_layer.DebugString(),
+                     " do not match the plan (", shape.num_heads, "/", shape.num_kv_heads,
+                     " heads, head_dim ", shape.head_dim, ")"));
+  }
+  return absl::OkStatus();
+}
+
+cuda::AttentionDims DimsOf(const AttentionPlan& plan) {
+  const int bt = plan.batch->block_tokens;
+  cuda::AttentionDims dims;
+  dims.heads = plan.shape.num_heads;
+  dims.kv_heads = plan.shape.num_kv_heads;
+  dims.head_dim = plan.shape.head_dim;
+  dims.block_tokens = bt;
+  dims.block_shift = (bt & (bt - 1)) == 0 ? __builtin_ctz(static_cast<unsigned>(bt)) : -1;
+  dims.scale = plan.scale;
+  return dims;
+}
+
+}  // namespace
+
+absl::Status CudaBackend::BuildAttentionIndex(const AttentionPlan& plan, const Tensor& q,
+                                              const Tensor& kv_layer, int layer) {
+  SS_RETURN_IF_ERROR(CheckAttentionTensors(plan, q, kv_layer, layer));
+  const AttentionPlan::Layout& l = plan.layout;
+  if (l.num_minference_seqs == 0) return absl::OkStatus();  // dense and windows: no index
+  for (const SequenceAttention& sa : plan.batch->sequences) {
+    if (sa.pattern.kind == AttentionMethodKind::kMInference &&
+        layer >= sa.pattern.minference->num_layers) {
+      return absl::InvalidArgumentError(absl::StrCat("Attention: layer ", layer,
+                                                     " outside the MInference config's ",
+                                                     sa.pattern.minference->num_layers, " layers"));
+    }
+  }
+  const AttentionWorkspace& ws = *plan.workspace;
+  const int32_t* base = ws.metadata.data<int32_t>();
+  cuda::MInferenceIndexParams p;
+  p.q = q.data<cuda::bf16_t>();
+  p.kv_layer = kv_layer.data<cuda::bf16_t>();
+  p.seqs = reinterpret_cast<const cuda::MInferenceSeqInfo*>(base + l.minference_seqs);
+  p.num_seqs = l.num_minference_seqs;
+  p.block_tables = base + l.tables;
+  p.dims = DimsOf(plan);
+  p.layer = layer;
+  p.max_key_tiles = l.minference_key_tiles;
+  p.max_query_blocks = l.minference_query_blocks;
+  p.index = ws.sparse_index.data<int32_t>();
+  p.stats = ws.sparse_stats.data<float>();
+  p.scratch = ws.partial.data<float>();
+  return CudaStatus(cuda::LaunchMInferenceIndex(p, stream()), "Attention (MInference index)");
 }
 
 absl::Status CudaBackend::Attention(const AttentionPlan& plan, const Tensor& q,
                                     const Tensor& kv_layer, int layer, const Tensor& out) {
-  SS_RETURN_IF_ERROR(BuildAttentionIndex(plan, q, kv_layer, layer));
-  const AttentionShape& shape = plan.shape;
-  const int bt = plan.batch->block_tokens;
-  if (q.dim(0) < plan.layout.total_q || q.dim(1) != shape.num_heads || q.dim(2) != shape.head_dim ||
-      kv_layer.dim(0) != 2 * shape.num_blocks || kv_layer.dim(1) != bt ||
-      kv_layer.dim(2) != shape.num_kv_heads || kv_layer.dim(3) != shape.head_dim ||
-      out.device() != Device::kCuda || out.dtype() != DType::kBf16 || !(out.shape() == q.shape()) ||
+  SS_RETURN_IF_ERROR(CheckAttentionTensors(plan, q, kv_layer, layer));
+  if (out.device() != Device::kCuda || out.dtype() != DType::kBf16 || !(out.shape() == q.shape()) ||
       !out.is_contiguous()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Attention: q ", q.DebugString(), ", out ", out.DebugString(), " and kv_layer ",
-        kv_layer.DebugString(), " do not match the plan (", shape.num_heads, "/",
-        shape.num_kv_heads, " heads, head_dim ", shape.head_dim, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Attention: out ", out.DebugString(), " does not match q ", q.DebugString()));
   }
   const AttentionPlan::Layout& l = plan.layout;
   const AttentionWorkspace& ws = *plan.workspace;
-  cuda::AttentionDims dims;
-  dims.heads = shape.num_heads;
-  dims.kv_heads = shape.num_kv_heads;
-  dims.head_dim = shape.head_dim;
-  dims.block_tokens = bt;
-  dims.block_shift = (bt & (bt - 1)) == 0 ? __builtin_ctz(static_cast<unsigned>(bt)) : -1;
-  dims.scale = plan.scale;
+  const cuda::AttentionDims dims = DimsOf(plan);
   const int32_t* base = ws.metadata.data<int32_t>();
   cuda::AttentionSeqs seqs;
   seqs.seqs = reinterpret_cast<const cuda::AttentionSeqInfo*>(base + l.seqs);
@@ -260,27 +337,40 @@ absl::Status CudaBackend::Attention(const AttentionPlan& plan, const Tensor& q,
   const auto* kv_ptr = kv_layer.data<cuda::bf16_t>();
   auto* out_ptr = out.data<cuda::bf16_t>();
   if (l.generic) {
-    return CudaStatus(cuda::LaunchGenericAttention(q_ptr, kv_ptr, seqs, l.total_q, base + l.row_seq,
-                                                   dims, out_ptr, stream()),
-                      "Attention (generic)");
+    SS_RETURN_IF_ERROR(
+        CudaStatus(cuda::LaunchGenericAttention(q_ptr, kv_ptr, seqs, l.total_q, base + l.row_seq,
+                                                dims, out_ptr, stream()),
+                   "Attention (generic)"));
+  } else {
+    SS_RETURN_IF_ERROR(
+        CudaStatus(cuda::LaunchPrefillAttention(
+                       q_ptr, kv_ptr, seqs, reinterpret_cast<const int2*>(base + l.prefill_tiles),
+                       l.num_prefill_tiles, dims, l.prefill_masked, out_ptr, stream()),
+                   "Attention (prefill)"));
+    cuda::DecodeWork work;
+    work.num_items = base;
+    work.items = reinterpret_cast<const int4*>(base + l.decode_items);
+    work.max_items = l.max_decode_items;
+    work.merges = reinterpret_cast<const int2*>(base + l.merges);
+    work.merge_seqs = base + l.merge_seqs;
+    work.num_merges = l.num_merges;
+    work.masked = l.decode_masked;
+    work.partial_out = ws.partial.data<float>();
+    work.partial_lse = work.partial_out + int64_t{l.max_decode_items} * dims.heads * dims.head_dim;
+    SS_RETURN_IF_ERROR(
+        CudaStatus(cuda::LaunchDecodeAttention(q_ptr, kv_ptr, seqs, work, dims, out_ptr, stream()),
+                   "Attention (decode)"));
   }
-  SS_RETURN_IF_ERROR(CudaStatus(
-      cuda::LaunchPrefillAttention(q_ptr, kv_ptr, seqs,
-                                   reinterpret_cast<const int2*>(base + l.prefill_tiles),
-                                   l.num_prefill_tiles, dims, l.prefill_masked, out_ptr, stream()),
-      "Attention (prefill)"));
-  cuda::DecodeWork work;
-  work.num_items = base;
-  work.items = reinterpret_cast<const int4*>(base + l.decode_items);
-  work.max_items = l.max_decode_items;
-  work.merges = reinterpret_cast<const int2*>(base + l.merges);
-  work.merge_seqs = base + l.merge_seqs;
-  work.num_merges = l.num_merges;
-  work.masked = l.decode_masked;
-  work.partial_out = ws.partial.data<float>();
-  work.partial_lse = work.partial_out + int64_t{l.max_decode_items} * dims.heads * dims.head_dim;
-  return CudaStatus(cuda::LaunchDecodeAttention(q_ptr, kv_ptr, seqs, work, dims, out_ptr, stream()),
-                    "Attention (decode)");
+  if (l.num_minference_rows == 0) return absl::OkStatus();
+  if (ws.sparse_index.numel() == 0) {
+    return absl::FailedPreconditionError("Attention: the MInference index was not planned");
+  }
+  return CudaStatus(
+      cuda::LaunchMInferenceAttention(
+          q_ptr, kv_ptr, reinterpret_cast<const cuda::MInferenceSeqInfo*>(base + l.minference_seqs),
+          base + l.tables, reinterpret_cast<const int2*>(base + l.minference_rows),
+          l.num_minference_rows, ws.sparse_index.data<int32_t>(), dims, out_ptr, stream()),
+      "Attention (MInference)");
 }
 
 absl::Status CudaBackend::ReadKv(const Tensor& kv_layer, const Tensor& slots, const Tensor& k,

@@ -19,6 +19,8 @@
 
 namespace sparseserve::kernels {
 
+struct CudaMInferencePlan;
+
 class CudaBackend final : public Backend {
  public:
   // Creates the backend on `info`'s device. With `use_legacy_stream`, work goes to the legacy
@@ -82,19 +84,26 @@ class CudaBackend final : public Backend {
   };
   struct GemmCache;
   struct SamplingState;
+  struct MInferenceState;
 
   explicit CudaBackend(std::shared_ptr<StreamHolder> stream);
   absl::Status CheckEmbeddingFlag();
   // kFailedPrecondition naming `op` while a graph capture is under way (ops that allocate, copy
   // to or from the host or synchronise cannot be recorded).
   absl::Status CheckNotCapturing(const char* op) const;
+  // The device records of `batch`'s kMInference sequences (cuda_minference.cc); table_begins
+  // holds each sequence's offset in the plan's concatenated block tables. Uploads a config's
+  // head patterns the first time it is seen (kFailedPrecondition during a graph capture).
+  absl::Status PlanMInference(const AttentionBatch& batch, const AttentionShape& shape,
+                              const std::vector<int32_t>& table_begins, CudaMInferencePlan* plan);
 
   std::shared_ptr<StreamHolder> stream_;
   std::unique_ptr<GemmCache> gemm_;
   Tensor error_flag_;  // i32 [1]: set by kernels that meet invalid indices
   int sm_count_ = 0;
-  bool capturing_ = false;                   // inside CaptureGraph's `record`
-  std::unique_ptr<SamplingState> sampling_;  // created by the first Sample call
+  bool capturing_ = false;                       // inside CaptureGraph's `record`
+  std::unique_ptr<SamplingState> sampling_;      // created by the first Sample call
+  std::unique_ptr<MInferenceState> minference_;  // created by the first MInference plan
 };
 
 // The backend on the first GPU (kernels::CreateBackend(kCuda) calls this).

@@ -1,5 +1,5 @@
 // Private state of CudaBackend shared by its source files: the cuBLASLt handle with its cached
-// matmul plans, and the sampling buffers.
+// matmul plans, the sampling buffers and the MInference configs on the device.
 #ifndef SPARSESERVE_KERNELS_CUDA_CUDA_BACKEND_STATE_H_
 #define SPARSESERVE_KERNELS_CUDA_CUDA_BACKEND_STATE_H_
 
@@ -12,6 +12,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "common/tensor/tensor.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/minference_index.h"
 
 namespace sparseserve::kernels {
 
@@ -36,6 +38,27 @@ struct CudaBackend::SamplingState {
   std::vector<uint8_t> host;  // the plan of one call: SampleRowParams [m], then int32 ids
   Tensor plan;                // i32 words on the device holding `host`
   Tensor scratch;             // f32 [>= m * vocab] penalised logits and weights
+};
+
+// MInference configs' head patterns on the device, uploaded once per config rather than per
+// step. Keyed by the config's address: the entry's shared_ptr co-owns the (immutable) config, so
+// the address cannot be reused by another config while the entry lives. Entries are never
+// evicted (a process uses a handful of configs, a few KB each).
+struct CudaBackend::MInferenceState {
+  struct Heads {
+    std::shared_ptr<const MInferenceConfig> config;
+    Tensor heads;  // i32 [num_layers, num_heads, 3]: (kind, v, s)
+  };
+  absl::flat_hash_map<const MInferenceConfig*, Heads> configs;
+};
+
+// The MInference part of one attention plan, laid out on the host by PlanMInference.
+struct CudaMInferencePlan {
+  std::vector<cuda::MInferenceSeqInfo> seqs;
+  std::vector<int32_t> rows;   // (record, chunk row) pairs, one per MInference query row
+  int64_t index_words = 0;     // sparse_index words of the whole batch
+  int64_t scratch_floats = 0;  // estimation scratch the index build needs
+  int max_key_tiles = 0, max_query_blocks = 0;
 };
 
 }  // namespace sparseserve::kernels

@@ -159,6 +159,63 @@ cudaError_t LaunchGenericAttention(const bf16_t* q, const bf16_t* kv_layer,
                                    const AttentionSeqs& seqs, int total_q, const int32_t* row_seq,
                                    const AttentionDims& dims, bf16_t* out, cudaStream_t stream);
 
+// One kMInference sequence of an attention plan, on the device (kernels/minference_index.h
+// states the semantics; kernels/cuda/cuda_minference.cc fills these).
+struct MInferenceSeqInfo {
+  const int32_t* heads;   // int32 [num_layers, heads, 3]: the config's (kind, v, s) per head
+  uint64_t planted_seed;  // MInferenceConfig::planted_seed
+  int32_t seq;            // index of the sequence in the batch (its sparse_stats row)
+  int32_t q_begin;        // first packed query row
+  int32_t q_len;          // query rows (>= 1)
+  int32_t kv_len;         // keys (cached + new)
+  int32_t table_begin;    // offset of its block table in the concatenated tables
+  int32_t index_offset;   // words: head h's index area starts at index_offset + h * words_per_head
+  int32_t num_query_blocks, cap_columns, cap_slashes, cap_blocks, words_per_head;  // the shape
+  int32_t scratch_offset;  // floats into MInferenceIndexParams::scratch, -1 = nothing estimated
+  int32_t num_layers;      // layers of the config
+  int32_t planted;         // 1: planted lines instead of estimation
+};
+static_assert(sizeof(MInferenceSeqInfo) % 8 == 0, "records are packed into int32 metadata");
+
+// Floats of estimation scratch one head of a sequence needs (estimated vertical-slash or
+// block-sparse heads): column sums [kv_len], diagonal sums [kv_len], per-key-tile row partials
+// (max, sum) [tiles, 64, 2], merged row statistics [64, 2], mean-pooled keys [tiles, head_dim].
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+inline int64_t MInferenceScratchFloatsPerHead(int32_t kv_len, int head_dim) {
+  const int64_t tiles = (int64_t{kv_len} + 63) / 64;
+  return 2 * int64_t{kv_len} + 128 * tiles + 128 + tiles * head_dim;
+}
+
+// BuildAttentionIndex's device work for the MInference sequences of a plan.
+struct MInferenceIndexParams {
+  const bf16_t* q = nullptr;                // bf16 [rows, heads, head_dim]
+  const bf16_t* kv_layer = nullptr;         // paged layer (WriteKv's layout)
+  const MInferenceSeqInfo* seqs = nullptr;  // device [num_seqs]
+  int num_seqs = 0;
+  const int32_t* block_tables = nullptr;  // the plan's concatenated block tables
+  AttentionDims dims;
+  int layer = 0;             // REQUIRES: < every sequence's num_layers (checked on the host)
+  int max_key_tiles = 0;     // max over the sequences of ceil(kv_len / 64)
+  int max_query_blocks = 0;  // max over the sequences of num_query_blocks
+  int32_t* index = nullptr;  // AttentionWorkspace::sparse_index
+  float* stats = nullptr;    // AttentionWorkspace::sparse_stats, f32 [batch sequences, 2]
+  float* scratch = nullptr;  // f32 estimation scratch (MInferenceScratchFloatsPerHead per head)
+};
+
+// Builds layer `layer`'s index of every sequence of `p` (all heads) and adds their visible and
+// causal pairs to `stats`: five launches (estimation tiles, row merge, column/diagonal sums,
+// top-k selection, pairs and dense switch), no host round trip.
+cudaError_t LaunchMInferenceIndex(const MInferenceIndexParams& p, cudaStream_t stream);
+
+// Attention of the MInference sequences' rows under their built index: rows lists
+// (sequence of `seqs`, row within its chunk) pairs, num_rows of them. Any head_dim up to 256.
+cudaError_t LaunchMInferenceAttention(const bf16_t* q, const bf16_t* kv_layer,
+                                      const MInferenceSeqInfo* seqs, const int32_t* block_tables,
+                                      const int2* rows, int num_rows, const int32_t* index,
+                                      const AttentionDims& dims, bf16_t* out, cudaStream_t stream);
+
 // out[i] = ||actual[R_i] - expected[R_i]|| / ||expected[R_i]|| over the rows R_i = [ranges[2i],
 // ranges[2i] + ranges[2i + 1]) of two bf16 [rows, row_elems] arrays (Backend::RelativeL2Error):
 // one CTA per range, f32 sums. Rows outside [0, rows) are ignored (ranges are not checked on the
