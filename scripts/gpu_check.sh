@@ -4,7 +4,8 @@
 #   ../shared/tools/devbundle .devbundle build/bin/sparseserve build/bin/cuda_backend_test \
 #       build/kernels/libsparseserve_cuda_ops.so
 # and run `bash scripts/gpu_check.sh` there with .devbundle and models/ beside the tree.
-# Stages (default: all): tests sanitizer golden services eval (long-context accuracy) kernels attention peer bench baseline
+# Stages (default: all): tests sanitizer golden services eval (long-context accuracy) minference
+# (MInference's accuracy, issue 12) kernels attention peer bench baseline
 # (this binary against an older one, when packed) graphs (the
 # decode cases with CUDA graphs off, for the A/B) shadow (the shadow-dense monitor's cost on
 # sliding-window decode: rate 0 against 0.01) profile cublas (decode GEMMs through cuBLASLt
@@ -21,7 +22,7 @@ rm -rf "$out" && mkdir -p "$out"
 source .devbundle/env.sh
 export SPARSESERVE_TEST_DATA_DIR=$root/tests/data SPARSESERVE_MODEL_MIRROR=$root/models
 export PYTHONUNBUFFERED=1
-stages=${*:-tests sanitizer golden services eval kernels attention peer bench baseline graphs shadow profile cublas ncu}
+stages=${*:-tests sanitizer golden services eval minference kernels attention peer bench baseline graphs shadow profile cublas ncu}
 summary=()
 run() {  # run NAME CMD... — logs to $out/NAME.log, records ok/FAIL
   local name=$1; shift
@@ -44,10 +45,18 @@ if has golden; then
   run golden bash -c "sparseserve generate --device cuda --model models/stories260K/stories260K.gguf \
     --prompt 'Once upon a time' --max-tokens 60 --temperature 0 >$out/golden.txt &&
     cmp $out/golden.txt tests/data/golden_once_upon_a_time.txt"
+  # MInference forced on at covering budgets (the default VS(1000, 6096) covers a 512 context)
+  # must give the golden output too.
+  run golden_minference bash -c "sparseserve generate --device cuda \
+    --model models/stories260K/stories260K.gguf --prompt 'Once upon a time' --max-tokens 60 \
+    --temperature 0 --prefill-attention minference --sparse-prefill-threshold 0 \
+    >$out/golden_minference.txt && cmp $out/golden_minference.txt tests/data/golden_once_upon_a_time.txt"
 fi
 has services && run services bash scripts/gpu_services_check.sh
 # Issue 11: the long-context accuracy table (dense, sliding window, transformers on a sample).
 has eval && run eval bash bench/longctx/eval_check.sh "$out"
+# Issue 12: MInference's accuracy beside dense at 8K and 16K, density in every cell.
+has minference && run minference bash bench/longctx/minference_check.sh "$out"
 lib=.devbundle/lib/libsparseserve_cuda_ops.so
 has kernels && [ -f bench/cuda/kernel_check.py ] &&
   run kernels python3 bench/cuda/kernel_check.py --lib "$lib" --out "$out/kernel_check.json"

@@ -63,6 +63,8 @@ struct Outcome {
   int new_tokens = 0;
   double ttft_s = 0;
   double total_s = 0;
+  // The prefill's measured attention density (MInference); known in process only for now.
+  std::optional<double> prefill_density;
   std::string error;  // non-empty when the request failed
 };
 
@@ -166,6 +168,7 @@ absl::StatusOr<std::vector<Outcome>> RunLocal(const std::vector<Task>& tasks,
       o.new_tokens = static_cast<int>(r->output_tokens.size());
       o.ttft_s = r->time_to_first_token_s;
       o.total_s = r->total_s;
+      o.prefill_density = r->prefill_attention_density;
     } else {
       o.error = r.status().ToString();
     }
@@ -267,8 +270,8 @@ absl::Status Evaluate() {
       ++c.scored;
       item["score"] = *score;
     }
-    absl::StatusOr<double> density =
-        engine::AttentionDensity(options, o.prompt_tokens, std::max(0, o.new_tokens - 1));
+    absl::StatusOr<double> density = engine::AttentionDensity(
+        options, o.prompt_tokens, std::max(0, o.new_tokens - 1), o.prefill_density);
     if (density.ok()) {
       c.density += *density;
     } else {

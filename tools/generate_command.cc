@@ -162,6 +162,9 @@ absl::Status Generate() {
                       result.time_to_first_token_s * 1e3, decode_s > 0 ? decoded / decode_s : 0.0,
                       result.total_s)
           .c_str());
+  if (request.options.prefill.method == engine::AttentionMethod::kMInference) {
+    std::fprintf(stderr, "prefill attention density: %.4f\n", result.prefill_attention_density);
+  }
   if (options.shadow_dense_rate > 0) PrintShadowSummary(shadow_errors);
   return absl::OkStatus();
 }

@@ -197,13 +197,21 @@ absl::StatusOr<int64_t> VisiblePairs(const kernels::AttentionPattern& pattern, i
 }  // namespace
 
 absl::StatusOr<double> AttentionDensity(const RequestOptions& options, int64_t prompt_tokens,
-                                        int64_t generated_tokens) {
+                                        int64_t generated_tokens,
+                                        std::optional<double> measured_prefill_density) {
   const int64_t end = prompt_tokens + generated_tokens;
   if (prompt_tokens < 0 || generated_tokens < 0 || end == 0) {
     return absl::InvalidArgumentError("attention density needs at least one token");
   }
-  SS_ASSIGN_OR_RETURN(const int64_t prefill,
-                      VisiblePairs(AttentionPatternOf(options.prefill), 0, prompt_tokens));
+  int64_t prefill = 0;
+  if (options.prefill.method == AttentionMethod::kMInference &&
+      measured_prefill_density.has_value()) {
+    prefill = static_cast<int64_t>(*measured_prefill_density *
+                                   static_cast<double>(prompt_tokens * (prompt_tokens + 1) / 2));
+  } else {
+    SS_ASSIGN_OR_RETURN(prefill,
+                        VisiblePairs(AttentionPatternOf(options.prefill), 0, prompt_tokens));
+  }
   SS_ASSIGN_OR_RETURN(const int64_t decode,
                       VisiblePairs(AttentionPatternOf(options.decode), prompt_tokens, end));
   const int64_t causal_pairs = end * (end + 1) / 2;  // exact: one of end, end + 1 is even

@@ -11,6 +11,7 @@
 #ifndef SPARSESERVE_COMMON_ENGINE_REQUEST_OPTIONS_H_
 #define SPARSESERVE_COMMON_ENGINE_REQUEST_OPTIONS_H_
 
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -88,10 +89,12 @@ kernels::AttentionPattern AttentionPatternOf(const AttentionChoice& choice);
 // The fraction of causal (query, key) pairs that a request's attention computes when its prompt of
 // `prompt_tokens` is prefilled with the prefill choice and `generated_tokens` more rows are decoded
 // with the decode choice: 1 for dense, less for a window shorter than the context. The
-// evaluation prints it beside every accuracy. Methods that pick keys from the data (minference,
-// tokenselect) cannot be known ahead: kUnimplemented until they report what they computed.
+// evaluation prints it beside every accuracy. Methods that pick keys from the data cannot be
+// known ahead: MInference's prefill uses `measured_prefill_density` (what the engine reported,
+// GenerationResult::prefill_attention_density), kUnimplemented without it and for tokenselect.
 absl::StatusOr<double> AttentionDensity(const RequestOptions& options, int64_t prompt_tokens,
-                                        int64_t generated_tokens);
+                                        int64_t generated_tokens,
+                                        std::optional<double> measured_prefill_density = {});
 
 // Sinks a sliding window chosen per request keeps when it does not say (StreamingLLM §3: four
 // initial tokens hold most of the attention mass that a pure window would lose).

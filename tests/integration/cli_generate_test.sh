@@ -50,6 +50,41 @@ else fail "shadow: a short window measures > 0"; cat "$tmp/shadow_narrow"; fi
 grep -q 'shadow-dense: no sparse attention call was shadowed' "$tmp/shadow_dense" &&
   pass "shadow: dense is never shadowed" || { fail "shadow: dense is never shadowed"; cat "$tmp/shadow_dense"; }
 
+# 2c. MInference (issue 12): forced on at covering budgets (the default VS(1000, 6096) covers the
+# 512-token context) it gives the golden output; a small per-head config on a long prompt does
+# less than dense attention (density < 1) and still generates; bad flags fail clearly.
+if "$bin" generate --model "$model" --prompt "Once upon a time" --max-tokens 60 --temperature 0 \
+    --prefill-attention minference --sparse-prefill-threshold 0 >"$tmp/minf" 2>"$tmp/minf_err" &&
+    cmp -s "$tmp/minf" "$data/golden_once_upon_a_time.txt"; then
+  pass "minference at covering budgets = golden"
+else
+  fail "minference at covering budgets = golden"; cat "$tmp/minf" "$tmp/minf_err"
+fi
+python3 - "$tmp/minf.json" <<'PY'
+import json, sys
+# stories260K: 5 layers, 8 query heads; A-shape, vertical-slash and block-sparse by head.
+kinds = [["stream_llm", 4, 32, 0], ["vertical_and_slash", 30, 100, 0], ["block_sparse", 2, 0, 0]]
+json.dump([{str(h): kinds[h % 3] for h in range(8)} for _ in range(5)], open(sys.argv[1], "w"))
+PY
+long_prompt=$(printf 'Once upon a time there was a little girl named Lily. %.0s' $(seq 30))
+if "$bin" generate --model "$model" --prompt "$long_prompt" --max-tokens 10 --temperature 0 \
+    --prefill-attention minference --sparse-prefill-threshold 0 --prefill-chunk 128 \
+    --minference-config "$tmp/minf.json" >"$tmp/minf_long" 2>"$tmp/minf_long_err" &&
+    awk '/prefill attention density:/ { exit !($4 > 0 && $4 < 0.8) }' "$tmp/minf_long_err"; then
+  pass "minference with a small config is sparse"
+else
+  fail "minference with a small config is sparse"; cat "$tmp/minf_long_err"
+fi
+"$bin" generate --model "$model" --prompt hi --prefill-attention minference \
+  --minference-config "$tmp/missing.json" >/dev/null 2>"$tmp/minf_bad"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -q "missing.json" "$tmp/minf_bad" &&
+  pass "missing minference config is a clear error" || { fail "missing minference config"; cat "$tmp/minf_bad"; }
+"$bin" generate --model "$model" --prompt hi --minference-index guessed >/dev/null 2>"$tmp/minf_bad"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -q "minference-index" "$tmp/minf_bad" &&
+  pass "bad --minference-index is a clear error" || { fail "bad --minference-index"; cat "$tmp/minf_bad"; }
+
 # 3. --help explains every flag and exits 0.
 if "$bin" generate --help >"$tmp/help"; then
   for f in --model --prompt --max-tokens --temperature --top-k --top-p --min-p \
