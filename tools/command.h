@@ -52,6 +52,7 @@ int RunPrefillCommand(const std::vector<char*>& positional);
 int RunRouterCommand(const std::vector<char*>& positional);
 int RunUpCommand(const std::vector<char*>& positional);
 int RunBenchCommand(const std::vector<char*>& positional);
+int RunSearchPatternsCommand(const std::vector<char*>& positional);
 
 }  // namespace sparseserve::tools
 

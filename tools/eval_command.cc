@@ -35,7 +35,9 @@
 
 ABSL_FLAG(std::string, tasks, "",
           "JSON-lines task file written by `python3 tools/longctx --tokenizer ...` (required).");
-ABSL_FLAG(std::string, out, "", "Write every task's output, score and the table here as JSON.");
+ABSL_FLAG(std::string, out, "",
+          "Output file. eval: every task's output, score and the table as JSON; "
+          "search-patterns: the pattern config (MInference's JSON layout).");
 ABSL_FLAG(int, limit, 0, "Run only the first N tasks of the file (0 = all).");
 ABSL_FLAG(int, max_new_tokens, 0, "New tokens per task; 0 = the task's own max_new_tokens.");
 ABSL_FLAG(int, concurrency, 8, "With --server: requests in flight at once.");

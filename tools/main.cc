@@ -80,6 +80,34 @@ const std::vector<Command>& Commands() {
        {"tools/up_command.cc", "tools/router_command.cc", "tools/kv_staging_flags.cc",
         "tools/request_options_flags.cc", "tools/serve_flags.cc", "tools/model_flags.cc"},
        &RunUpCommand},
+      {"search-patterns",
+       "MInference's offline pattern search: a per-head pattern config from a sample",
+       "sparseserve search-patterns --model PATH --sample FILE --out CONFIG [--device cuda]\n"
+       "       [--target-density D] [--sample-tokens N] [--prefill-chunk N]",
+       "MInference's kernel-aware pattern search (paper Alg. 1). Prefills the --sample text\n"
+       "with dense attention in --prefill-chunk chunks; in every layer of every chunk it runs\n"
+       "each candidate pattern on that layer's queries and KV (index built from the chunk's last\n"
+       "64 queries, as served) and measures, per query head, the relative L2 error of its\n"
+       "attention output against dense, over the whole sample. Each (layer, head) keeps the\n"
+       "candidate with the smallest error (ties: the earlier one) and --out gets MInference's\n"
+       "JSON layout (score = that error), ready for --minference-config.\n"
+       "Candidates, all sized to one budget, --target-density of the causal (row, key) pairs at\n"
+       "the sample's length (a cost model counting what the kernels compute):\n"
+       "  vertical_and_slash(v, s) x4: the budget left after the forced 30 columns and 100\n"
+       "      slashes all to slashes (64 keys each at most), 2/3, 1/3, none (all to columns);\n"
+       "  stream_llm(sinks, window): A-shape, min(64, keys per row / 4) sinks, widest window;\n"
+       "  block_sparse(k): the most 64-key blocks per 64-row query block (at least 3).\n"
+       "The candidate table prints each one's estimated and measured density (heads the dense\n"
+       "switch ran dense count whole), mean error and how many heads chose it; then a row per\n"
+       "layer (heads per type, mean and max error) and the density of the chosen config,\n"
+       "measured by one more MInference prefill of the sample. Progress goes to stderr. The\n"
+       "search costs about (1 + candidates x (density + index)) dense prefills of the sample.\n"
+       "Exit code 2 for bad flags or inputs (missing files, a sample under 128 tokens); 1 when\n"
+       "the run fails.",
+       {"tools/search_patterns_command.cc", "tools/eval_command.cc:out",
+        "tools/model_flags.cc:model,device,kv_cache_tokens,gpu_memory_fraction,block_tokens,"
+        "prefill_chunk,max_step_tokens"},
+       &RunSearchPatternsCommand},
       {"bench",
        "time prefill and decode of a synthetic model against the device's roofline",
        "sparseserve bench model --synthetic PRESET [--device cuda|cpu] [--prefill-lengths L,..]\n"

@@ -222,6 +222,13 @@ class ModelRunner {
     shadow_observer_ = std::move(observer);
   }
 
+  // LlamaModel::set_attention_probe on this runner's model: `probe` sees every layer's attention
+  // of every later step (they run op by op while it is set); null turns it off. Offline analysis
+  // only (`sparseserve search-patterns`).
+  void set_attention_probe(model::AttentionProbe probe) {
+    model_->set_attention_probe(std::move(probe));
+  }
+
  private:
   ModelRunner(std::unique_ptr<model::LlamaModel> model, std::unique_ptr<model::PagedKvCache> cache,
               const ModelRunnerOptions& options);

@@ -182,7 +182,8 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
 
   // Decode steps take the step graph of their batch size where the backend has graphs; a probe
   // capture of nothing finds out once.
-  bool graph = in.decode_only && on_layer_kv_written == nullptr && n <= step_graph_rows_ && m > 0;
+  bool graph = in.decode_only && on_layer_kv_written == nullptr && attention_probe_ == nullptr &&
+               n <= step_graph_rows_ && m > 0;
   if (graph && graph_support_ == GraphSupport::kUnknown) {
     graph_support_ = be.CaptureGraph([] { return absl::OkStatus(); }).ok() ? GraphSupport::kYes
                                                                            : GraphSupport::kNo;
@@ -226,7 +227,8 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
                         be.PlanAttention(in.shadow_attn, shape, shadow_step_workspace_));
     SS_ASSIGN_OR_RETURN(shadow, PrepareShadow(in, step_, shadow_plan));
   }
-  SS_RETURN_IF_ERROR(RunLayers(v, plan, in.shadow ? &shadow : nullptr, cache, on_layer_kv_written));
+  SS_RETURN_IF_ERROR(RunLayers(v, plan, in.shadow ? &shadow : nullptr, cache, on_layer_kv_written,
+                               attention_probe_ != nullptr ? &attention_probe_ : nullptr));
   return v;
 }
 
@@ -280,7 +282,8 @@ absl::Status LlamaModel::RunStepGraph(int64_t n, const StepViews& v,
 
 absl::Status LlamaModel::RunLayers(
     const StepViews& v, const kernels::AttentionPlan& plan, const ShadowPass* shadow,
-    PagedKvCache& cache, const std::function<absl::Status(int layer)>& on_layer_kv_written) {
+    PagedKvCache& cache, const std::function<absl::Status(int layer)>& on_layer_kv_written,
+    const AttentionProbe* probe) {
   const ModelConfig& c = config_;
   kernels::Backend& be = *backend_;
   const int64_t n = v.ids.dim(0);
@@ -312,6 +315,7 @@ absl::Status LlamaModel::RunLayers(
       SS_RETURN_IF_ERROR(be.RelativeL2Error(attn_out, shadow->out, shadow->ranges,
                                             shadow->errors.Slice(0, l * k, (l + 1) * k)));
     }
+    if (probe != nullptr) SS_RETURN_IF_ERROR((*probe)(l, plan, q, cache.layer(l), attn_out));
     SS_RETURN_IF_ERROR(be.Linear(attn2, w.wo, w.bo, branch));
     SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, w.ffn_norm, c.rms_norm_eps, x));
     SS_RETURN_IF_ERROR(be.Linear(x, w.w_gate_up, Tensor(), v.gate_up));

@@ -63,6 +63,16 @@ struct ShadowAttentionError {
   float relative_l2 = 0;
 };
 
+// A per-layer look at a forward step's attention (LlamaModel::set_attention_probe): called right
+// after layer `layer`'s Attention with the step's plan (its batch and workspace, valid during the
+// call), the layer's rotated queries q [rows, heads, head_dim], its KV cache kv_layer (already
+// holding the step's keys and values) and the attention output out [rows, heads, head_dim], all
+// in the backend's memory and compute dtype. It may run backend ops of its own (other plans into
+// its own workspaces) but must not write q, kv_layer or out. Its error aborts the step.
+using AttentionProbe =
+    std::function<absl::Status(int layer, const kernels::AttentionPlan& plan, const Tensor& q,
+                               const Tensor& kv_layer, const Tensor& out)>;
+
 struct LayerWeights {
   Tensor attn_norm, wq, wk, wv, wo;
   Tensor bq, bk, bv, bo;  // empty without attention bias; bo only for Llama's attention_bias
@@ -150,6 +160,12 @@ class LlamaModel {
   // sequences entries); empty when that step was not shadowed.
   const std::vector<ShadowAttentionError>& shadow_errors() const { return shadow_errors_; }
 
+  // Calls `probe` after every layer's attention in every step (null = off, the default, at no
+  // cost). Offline analysis only (`sparseserve search-patterns` compares sparse patterns with the
+  // step's dense output there): steps run op by op while a probe is set, never as step graphs,
+  // whose replays could not call back to the host.
+  void set_attention_probe(AttentionProbe probe) { attention_probe_ = std::move(probe); }
+
   // The attention work of the last forward step's sequences with a data-dependent sparse method
   // (MInference): the (row, key) pairs computed and the causal pairs of their rows, summed over
   // layers and query heads; zeros for other sequences, and empty when the step had none.
@@ -232,9 +248,11 @@ class LlamaModel {
       const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
       const std::function<absl::Status(int layer)>& on_layer_kv_written);
   // The step's device ops, embedding to logits: what a step graph records.
+  // `probe` (attention_probe_ on op-by-op steps, null under graphs) runs after each Attention.
   absl::Status RunLayers(const StepViews& v, const kernels::AttentionPlan& plan,
                          const ShadowPass* shadow, PagedKvCache& cache,
-                         const std::function<absl::Status(int layer)>& on_layer_kv_written);
+                         const std::function<absl::Status(int layer)>& on_layer_kv_written,
+                         const AttentionProbe* probe = nullptr);
   // RunLayers through the step graph of batch size `n` (and shadow flag; capturing it on its
   // second use).
   absl::Status RunStepGraph(int64_t n, const StepViews& v, const kernels::AttentionPlan& plan,
@@ -274,6 +292,7 @@ class LlamaModel {
   // Sequences of the step in flight whose sparse work is read back after it (0 = none).
   int64_t sparse_pending_ = 0;
   std::vector<SparseWork> sparse_work_;
+  AttentionProbe attention_probe_;  // set_attention_probe; null = off
   int step_graph_rows_ = kDefaultStepGraphRows;
   GraphSupport graph_support_ = GraphSupport::kUnknown;
   // By batch size and shadow flag (2 * rows + shadowed).

@@ -37,6 +37,8 @@ check hadolint hadolint --failure-threshold info "$DEPLOY/docker/Dockerfile" \
   "$DEPLOY/docker/Dockerfile.cuda"
 check "promtool check config" promtool check config "$DEPLOY/prometheus/prometheus.yml"
 check "promtool check rules" promtool check rules "$DEPLOY"/prometheus/rules/*.yml
+check "k8s minference_config.json is the test model's search result" cmp \
+  "$DEPLOY/k8s/base/minference_config.json" "$ROOT/tests/data/longctx_model/minference_config.json"
 check "dashboard structure" python3 "$DEPLOY/tools/promql_check.py" structure \
   "$DEPLOY/grafana/dashboards/sparseserve.json"
 
