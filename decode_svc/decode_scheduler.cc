@@ -232,7 +232,7 @@ bool DecodeScheduler::AdmitOne(std::unique_ptr<Running>& r) {
     if (!r->started) {
       r->started = true;
       job.sink->OnStart(r->seq.num_cached_prompt_tokens,
-                        absl::ToDoubleSeconds(absl::Now() - r->enqueued));
+                        absl::ToDoubleSeconds(absl::Now() - r->enqueued), 1.0);
     }
     running_.push_back(std::move(r));
     return true;
@@ -388,7 +388,10 @@ void DecodeScheduler::EngineStep() {
         if (!r.started) {
           r.started = true;
           r.job.sink->OnStart(r.seq.num_cached_prompt_tokens,
-                              absl::ToDoubleSeconds(absl::Now() - r.enqueued));
+                              absl::ToDoubleSeconds(absl::Now() - r.enqueued),
+                              r.seq.sparse_causal_pairs > 0
+                                  ? r.seq.sparse_computed_pairs / r.seq.sparse_causal_pairs
+                                  : 1.0);
         }
       }
       if (!Emit(r, token)) finished.push_back(&r);

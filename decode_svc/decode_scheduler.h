@@ -45,7 +45,9 @@ class DecodeSink {
  public:
   virtual ~DecodeSink() = default;
   // Once, before the first token: prompt tokens served from the prefix cache, queue time.
-  virtual void OnStart(int cached_prompt_tokens, double queue_seconds) = 0;
+  // `prefill_attention_density`: of its local prefill's computed chunks (1 = dense or none).
+  virtual void OnStart(int cached_prompt_tokens, double queue_seconds,
+                       double prefill_attention_density) = 0;
   virtual void OnToken(int32_t token) = 0;
   // Last call. `status` is OK for a normal finish (see `reason`), else the error.
   virtual void OnFinish(const absl::Status& status, engine::FinishReason reason) = 0;

@@ -56,6 +56,7 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
     bool started ABSL_GUARDED_BY(mu) = false;
     int cached_tokens ABSL_GUARDED_BY(mu) = 0;
     double queue_seconds ABSL_GUARDED_BY(mu) = 0;
+    double prefill_density ABSL_GUARDED_BY(mu) = 1.0;
     bool finished ABSL_GUARDED_BY(mu) = false;
     absl::Status status ABSL_GUARDED_BY(mu);
     engine::FinishReason reason ABSL_GUARDED_BY(mu) = engine::FinishReason::kLength;
@@ -68,12 +69,14 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
    public:
     Sink(std::shared_ptr<Shared> shared, metrics::ServingMetrics* metrics)
         : shared_(std::move(shared)), metrics_(metrics), start_(absl::Now()) {}
-    void OnStart(int cached, double queue_seconds) override {
+    void OnStart(int cached, double queue_seconds, double prefill_density) override {
       metrics_->request_queue_time().Observe(queue_seconds);
+      if (prefill_density < 1.0) metrics_->sparse_attention_density().Set(prefill_density);
       absl::MutexLock lock(&shared_->mu);
       shared_->started = true;
       shared_->cached_tokens = cached;
       shared_->queue_seconds = queue_seconds;
+      shared_->prefill_density = prefill_density;
     }
     void OnToken(int32_t token) override {
       const absl::Time now = absl::Now();
@@ -143,6 +146,7 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
         if (!shared_->sent_first) {
           shared_->sent_first = true;
           response_.set_cached_prompt_tokens(shared_->cached_tokens);
+          response_.set_prefill_attention_density(shared_->prefill_density);
           response_.set_queue_seconds(shared_->queue_seconds);
         }
         if (shared_->finished) {

@@ -400,6 +400,9 @@ void PrefillEngine::Finish(Running& r, absl::Status status) {
     result.first_token = r.first_token;
     result.cached_tokens = r.seq.num_cached_prompt_tokens;
     result.computed_tokens = static_cast<int>(task.prompt.size()) - result.cached_tokens;
+    if (r.seq.sparse_causal_pairs > 0) {
+      result.attention_density = r.seq.sparse_computed_pairs / r.seq.sparse_causal_pairs;
+    }
   }
   runner_->Release(r.seq);  // the blocks stay in the local prefix cache
   if (r.admitted != absl::InfinitePast()) {

@@ -60,6 +60,7 @@ struct PrefillResult {
   int32_t first_token = -1;
   int computed_tokens = 0;
   int cached_tokens = 0;
+  double attention_density = 1.0;  // of the computed chunks: 1 dense, less under MInference
   int64_t transferred_bytes = 0;
   double prefill_seconds = 0;
   double transfer_seconds = 0;      // from the first PUT to the end of the flush

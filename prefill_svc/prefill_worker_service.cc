@@ -95,6 +95,10 @@ grpc::ServerUnaryReactor* PrefillWorkerService::Prefill(grpc::CallbackServerCont
         response->set_transferred_bytes(static_cast<uint64_t>(result->transferred_bytes));
         response->set_prefill_seconds(result->prefill_seconds);
         response->set_transfer_seconds(result->transfer_seconds);
+        response->set_attention_density(result->attention_density);
+        if (result->attention_density < 1.0) {
+          metrics->sparse_attention_density().Set(result->attention_density);
+        }
         if (result->transferred_bytes > 0) {
           metrics->kv_transfer_bytes().Increment(static_cast<double>(result->transferred_bytes));
           metrics->kv_transfer_time().Observe(result->transfer_seconds);

@@ -123,7 +123,10 @@ void GenerateCall::OnDecodeResponse(DecodeStream* stream, const v1::DecodeRespon
     if (!have_worker_stats_) {
       have_worker_stats_ = true;
       // Disaggregated: the decode worker's cached tokens came with the reservation.
-      if (!disaggregated_) cached_prompt_tokens_ = response.cached_prompt_tokens();
+      if (!disaggregated_) {
+        cached_prompt_tokens_ = response.cached_prompt_tokens();
+        prefill_density_ = response.prefill_attention_density();
+      }
       queue_seconds_ = response.queue_seconds();
       resources_->metrics->request_queue_time().Observe(queue_seconds_);
     }
@@ -195,6 +198,7 @@ void GenerateCall::ConcludeLocked(const Outcome& outcome, Actions& actions) {
     v1::Usage& usage = *pending_.mutable_usage();
     usage.set_prompt_tokens(static_cast<int32_t>(request_.prompt_ids.size()));
     usage.set_cached_prompt_tokens(cached_prompt_tokens_);
+    usage.set_prefill_attention_density(prefill_density_);
     usage.set_completion_tokens(static_cast<int32_t>(generated_.size()));
     v1::Timings& timings = *pending_.mutable_timings();
     timings.set_queue_seconds(queue_seconds_);

@@ -171,6 +171,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<v1::GenerateResponse>
   bool disaggregated_ ABSL_GUARDED_BY(mu_) = false;
   bool have_worker_stats_ ABSL_GUARDED_BY(mu_) = false;  // first Decode message seen
   int cached_prompt_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  double prefill_density_ ABSL_GUARDED_BY(mu_) = 1.0;  // of the prompt's prefill, wherever it ran
   double queue_seconds_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<absl::Time> first_token_time_ ABSL_GUARDED_BY(mu_);
   absl::Time last_token_time_ ABSL_GUARDED_BY(mu_);

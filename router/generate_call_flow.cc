@@ -223,6 +223,7 @@ void GenerateCall::OnPrefillDone(int decode_idx, int prefill_idx, const grpc::St
       PrefillFailedLocked(decode_idx, prefill_idx, status, actions);
     } else {
       disaggregated_ = true;
+      prefill_density_ = response.attention_density();
       const int32_t first = response.first_token();
       RelayTokensLocked(&first, 1, actions);
       if (concluded_) {  // a stop string

@@ -65,7 +65,7 @@ struct Outcome {
   int new_tokens = 0;
   double ttft_s = 0;
   double total_s = 0;
-  // The prefill's measured attention density (MInference); known in process only for now.
+  // The prefill's measured attention density (MInference), from the engine or the server.
   std::optional<double> prefill_density;
   std::string error;  // non-empty when the request failed
 };
@@ -205,6 +205,7 @@ std::vector<Outcome> RunRemote(const std::vector<Task>& tasks) {
           o.new_tokens = static_cast<int>(r->tokens.size());
           o.ttft_s = r->timings.time_to_first_token_seconds();
           o.total_s = r->timings.e2e_seconds();
+          o.prefill_density = r->usage.prefill_attention_density();
         } else {
           o.error = r.status().ToString();
         }

@@ -23,7 +23,7 @@ namespace {
 // Collects one request's output; Wait() blocks the test thread (bounded) until OnFinish.
 class CollectingSink : public DecodeSink {
  public:
-  void OnStart(int cached, double) override { cached_ = cached; }
+  void OnStart(int cached, double, double) override { cached_ = cached; }
   void OnToken(int32_t token) override { tokens_.push_back(token); }
   void OnFinish(const absl::Status& status, engine::FinishReason reason) override {
     status_ = status;
