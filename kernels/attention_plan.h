@@ -115,17 +115,22 @@ struct AttentionPlan {
   // filled and read only by the backend that made the plan (the CPU reads `batch` instead).
   struct Layout {
     int64_t seqs = 0, tables = 0, masks = 0, decode_items = 0, merges = 0, merge_seqs = 0,
-            prefill_tiles = 0, row_seq = 0;
+            prefill_tiles = 0, prefill_tile_areas = 0, row_seq = 0;
     int num_decode_items = 0, max_decode_items = 0, num_merges = 0, num_prefill_tiles = 0;
     int total_q = 0;
     bool generic = false;  // every row on the generic kernel (head dims without a fast kernel)
+    // Some prefill tiles belong to kMInference sequences: prefill_tile_areas holds one (index
+    // offset, words per head) pair per tile, and the kernel runs only their kDense heads.
+    bool prefill_gated = false;
     // Some prefill-kernel (decode-kernel) sequence has a mask or a window: the kernel variant
     // that checks every key runs; dense batches keep the plain one.
     bool prefill_masked = false, decode_masked = false;
     // kMInference sequences (their own kernels): records and (record, row) pairs in metadata,
     // and the grid bounds of the index build.
-    int64_t minference_seqs = 0, minference_rows = 0;
-    int num_minference_seqs = 0, num_minference_rows = 0;
+    // Rows go to the CUDA-core kernel (head dims without tensor-core kernels), tiles (record,
+    // first row of a 64-row block) to the tensor-core one.
+    int64_t minference_seqs = 0, minference_rows = 0, minference_tiles = 0;
+    int num_minference_seqs = 0, num_minference_rows = 0, num_minference_tiles = 0;
     int minference_key_tiles = 0, minference_query_blocks = 0;
     bool operator==(const Layout&) const = default;
   } layout;

@@ -21,7 +21,7 @@ __global__ void __launch_bounds__(kThreads)
     MInferenceAttentionKernel(const bf16_t* q_ptr, const bf16_t* kv_ptr,
                               const MInferenceSeqInfo* seqs, const int32_t* block_tables,
                               const int2* rows, int num_rows, const int32_t* index,
-                              AttentionDims dims, bf16_t* out_ptr) {
+                              AttentionDims dims, bool skip_dense, bf16_t* out_ptr) {
   const int64_t warp = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (warp >= int64_t{num_rows} * dims.heads) return;
@@ -40,6 +40,8 @@ __global__ void __launch_bounds__(kThreads)
   const auto* kv = reinterpret_cast<const __nv_bfloat16*>(kv_ptr);
   const int32_t* area = index + seq.index_offset + int64_t{head} * seq.words_per_head;
   const int32_t* body = area + minference::kHeaderWords;
+  // A dense-switched head is the tensor-core prefill kernel's (it gates its tiles on this word).
+  if (skip_dense && area[0] == static_cast<int32_t>(HeadPatternKind::kDense)) return;
 
   float qv[kMaxDimsPerLane], acc[kMaxDimsPerLane];
 #pragma unroll
@@ -121,13 +123,14 @@ __global__ void __launch_bounds__(kThreads)
 cudaError_t LaunchMInferenceAttention(const bf16_t* q, const bf16_t* kv_layer,
                                       const MInferenceSeqInfo* seqs, const int32_t* block_tables,
                                       const int2* rows, int num_rows, const int32_t* index,
-                                      const AttentionDims& dims, bf16_t* out, cudaStream_t stream) {
+                                      const AttentionDims& dims, bool skip_dense, bf16_t* out,
+                                      cudaStream_t stream) {
   if (dims.head_dim > 32 * kMaxDimsPerLane) return cudaErrorInvalidValue;
   const int64_t warps = int64_t{num_rows} * dims.heads;
   if (warps == 0) return cudaSuccess;
   const int64_t blocks = (warps * 32 + kThreads - 1) / kThreads;
   MInferenceAttentionKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      q, kv_layer, seqs, block_tables, rows, num_rows, index, dims, out);
+      q, kv_layer, seqs, block_tables, rows, num_rows, index, dims, skip_dense, out);
   return cudaGetLastError();
 }
 

@@ -5,7 +5,10 @@
 // block tables), uploaded with one copy into workspace.metadata. Single-query sequences go to the
 // split-KV decode kernel, longer chunks to the tensor-core prefill kernel; head dims other than
 // 64/128 take the generic kernel. kMInference sequences go to their own kernels whatever their
-// shape: BuildAttentionIndex builds their per-layer index, Attention reads it. Sections whose sizes
+// shape: BuildAttentionIndex builds their per-layer index, Attention reads it; where the
+// tensor-core prefill kernel exists, their chunks also get its tiles, which run only the heads
+// the index switched to dense (decided on the device from the index header), and the other heads
+// run on the tensor-core MInference kernel over the same blocks. Sections whose sizes
 // depend only on the batch's shape come first and the block tables (which grow with the contexts)
 // last, so a decode batch keeps its layout step after step and a captured step graph stays valid.
 #include <algorithm>
@@ -68,7 +71,14 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   AttentionPlan plan;  // its layout's variant flags are set while the sequences are flattened
   std::vector<int32_t> seqs, tables, tiles, items, merges, merge_seqs, row_seq;
   std::vector<uint8_t> masks;
-  std::vector<std::pair<int, int2>> tile_work;  // (keys visible, tile) for heaviest-first order
+  // A prefill tile: (sequence, first row) plus the MInference index area that gates it.
+  struct TileWork {
+    int keys;  // keys visible to the tile's last row (heaviest first)
+    int2 tile;
+    int2 area;  // (index_offset, words_per_head); x = -1: not gated
+  };
+  std::vector<TileWork> tile_work;
+  std::vector<int32_t> tile_areas;
   std::vector<std::pair<int, int>> ranges;
   std::vector<int32_t> table_begins(num_seqs, 0);
   int total_q = 0, decode_seqs = 0;
@@ -101,13 +111,44 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
     } else {
       for (int q0 = 0; q0 < sa.q_len; q0 += cuda::kPrefillTileRows) {
         const int keys = sa.kv_len - sa.q_len + std::min(sa.q_len, q0 + cuda::kPrefillTileRows);
-        tile_work.push_back({keys, make_int2(s, q0)});
+        tile_work.push_back({keys, make_int2(s, q0), make_int2(-1, 0)});
       }
     }
   }
+  CudaMInferencePlan minference;
+  SS_RETURN_IF_ERROR(PlanMInference(batch, shape, table_begins, &minference));
+  // MInference chunks get tensor-core tiles too, gated per head on the device by their index
+  // header: the heads the dense switch fired for run there at the dense kernel's rate, the rest
+  // leave at once (issue 12: never slower than dense). Their work is unknown here, so they sort
+  // by the dense bound.
+  // Their sparse heads run on the tensor-core MInference kernel over the same 64-row blocks
+  // (records, not sequences, in .x), and the CUDA-core row kernel is left to other head dims.
+  const bool gated = !generic && !minference.seqs.empty();
+  std::vector<TileWork> minference_work;
+  std::vector<int32_t> minference_tiles;
+  if (gated) {
+    for (size_t r = 0; r < minference.seqs.size(); ++r) {
+      const cuda::MInferenceSeqInfo& rec = minference.seqs[r];
+      for (int q0 = 0; q0 < rec.q_len; q0 += cuda::kPrefillTileRows) {
+        const int keys = rec.kv_len - rec.q_len + std::min(rec.q_len, q0 + cuda::kPrefillTileRows);
+        tile_work.push_back(
+            {keys, make_int2(rec.seq, q0), make_int2(rec.index_offset, rec.words_per_head)});
+        minference_work.push_back({keys, make_int2(static_cast<int>(r), q0), make_int2(-1, 0)});
+      }
+    }
+    minference.rows.clear();
+    std::stable_sort(minference_work.begin(), minference_work.end(),
+                     [](const TileWork& a, const TileWork& b) { return a.keys > b.keys; });
+    for (const TileWork& w : minference_work) {
+      minference_tiles.insert(minference_tiles.end(), {w.tile.x, w.tile.y});
+    }
+  }
   std::stable_sort(tile_work.begin(), tile_work.end(),
-                   [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (const auto& [keys, tile] : tile_work) tiles.insert(tiles.end(), {tile.x, tile.y});
+                   [](const TileWork& a, const TileWork& b) { return a.keys > b.keys; });
+  for (const TileWork& w : tile_work) {
+    tiles.insert(tiles.end(), {w.tile.x, w.tile.y});
+    if (gated) tile_areas.insert(tile_areas.end(), {w.area.x, w.area.y});
+  }
 
   // Split-KV: chunks of whole 64-key tiles, as many as give ~4 CTAs per SM over all KV heads.
   // With per_chunk tiles per chunk, a range of t tiles gets ceil(t / per_chunk) chunks, so the
@@ -150,9 +191,6 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
     }
   }
 
-  CudaMInferencePlan minference;
-  SS_RETURN_IF_ERROR(PlanMInference(batch, shape, table_begins, &minference));
-
   std::vector<int32_t> host;
   auto append = [&host](const int32_t* data, size_t n) {
     host.resize((host.size() + 3) / 4 * 4, 0);  // 16-byte aligned sections (int2 / int4 reads)
@@ -173,11 +211,13 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   l.merges = append_vec(merges);
   l.merge_seqs = append_vec(merge_seqs);
   l.prefill_tiles = append_vec(tiles);
+  l.prefill_tile_areas = append_vec(tile_areas);
   l.row_seq = append_vec(row_seq);
   l.minference_seqs =
       append(reinterpret_cast<const int32_t*>(minference.seqs.data()),
              minference.seqs.size() * sizeof(cuda::MInferenceSeqInfo) / sizeof(int32_t));
   l.minference_rows = append_vec(minference.rows);
+  l.minference_tiles = append_vec(minference_tiles);
   std::vector<int32_t> mask_words((masks.size() + 3) / 4, 0);
   std::copy(masks.begin(), masks.end(), reinterpret_cast<uint8_t*>(mask_words.data()));
   l.masks = append_vec(mask_words);
@@ -188,8 +228,10 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   l.num_prefill_tiles = static_cast<int>(tiles.size() / 2);
   l.total_q = total_q;
   l.generic = generic;
+  l.prefill_gated = gated;
   l.num_minference_seqs = static_cast<int>(minference.seqs.size());
   l.num_minference_rows = static_cast<int>(minference.rows.size() / 2);
+  l.num_minference_tiles = static_cast<int>(minference_tiles.size() / 2);
   l.minference_key_tiles = minference.max_key_tiles;
   l.minference_query_blocks = minference.max_query_blocks;
 
@@ -342,10 +384,18 @@ absl::Status CudaBackend::Attention(const AttentionPlan& plan, const Tensor& q,
                                                 dims, out_ptr, stream()),
                    "Attention (generic)"));
   } else {
+    cuda::PrefillTileGates gates;
+    if (l.prefill_gated) {
+      if (ws.sparse_index.numel() == 0) {
+        return absl::FailedPreconditionError("Attention: the MInference index was not planned");
+      }
+      gates.areas = reinterpret_cast<const int2*>(base + l.prefill_tile_areas);
+      gates.index = ws.sparse_index.data<int32_t>();
+    }
     SS_RETURN_IF_ERROR(
         CudaStatus(cuda::LaunchPrefillAttention(
                        q_ptr, kv_ptr, seqs, reinterpret_cast<const int2*>(base + l.prefill_tiles),
-                       l.num_prefill_tiles, dims, l.prefill_masked, out_ptr, stream()),
+                       l.num_prefill_tiles, dims, l.prefill_masked, gates, out_ptr, stream()),
                    "Attention (prefill)"));
     cuda::DecodeWork work;
     work.num_items = base;
@@ -361,15 +411,26 @@ absl::Status CudaBackend::Attention(const AttentionPlan& plan, const Tensor& q,
         CudaStatus(cuda::LaunchDecodeAttention(q_ptr, kv_ptr, seqs, work, dims, out_ptr, stream()),
                    "Attention (decode)"));
   }
-  if (l.num_minference_rows == 0) return absl::OkStatus();
+  if (l.num_minference_rows == 0 && l.num_minference_tiles == 0) return absl::OkStatus();
   if (ws.sparse_index.numel() == 0) {
     return absl::FailedPreconditionError("Attention: the MInference index was not planned");
   }
+  if (l.num_minference_tiles > 0) {
+    SS_RETURN_IF_ERROR(CudaStatus(
+        cuda::LaunchMInferenceTileAttention(
+            q_ptr, kv_ptr,
+            reinterpret_cast<const cuda::MInferenceSeqInfo*>(base + l.minference_seqs),
+            base + l.tables, reinterpret_cast<const int2*>(base + l.minference_tiles),
+            l.num_minference_tiles, ws.sparse_index.data<int32_t>(), dims, out_ptr, stream()),
+        "Attention (MInference tiles)"));
+  }
+  if (l.num_minference_rows == 0) return absl::OkStatus();
   return CudaStatus(
       cuda::LaunchMInferenceAttention(
           q_ptr, kv_ptr, reinterpret_cast<const cuda::MInferenceSeqInfo*>(base + l.minference_seqs),
           base + l.tables, reinterpret_cast<const int2*>(base + l.minference_rows),
-          l.num_minference_rows, ws.sparse_index.data<int32_t>(), dims, out_ptr, stream()),
+          l.num_minference_rows, ws.sparse_index.data<int32_t>(), dims, /*skip_dense=*/!l.generic,
+          out_ptr, stream()),
       "Attention (MInference)");
 }
 

@@ -124,10 +124,18 @@ struct AttentionSeqs {
 // window are skipped). `tiles` lists (sequence index, first query row of a 64-row tile) pairs,
 // heaviest first.
 // `masked`: some sequence has a mask or a window (the variant that checks every key).
+// `gates`: for kMInference sequences' tiles, the index area whose header decides on the device
+// whether the tile's head runs here (kDense) or on a sparse kernel (see PrefillTileGates).
+struct PrefillTileGates {
+  // int32 [num_tiles, 2]: (index_offset, words_per_head) of the tile's MInference sequence (head
+  // h's header at index[offset + h * words]), offset -1 for tiles that always run; null = none.
+  const int2* areas = nullptr;
+  const int32_t* index = nullptr;  // int32 the built MInference index (workspace.sparse_index)
+};
 cudaError_t LaunchPrefillAttention(const bf16_t* q, const bf16_t* kv_layer,
                                    const AttentionSeqs& seqs, const int2* tiles, int num_tiles,
-                                   const AttentionDims& dims, bool masked, bf16_t* out,
-                                   cudaStream_t stream);
+                                   const AttentionDims& dims, bool masked,
+                                   const PrefillTileGates& gates, bf16_t* out, cudaStream_t stream);
 inline constexpr int kPrefillTileRows = 64;
 
 // The split-KV work lists of one decode attention call. Counts that change with the KV lengths
@@ -159,6 +167,18 @@ cudaError_t LaunchGenericAttention(const bf16_t* q, const bf16_t* kv_layer,
                                    const AttentionSeqs& seqs, int total_q, const int32_t* row_seq,
                                    const AttentionDims& dims, bf16_t* out, cudaStream_t stream);
 
+// The tensor-core MInference kernel (head_dim 64/128): one CTA per (tile, head) with `tiles`
+// listing (record of `seqs`, first row of a 64-row query block) pairs. Runs the vertical-slash,
+// block-sparse and A-shape heads over their packed cover; kDense heads are left to the dense
+// prefill kernel (PrefillTileGates). Defined in attention_minference_tiles.cu.
+struct MInferenceSeqInfo;
+cudaError_t LaunchMInferenceTileAttention(const bf16_t* q, const bf16_t* kv_layer,
+                                          const MInferenceSeqInfo* seqs,
+                                          const int32_t* block_tables, const int2* tiles,
+                                          int num_tiles, const int32_t* index,
+                                          const AttentionDims& dims, bf16_t* out,
+                                          cudaStream_t stream);
+
 // One kMInference sequence of an attention plan, on the device (kernels/minference_index.h
 // states the semantics; kernels/cuda/cuda_minference.cc fills these).
 struct MInferenceSeqInfo {
@@ -183,7 +203,8 @@ static_assert(sizeof(MInferenceSeqInfo) % 8 == 0, "records are packed into int32
 #ifdef __CUDACC__
 __host__ __device__
 #endif
-inline int64_t MInferenceScratchFloatsPerHead(int32_t kv_len, int head_dim) {
+    inline int64_t
+    MInferenceScratchFloatsPerHead(int32_t kv_len, int head_dim) {
   const int64_t tiles = (int64_t{kv_len} + 63) / 64;
   return 2 * int64_t{kv_len} + 128 * tiles + 128 + tiles * head_dim;
 }
@@ -211,10 +232,13 @@ cudaError_t LaunchMInferenceIndex(const MInferenceIndexParams& p, cudaStream_t s
 
 // Attention of the MInference sequences' rows under their built index: rows lists
 // (sequence of `seqs`, row within its chunk) pairs, num_rows of them. Any head_dim up to 256.
+// `skip_dense`: heads whose index says kDense are left alone (the tensor-core prefill kernel
+// runs them); false where no tensor-core kernel exists for the head dim.
 cudaError_t LaunchMInferenceAttention(const bf16_t* q, const bf16_t* kv_layer,
                                       const MInferenceSeqInfo* seqs, const int32_t* block_tables,
                                       const int2* rows, int num_rows, const int32_t* index,
-                                      const AttentionDims& dims, bf16_t* out, cudaStream_t stream);
+                                      const AttentionDims& dims, bool skip_dense, bf16_t* out,
+                                      cudaStream_t stream);
 
 // out[i] = ||actual[R_i] - expected[R_i]|| / ||expected[R_i]|| over the rows R_i = [ranges[2i],
 // ranges[2i] + ranges[2i + 1]) of two bf16 [rows, row_elems] arrays (Backend::RelativeL2Error):

@@ -57,6 +57,20 @@ std::shared_ptr<const MInferenceConfig> Mixed(int heads) {
   return std::make_shared<const MInferenceConfig>(std::move(c));
 }
 
+// Per head, a pattern whose index covers (nearly) the whole causal area, so the dense switch
+// fires, beside one that stays sparse, of every kind: one sequence then runs some heads on the
+// dense tensor-core kernel and the others on the sparse path.
+std::shared_ptr<const MInferenceConfig> HalfDense(int heads) {
+  MInferenceConfig c = MInferenceConfig::Uniform(kLayers, heads);
+  const HeadPattern kinds[6] = {HeadPattern{HeadPatternKind::kVerticalSlash, 1000, 6096}, kVs,
+                                HeadPattern{HeadPatternKind::kAShape, 16, 1 << 20},       kAShape,
+                                HeadPattern{HeadPatternKind::kBlockSparse, 1000, 0},      kBs};
+  for (int l = 0; l < kLayers; ++l) {
+    for (int h = 0; h < heads; ++h) c.heads[l * heads + h] = kinds[(h + l) % 6];
+  }
+  return std::make_shared<const MInferenceConfig>(std::move(c));
+}
+
 std::shared_ptr<const MInferenceConfig> Planted(int heads) {
   MInferenceConfig c = MInferenceConfig::Uniform(kLayers, heads);
   c.planted = true;
@@ -138,8 +152,13 @@ std::string Describe(const MinfCase& c) {
   return s;
 }
 
+// The resolved kinds of the built index's heads, over every MInference sequence of a case.
+struct HeadKinds {
+  int dense = 0, sparse = 0;
+};
+
 void RunMinfCase(CudaTest& t, kernels::Backend& cpu, kernels::Backend& gpu, const MinfCase& c,
-                 std::mt19937& rng) {
+                 std::mt19937& rng, HeadKinds* kinds = nullptr) {
   SCOPED_TRACE(Describe(c));
   const int bt = c.block_tokens;
   int total_blocks = 0, total_kv = 0, total_q = 0;
@@ -252,6 +271,18 @@ void RunMinfCase(CudaTest& t, kernels::Backend& cpu, kernels::Backend& gpu, cons
     }
   }
 
+  if (kinds != nullptr) {
+    int64_t offset = 0;
+    for (const auto& sa : batch.sequences) {
+      const int64_t seq_words = kernels::SparseIndexWords(sa);
+      for (int h = 0; seq_words > 0 && h < c.heads; ++h) {
+        const int32_t kind = gi[offset + h * (seq_words / c.heads)];
+        ++(kind == static_cast<int32_t>(HeadPatternKind::kDense) ? kinds->dense : kinds->sparse);
+      }
+      offset += seq_words;
+    }
+  }
+
   // The reference attention over the GPU's index (identical to the CPU's in the exact cases).
   std::copy(gi, gi + words, ci);
   Tensor ref = Tensor::Zeros(DType::kF32, {total_q, c.heads, c.head_dim});
@@ -300,12 +331,36 @@ TEST_F(CudaMInferenceTest, RandomInputsEveryPatternHeadDimAndBatch) {
   }
 }
 
+// Dense-switched heads run on the tensor-core prefill kernel (gated per head by the index
+// header), the others on the sparse kernels, in one sequence; head dims 16 keep every head on
+// the CUDA-core kernel.
+TEST_F(CudaMInferenceTest, DenseSwitchedAndSparseHeadsInOneSequence) {
+  const std::vector<std::vector<SeqSpec>> batches = {
+      {{300, 2000}, {37, 37, false}, {1, 300, false}},
+      {{130, 130}, {200, 1500}, {70, 3000}, {1, 700}},
+  };
+  for (int hd : {16, 64, 128}) {
+    for (auto [heads, kv_heads] : {std::pair{12, 4}, std::pair{12, 2}}) {
+      for (const auto& seqs : batches) {
+        HeadKinds kinds;
+        RunMinfCase(*this, cpu_, *gpu_,
+                    MinfCase{hd, heads, kv_heads, 16, seqs, HalfDense(heads), "half-dense"}, rng_,
+                    &kinds);
+        EXPECT_GT(kinds.dense, 0);
+        EXPECT_GT(kinds.sparse, 0);
+      }
+    }
+  }
+}
+
 // A few small cases for compute-sanitizer (scripts/gpu_check.sh's sanitizer stage).
 TEST_F(CudaMInferenceTest, MInferenceSmallBatches) {
   const std::vector<SeqSpec> seqs = {{130, 130}, {1, 500}, {37, 37, false}, {70, 900}};
   for (int hd : {16, 64}) {
     RunMinfCase(*this, cpu_, *gpu_, MinfCase{hd, 8, 2, 16, seqs, Mixed(8), "mixed"}, rng_);
     RunMinfCase(*this, cpu_, *gpu_, MinfCase{hd, 8, 4, 64, seqs, Planted(8), "planted"}, rng_);
+    RunMinfCase(*this, cpu_, *gpu_, MinfCase{hd, 12, 4, 16, seqs, HalfDense(12), "half-dense"},
+                rng_);
   }
 }
 

@@ -1,0 +1,326 @@
+// MInference sparse attention on tensor cores (head_dim 64/128): a CTA of 4 warps per (64-row
+// query block, query head), like the dense prefill kernel, whose tile math it shares
+// (prefill_tile.cuh). Its 64-key tiles are packed from the head's cover of the query block
+// (kernels/minference_index.h): vertical-slash's merged slash runs, then the gathered columns
+// outside them (PIT, papers/minference.md "Kernels"); block-sparse's selected key blocks; or
+// A-shape's sinks and window. Keys are packed across run boundaries, so a tile is full except
+// the last; each key row is loaded through the block table (runs start anywhere). The causal
+// bound (and A-shape's rule) apply per score. Heads the dense switch fired for leave at once:
+// the dense prefill kernel runs them.
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/prefill_tile.cuh"
+#include "kernels/minference_index.h"
+
+namespace sparseserve::kernels::cuda {
+namespace {
+
+using prefill_tile::AccumulatePv;
+using prefill_tile::kKeys;
+using prefill_tile::kLog2e;
+using prefill_tile::kRows;
+using prefill_tile::kThreads;
+using prefill_tile::LoadKvRows;
+using prefill_tile::LoadQFragments;
+using prefill_tile::LoadQTile;
+using prefill_tile::ScoreKey;
+using prefill_tile::SmemBytes;
+using prefill_tile::SmemStride;
+using prefill_tile::SoftmaxStep;
+using prefill_tile::StoreRows;
+using prefill_tile::TileScores;
+
+static_assert(kRows == minference::kBlockRows, "a CTA's rows are one MInference query block");
+
+// Packs the cover of one query block into 64-key tiles. Run by the 32 lanes of one warp with
+// warp-uniform state: ranges (runs, blocks, sinks, window) are written lane-parallel, gathered
+// columns are tested 32 at a time (binary search of the slash offsets) and compacted by ballot.
+struct CoverPacker {
+  HeadPatternKind kind;
+  int32_t row_begin, row_end;  // absolute rows of the block: keys < row_end
+  const int32_t* columns;      // VS: ascending columns [n_columns]
+  const int32_t* slashes;      // VS: ascending offsets [n_slashes]
+  const int32_t* blocks;       // BS: selected key blocks [n_blocks], ascending
+  int32_t n_columns, n_slashes, n_blocks;
+  int32_t sinks, window;  // A-shape
+  // The range being emitted [cur_b, cur_e) and the next source: VS slash / BS block / A-shape
+  // range index, then VS's next column.
+  int32_t cur_b = 0, cur_e = 0;
+  int32_t next = 0;
+  int32_t next_column = 0;
+  // VS run merging (ForEachVsCover's state): the run still open.
+  bool open = false;
+  int32_t open_b = 0, open_e = 0;
+
+  // The next range; false when the ranges are exhausted.
+  __device__ bool NextRange() {
+    switch (kind) {
+      case HeadPatternKind::kVerticalSlash:
+        // Ascending offsets give descending starts: walk back, merging overlapping runs.
+        while (next < n_slashes) {
+          const int32_t slash = slashes[n_slashes - 1 - next++];
+          const int32_t e = row_end - slash;
+          if (e <= 0) continue;
+          const int32_t b = row_begin - slash > 0 ? row_begin - slash : 0;
+          if (open && b <= open_e) {
+            open_e = max(open_e, e);
+            continue;
+          }
+          const bool had = open;
+          cur_b = open_b;
+          cur_e = open_e;
+          open = true;
+          open_b = b;
+          open_e = e;
+          if (had) return true;
+        }
+        if (!open) return false;
+        open = false;
+        cur_b = open_b;
+        cur_e = open_e;
+        return true;
+      case HeadPatternKind::kBlockSparse:
+        if (next >= n_blocks) return false;
+        cur_b = blocks[next++] * minference::kBlockRows;
+        cur_e = min(cur_b + minference::kBlockRows, row_end);
+        return true;
+      case HeadPatternKind::kAShape: {
+        // k < sinks or k > p - window over the block's rows: the sinks below the first row's
+        // window, then that window up to the last row.
+        const int32_t window_begin = max(row_begin - window + 1, 0);
+        if (next == 0) {
+          next = 1;
+          cur_b = 0;
+          cur_e = min(sinks, window_begin);
+          return true;
+        }
+        if (next == 1) {
+          next = 2;
+          cur_b = window_begin;
+          cur_e = row_end;
+          return true;
+        }
+        return false;
+      }
+      default: return false;
+    }
+  }
+
+  // True when column c lies in a merged run: some offset o has row_begin - c <= o < row_end - c.
+  __device__ bool InRun(int32_t c) const {
+    int32_t lo = 0, hi = n_slashes;  // first offset >= row_begin - c
+    const int32_t want = row_begin - c;
+    while (lo < hi) {
+      const int32_t mid = (lo + hi) / 2;
+      if (slashes[mid] < want) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    return lo < n_slashes && slashes[lo] < row_end - c;
+  }
+
+  // Fills keys[0, 64) with the next tile (-1 past the cover) and returns its key count.
+  __device__ int Fill(int32_t* keys, int lane) {
+    int n = 0;
+    while (n < kKeys) {
+      if (cur_b >= cur_e) {
+        if (NextRange()) continue;
+        break;
+      }
+      const int take = min(kKeys - n, cur_e - cur_b);
+      for (int t = lane; t < take; t += 32) keys[n + t] = cur_b + t;
+      n += take;
+      cur_b += take;
+    }
+    if (kind == HeadPatternKind::kVerticalSlash) {
+      while (n < kKeys && next_column < n_columns) {
+        const int32_t i = next_column + lane;
+        bool keep = false;
+        int32_t c = 0;
+        if (i < n_columns) {
+          c = columns[i];
+          keep = c < row_end && (i == 0 || columns[i - 1] != c) && !InRun(c);
+        }
+        const unsigned ballot = __ballot_sync(0xffffffffu, keep);
+        const int rank = __popc(ballot & ((1u << lane) - 1u));
+        const int room = kKeys - n;
+        if (keep && rank < room) keys[n + rank] = c;
+        const int found = __popc(ballot);
+        const bool past_end = __any_sync(0xffffffffu, i < n_columns && c >= row_end);
+        if (found > room) {
+          // Resume after the last column taken.
+          const unsigned cut = __ballot_sync(0xffffffffu, keep && rank == room - 1);
+          next_column += __ffs(cut);
+          n = kKeys;
+        } else {
+          // Ascending columns: once one reaches row_end the rest do too.
+          next_column = past_end ? n_columns : next_column + 32;
+          n += found;
+        }
+      }
+    }
+    for (int t = n + lane; t < kKeys; t += 32) keys[t] = -1;
+    return n;
+  }
+};
+
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    MInferenceTileKernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv,
+                         const MInferenceSeqInfo* seqs, const int32_t* block_tables,
+                         const int2* tiles, const int32_t* index, AttentionDims dims,
+                         __nv_bfloat16* __restrict__ out) {
+  constexpr int kStride = SmemStride<D>();
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  __nv_bfloat16* k_s = q_s + kRows * kStride;
+  __nv_bfloat16* v_s = k_s + kKeys * kStride;
+  __shared__ int32_t keys_s[2][kKeys];  // key positions of the current and the next tile
+  __shared__ int32_t count_s[2];
+
+  const int2 tile = tiles[blockIdx.x];
+  const int head = blockIdx.y;
+  const MInferenceSeqInfo seq = seqs[tile.x];
+  const int32_t* area = index + seq.index_offset + int64_t{head} * seq.words_per_head;
+  const auto kind = static_cast<HeadPatternKind>(area[0]);
+  if (kind == HeadPatternKind::kDense) return;  // the dense prefill kernel's (whole CTA)
+  const int32_t* body = area + minference::kHeaderWords;
+  const int q0 = tile.y;
+  const int kv_head = head / (dims.heads / dims.kv_heads);
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int rows = min(kRows, seq.q_len - q0);
+  const int first_pos = seq.kv_len - seq.q_len + q0;
+  const int64_t token_stride = int64_t{dims.kv_heads} * D;
+  const int32_t* table = block_tables + seq.table_begin;
+
+  CoverPacker packer;
+  packer.kind = kind;
+  packer.row_begin = first_pos;
+  packer.row_end = first_pos + rows;
+  packer.columns = body;
+  packer.n_columns = area[1];
+  packer.slashes = body + seq.cap_columns;
+  packer.n_slashes = area[2];
+  packer.blocks = body + int64_t{q0 / minference::kBlockRows} * (1 + seq.cap_blocks) + 1;
+  packer.n_blocks = kind == HeadPatternKind::kBlockSparse ? packer.blocks[-1] : 0;
+  packer.sinks = area[1];
+  packer.window = area[2];
+
+  if (warp == 0) {
+    const int n = packer.Fill(keys_s[0], lane);
+    if (lane == 0) count_s[0] = n;
+  }
+  __syncthreads();
+  const bool any_keys = count_s[0] > 0;  // read once: warp 0 rewrites count_s[0] in the loop
+  LoadQTile<D>(q_s, q, seq.q_begin + q0, rows, dims.heads, head);
+  LoadKvRows<D>(
+      k_s, kv, table, [&](int r) { return keys_s[0][r]; }, dims, token_stride, kv_head, false);
+  CpAsyncCommit();
+  LoadKvRows<D>(
+      v_s, kv, table, [&](int r) { return keys_s[0][r]; }, dims, token_stride, kv_head, true);
+  CpAsyncCommit();
+
+  uint32_t q_frag[D / 16][4];
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.0f, 0.0f};
+  const float scale_log2 = dims.scale * kLog2e;
+  const int my_pos0 = first_pos + warp * 16 + lane / 4;
+  const int my_pos1 = my_pos0 + 8;
+  const bool ashape = kind == HeadPatternKind::kAShape;
+
+  // A block with no key at all (cannot happen with the forced lines, but stays safe) stores zeros.
+  for (int jj = 0; any_keys; ++jj) {
+    const int cur = jj & 1;
+    const int nxt = cur ^ 1;
+    // keys_s[nxt] last served tile jj - 1, whose loads and masks all precede the previous
+    // iteration's final barrier; the barrier below publishes the new list.
+    if (warp == 0) {
+      const int n = packer.Fill(keys_s[nxt], lane);
+      if (lane == 0) count_s[nxt] = n;
+    }
+    CpAsyncWait<1>();  // Q and K_j have landed (V_j may still be in flight)
+    __syncthreads();
+    const bool more = count_s[nxt] > 0;
+    if (jj == 0) LoadQFragments<D>(q_frag, q_s, warp, lane);
+    float s[8][4];
+    TileScores<D>(s, q_frag, k_s, lane);
+    __syncthreads();  // every warp is done with k_s
+    if (more) {
+      LoadKvRows<D>(
+          k_s, kv, table, [&](int r) { return keys_s[nxt][r]; }, dims, token_stride, kv_head,
+          false);
+      CpAsyncCommit();
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = keys_s[cur][ScoreKey(nt, e, lane)];
+        const int pos = e < 2 ? my_pos0 : my_pos1;
+        bool visible = key >= 0 && key <= pos;
+        if (ashape) visible = visible && (key < packer.sinks || key > pos - packer.window);
+        s[nt][e] = visible ? s[nt][e] * scale_log2 : -INFINITY;
+      }
+    }
+    SoftmaxStep<D>(s, o, row_max, row_sum);
+    if (more) {
+      CpAsyncWait<1>();  // V_j has landed; K_{j+1} may still be in flight
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();
+    AccumulatePv<D>(o, s, v_s, lane);
+    __syncthreads();  // every warp is done with v_s
+    if (!more) break;
+    LoadKvRows<D>(
+        v_s, kv, table, [&](int r) { return keys_s[nxt][r]; }, dims, token_stride, kv_head, true);
+    CpAsyncCommit();
+  }
+  CpAsyncWait<0>();  // nothing stays in flight past the kernel (the empty-cover case)
+  StoreRows<D>(out, o, row_sum, seq.q_begin + q0, rows, dims.heads, head, warp, lane);
+}
+
+template <int D>
+cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const MInferenceSeqInfo* seqs,
+                   const int32_t* block_tables, const int2* tiles, int num_tiles,
+                   const int32_t* index, const AttentionDims& dims, bf16_t* out,
+                   cudaStream_t stream) {
+  constexpr size_t kSmem = SmemBytes<D>();
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      MInferenceTileKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (attr != cudaSuccess) return attr;
+  const dim3 grid(num_tiles, dims.heads);
+  MInferenceTileKernel<D><<<grid, kThreads, kSmem, stream>>>(
+      reinterpret_cast<const __nv_bfloat16*>(q), reinterpret_cast<const __nv_bfloat16*>(kv_layer),
+      seqs, block_tables, tiles, index, dims, reinterpret_cast<__nv_bfloat16*>(out));
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchMInferenceTileAttention(const bf16_t* q, const bf16_t* kv_layer,
+                                          const MInferenceSeqInfo* seqs,
+                                          const int32_t* block_tables, const int2* tiles,
+                                          int num_tiles, const int32_t* index,
+                                          const AttentionDims& dims, bf16_t* out,
+                                          cudaStream_t stream) {
+  if (num_tiles == 0) return cudaSuccess;
+  switch (dims.head_dim) {
+    case 64:
+      return Launch<64>(q, kv_layer, seqs, block_tables, tiles, num_tiles, index, dims, out,
+                        stream);
+    case 128:
+      return Launch<128>(q, kv_layer, seqs, block_tables, tiles, num_tiles, index, dims, out,
+                         stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace sparseserve::kernels::cuda

@@ -1,0 +1,199 @@
+// Device building blocks of the tensor-core prefill kernels (attention_prefill.cu's dense kernel
+// and attention_minference_tiles.cu's sparse one): a CTA of 4 warps owns a 64-row query tile of
+// one head (16 rows per warp) and consumes 64-key tiles with mma.sync m16n8k16 (bf16 in, f32
+// accumulate) under an online softmax held in registers. The kernels differ only in which keys
+// fill a tile and which scores they mask, so those stay in the kernels; the math lives here once.
+#ifndef SPARSESERVE_KERNELS_CUDA_PREFILL_TILE_CUH_
+#define SPARSESERVE_KERNELS_CUDA_PREFILL_TILE_CUH_
+
+#include <cuda_bf16.h>
+
+#include <cfloat>
+#include <cstdint>
+
+#include "kernels/cuda/cuda_async_copy.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace sparseserve::kernels::cuda::prefill_tile {
+
+constexpr int kRows = kPrefillTileRows;  // query rows per CTA
+constexpr int kKeys = 64;                // keys per tile
+constexpr int kThreads = 128;
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int D>
+__host__ __device__ constexpr int SmemStride() {
+  return D + 8;  // +16 bytes per row: ldmatrix's 8 row addresses fall in distinct banks
+}
+
+// Q, K and V tiles of bf16 rows.
+template <int D>
+__host__ __device__ constexpr size_t SmemBytes() {
+  return size_t{3} * kRows * SmemStride<D>() * sizeof(__nv_bfloat16);
+}
+
+// Queues the copy of 64 key (or value) rows into `dst`: row r holds key position key_at(r), or
+// zeros where key_at(r) < 0. Each thread copies one 16-byte column chunk of every
+// (kThreads / (D / 8))-th row: one block-table lookup per row, so the keys need not be contiguous.
+template <int D, class KeyAt>
+__device__ __forceinline__ void LoadKvRows(__nv_bfloat16* dst, const __nv_bfloat16* kv,
+                                           const int32_t* table, KeyAt&& key_at,
+                                           const AttentionDims& dims, int64_t token_stride,
+                                           int kv_head, bool values) {
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  constexpr int kRowsPerPass = kThreads / kChunks;
+  const int col = (threadIdx.x % kChunks) * 8;
+  const int64_t value_offset = values ? int64_t{dims.block_tokens} * token_stride : 0;
+#pragma unroll
+  for (int r = threadIdx.x / kChunks; r < kKeys; r += kRowsPerPass) {
+    const int pos = key_at(r);
+    const bool valid = pos >= 0;
+    const __nv_bfloat16* src = kv;
+    if (valid) {
+      src = kv + KeyRowOffset(table, pos, dims.block_tokens, dims.block_shift, token_stride) +
+            value_offset + int64_t{kv_head} * D + col;
+    }
+    CpAsync16(dst + r * SmemStride<D>() + col, src, valid);
+  }
+}
+
+// Queues the copy of the Q tile's `rows` rows (zeros past them) of `head` from row q_row0.
+template <int D>
+__device__ __forceinline__ void LoadQTile(__nv_bfloat16* q_s, const __nv_bfloat16* q, int q_row0,
+                                          int rows, int heads, int head) {
+  for (int c = threadIdx.x; c < kRows * (D / 8); c += kThreads) {
+    const int r = c / (D / 8);
+    const int col = (c % (D / 8)) * 8;
+    const bool valid = r < rows;
+    const __nv_bfloat16* src = valid ? q + (int64_t{q_row0 + r} * heads + head) * D + col : q;
+    CpAsync16(q_s + r * SmemStride<D>() + col, src, valid);
+  }
+}
+
+// This warp's 16 query rows as mma A fragments.
+template <int D>
+__device__ __forceinline__ void LoadQFragments(uint32_t (&q_frag)[D / 16][4],
+                                               const __nv_bfloat16* q_s, int warp, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const int r = warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+    const int col = kk * 16 + (lane / 16) * 8;
+    LdMatrixX4(q_frag[kk], q_s + r * SmemStride<D>() + col);
+  }
+}
+
+// S = Q Kᵀ for this warp's 16 rows x 64 keys (8 n-tiles of 8 keys). Thread element (nt, e)
+// holds row lane / 4 + (e / 2) * 8, key nt * 8 + (lane % 4) * 2 + e % 2 (ScoreKey).
+template <int D>
+__device__ __forceinline__ void TileScores(float (&s)[8][4], const uint32_t (&q_frag)[D / 16][4],
+                                           const __nv_bfloat16* k_s, int lane) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      uint32_t b[4];
+      const int key = np * 16 + (lane % 8) + (lane / 16) * 8;
+      const int col = kk * 16 + ((lane / 8) % 2) * 8;
+      LdMatrixX4(b, k_s + key * SmemStride<D>() + col);
+      MmaBf16(s[2 * np], q_frag[kk], b[0], b[1]);
+      MmaBf16(s[2 * np + 1], q_frag[kk], b[2], b[3]);
+    }
+  }
+}
+
+// The tile column of score element (nt, e) of this thread.
+__device__ __forceinline__ int ScoreKey(int nt, int e, int lane) {
+  return nt * 8 + (lane % 4) * 2 + (e % 2);
+}
+
+// One online-softmax step over scores already scaled to log2 units and masked (-inf): updates
+// the running max and sum of the thread's two rows, rescales o, and turns s into probabilities.
+template <int D>
+__device__ __forceinline__ void SoftmaxStep(float (&s)[8][4], float (&o)[D / 8][4],
+                                            float (&row_max)[2], float (&row_sum)[2]) {
+  float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);
+  }
+  float correction[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
+    tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+    const float new_max = fmaxf(row_max[h], tile_max[h]);
+    // A row whose keys are all masked so far keeps max -inf; use 0 so exp2 gives 0, not NaN.
+    const float safe_max = new_max == -INFINITY ? 0.0f : new_max;
+    correction[h] = exp2f(row_max[h] - safe_max);
+    row_max[h] = new_max;
+    row_sum[h] *= correction[h];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const float p0 = exp2f(s[nt][2 * h] - safe_max);
+      const float p1 = exp2f(s[nt][2 * h + 1] - safe_max);
+      s[nt][2 * h] = p0;
+      s[nt][2 * h + 1] = p1;
+      row_sum[h] += p0 + p1;
+    }
+  }
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) {
+    o[dt][0] *= correction[0];
+    o[dt][1] *= correction[0];
+    o[dt][2] *= correction[1];
+    o[dt][3] *= correction[1];
+  }
+}
+
+// O += P V: P's accumulator layout is the A-fragment layout of the next MMA.
+template <int D>
+__device__ __forceinline__ void AccumulatePv(float (&o)[D / 8][4], const float (&p)[8][4],
+                                             const __nv_bfloat16* v_s, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    uint32_t a[4];
+    a[0] = PackBf16x2(p[2 * kk][0], p[2 * kk][1]);
+    a[1] = PackBf16x2(p[2 * kk][2], p[2 * kk][3]);
+    a[2] = PackBf16x2(p[2 * kk + 1][0], p[2 * kk + 1][1]);
+    a[3] = PackBf16x2(p[2 * kk + 1][2], p[2 * kk + 1][3]);
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t b[4];
+      const int key = kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+      const int col = dp * 16 + (lane / 16) * 8;
+      LdMatrixX4Trans(b, v_s + key * SmemStride<D>() + col);
+      MmaBf16(o[2 * dp], a, b[0], b[1]);
+      MmaBf16(o[2 * dp + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// Normalises and stores the thread's rows below `rows` of the tile starting at q_row0.
+template <int D>
+__device__ __forceinline__ void StoreRows(__nv_bfloat16* out, const float (&o)[D / 8][4],
+                                          const float (&row_sum)[2], int q_row0, int rows,
+                                          int heads, int head, int warp, int lane) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float sum = row_sum[h];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const int r = warp * 16 + lane / 4 + h * 8;
+    if (r >= rows) continue;
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // a row that sees no key outputs zeros
+    __nv_bfloat16* dst = out + (int64_t{q_row0 + r} * heads + head) * D;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      const int col = dt * 8 + (lane % 4) * 2;
+      *reinterpret_cast<__nv_bfloat162*>(dst + col) =
+          __floats2bfloat162_rn(o[dt][2 * h] * inv, o[dt][2 * h + 1] * inv);
+    }
+  }
+}
+
+}  // namespace sparseserve::kernels::cuda::prefill_tile
+
+#endif  // SPARSESERVE_KERNELS_CUDA_PREFILL_TILE_CUH_
