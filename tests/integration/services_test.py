@@ -1,8 +1,10 @@
 """Router + prefill + decode worker processes on loopback, driven by a Python grpcio client that
 uses only the .proto files (issue 3). Every wait is bounded."""
+import json
 import os
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -575,8 +577,7 @@ def test_request_options_unknown_or_not_built_are_refused_by_name():
         req.decode_attention.window = 0
         code, details = _code_and_details(c.stub, req)
         assert code == grpc.StatusCode.INVALID_ARGUMENT and "window" in details
-        for field, value in (("prefill_attention", "minference"),
-                             ("decode_attention", "tokenselect"), ("speculation", "lookahead"),
+        for field, value in (("decode_attention", "tokenselect"), ("speculation", "lookahead"),
                              ("speculation", "tokenswift")):
             req = greedy_request("Once upon a time", max_tokens=8)
             getattr(req, field).method = value
@@ -589,7 +590,18 @@ def test_request_options_unknown_or_not_built_are_refused_by_name():
         req.decode_attention.method = "sliding-window"
         req.decode_attention.window = 512
         req.speculation.method = "none"
-        assert run(c.stub, req)[1] == GOLDEN
+        _, text, last = run(c.stub, req)
+        assert text == GOLDEN and last.usage.prefill_attention_density == 1.0
+        # MInference (issue 12) at covering budgets (the default config at this length) is the
+        # golden output; a request may not make the server read a config file of its choice.
+        req = greedy_request("Once upon a time", max_tokens=60)
+        req.prefill_attention.method = "minference"
+        req.prefill_attention.sparse_prefill_threshold = 0
+        _, text, last = run(c.stub, req)
+        assert text == GOLDEN and last.usage.prefill_attention_density == 1.0
+        req.prefill_attention.minference_config = "/etc/passwd"
+        code, details = _code_and_details(c.stub, req)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "config" in details
     finally:
         c.close()
 
@@ -620,9 +632,16 @@ def test_request_options_reach_the_workers():
     model = f"--model={os.environ.get('SPARSESERVE_TEST_MODEL', 'models/stories260K/stories260K.gguf')}"
     procs = []
     try:
-        decode, d = _start(["decode", model, "--sliding-window=0"])
+        # A small MInference config (stories260K: 5 layers, 8 heads), on both workers.
+        config = os.path.join(tempfile.mkdtemp(), "minference.json")
+        kinds = [["stream_llm", 4, 32, 0], ["vertical_and_slash", 30, 100, 0],
+                 ["block_sparse", 2, 0, 0]]
+        with open(config, "w") as f:
+            json.dump([{str(h): kinds[h % 3] for h in range(8)} for _ in range(5)], f)
+        decode, d = _start(["decode", model, "--sliding-window=0", f"--minference-config={config}"])
         procs.append(decode)
-        prefill, p = _start(["prefill", model, "--sliding-window=0"])
+        prefill, p = _start(["prefill", model, "--sliding-window=0", "--prefill-chunk=128",
+                             f"--minference-config={config}"])
         procs.append(prefill)
         router, r = _start(["router", model, f"--decode-workers={d[2]}",
                             f"--prefill-workers={p[2]}", "--disagg-threshold=3"])
@@ -656,10 +675,20 @@ def test_request_options_reach_the_workers():
         pstub = worker_grpc.PrefillWorkerStub(grpc.insecure_channel(p[2]))
         preq = worker_pb2.PrefillRequest(request_id="direct", prompt_ids=[1, 403, 407, 261, 378])
         preq.prefill_attention.method = "minference"
+        preq.prefill_attention.minference_config = "/elsewhere.json"
         with pytest.raises(grpc.RpcError) as err:
             pstub.Prefill(preq, timeout=30)
-        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
-        assert "'minference'" in err.value.details()
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "/elsewhere.json" in err.value.details()
+        # A long prompt under the workers' small MInference config, prefilled on the prefill
+        # worker: the measured density (< 1) comes back in the usage.
+        req = greedy_request("Once upon a time there was a little girl named Lily. " * 20,
+                             max_tokens=8)
+        req.prefill_attention.method = "minference"
+        req.prefill_attention.sparse_prefill_threshold = 0
+        _, text, last = run(stub, req)
+        assert last.timings.disaggregated and text
+        assert 0 < last.usage.prefill_attention_density < 0.9, last.usage
     finally:
         for proc in reversed(procs):
             proc.send_signal(signal.SIGTERM)
