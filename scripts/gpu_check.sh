@@ -57,6 +57,17 @@ has services && run services bash scripts/gpu_services_check.sh
 has eval && run eval bash bench/longctx/eval_check.sh "$out"
 # Issue 12: MInference's accuracy beside dense at 8K and 16K, density in every cell.
 has minference && run minference bash bench/longctx/minference_check.sh "$out"
+# MInference's speed on random weights: the planted index (issue 16's) against dense, 32K prefill
+# of the synthetic Llama-3-8B, in the same call; and the new kernels under racecheck.
+if has minference_speed; then
+  for attention in dense minference; do
+    run "minference_speed_$attention" sparseserve bench model --synthetic llama3-8b --device cuda \
+      --prefill-lengths 32768 --decode-batches '' --warmup 1 --prefill-attention "$attention" \
+      --minference-index planted
+  done
+  run minference_racecheck compute-sanitizer --tool racecheck --error-exitcode 1 \
+    cuda_backend_test --gtest_filter='*MInferenceSmall*'
+fi
 lib=.devbundle/lib/libsparseserve_cuda_ops.so
 has kernels && [ -f bench/cuda/kernel_check.py ] &&
   run kernels python3 bench/cuda/kernel_check.py --lib "$lib" --out "$out/kernel_check.json"

@@ -12,10 +12,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/core/status.h"
+#include "common/engine/minference_config.h"
 #include "common/model/model_presets.h"
 #include "tools/bench_model.h"
 #include "tools/command.h"
 #include "tools/model_flags.h"
+#include "tools/request_options_flags.h"
 
 ABSL_FLAG(std::string, synthetic, "",
           "Model shape preset (required): llama3-8b, llama3-70b-layer, qwen2-7b or tiny. The "
@@ -120,6 +122,16 @@ absl::StatusOr<ModelBenchOptions> ModelBenchOptionsFromFlags() {
         "and --max-step-tokens larger than --interleave-batch");
   }
   o.decode_window = absl::GetFlag(FLAGS_decode_window);
+  SS_ASSIGN_OR_RETURN(const engine::RequestOptions request_options, RequestOptionsFromFlags());
+  if (request_options.prefill.method == engine::AttentionMethod::kMInference) {
+    SS_ASSIGN_OR_RETURN(o.prefill_minference,
+                        engine::MInferencePatternsFor(runner_options.minference_config,
+                                                      runner_options.minference_planted,
+                                                      o.config.num_layers, o.config.num_heads));
+    std::printf("prefill attention: minference, %s index%s\n",
+                runner_options.minference_planted ? "planted" : "estimated",
+                runner_options.minference_planted ? " (issue 16's; random weights)" : "");
+  }
   if (o.decode_window < 0) return absl::InvalidArgumentError("--decode-window must be >= 0");
   const std::string rates = absl::GetFlag(FLAGS_shadow_dense_rates);
   if (!rates.empty()) {

@@ -196,7 +196,15 @@ class ModelBench {
         seq.tokens.push_back(SyntheticToken(i, o_.config.vocab_size));
       }
       seq.start_pos = static_cast<int32_t>(begin);
+      if (o_.prefill_minference != nullptr) {
+        seq.pattern.kind = kernels::AttentionMethodKind::kMInference;
+        seq.pattern.minference = o_.prefill_minference;
+      }
       SS_RETURN_IF_ERROR(model_.Forward({seq}, *cache_).status());
+      for (const model::LlamaModel::SparseWork& w : model_.sparse_work()) {
+        sparse_computed_ += w.computed_pairs;
+        sparse_causal_ += w.causal_pairs;
+      }
     }
     return absl::OkStatus();
   }
@@ -226,6 +234,11 @@ class ModelBench {
     SS_ASSIGN_OR_RETURN(const double seconds, SecondsSince(backend_, start));
     r.tokens_per_s = static_cast<double>(len) / seconds;
     r.ms = seconds * 1e3;
+    if (sparse_causal_ > 0) {
+      Progress(absl::StrFormat("%s: MInference computed %.2f%% of the causal attention pairs",
+                               r.label, 100.0 * sparse_computed_ / sparse_causal_));
+      sparse_computed_ = sparse_causal_ = 0;
+    }
     if (o_.op_profile) SS_RETURN_IF_ERROR(ProfileOps(r.label, 1, [&] { return Prefill(len); }));
     return r;
   }
@@ -431,6 +444,7 @@ class ModelBench {
   const KvPlan& plan_;
   const double bandwidth_gbps_;
   const double peak_tflops_;
+  double sparse_computed_ = 0, sparse_causal_ = 0;  // MInference prefill work since reported
 };
 
 // "8.03 B" / "0.55 M" parameters.

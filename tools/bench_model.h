@@ -7,12 +7,14 @@
 #define SPARSESERVE_TOOLS_BENCH_MODEL_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "common/model/model_config.h"
 #include "common/tensor/tensor.h"
+#include "kernels/minference_index.h"
 
 namespace sparseserve::tools {
 
@@ -43,6 +45,9 @@ struct ModelBenchOptions {
   // Decode cases attend with a sliding window of this many keys (4 sinks) instead of densely;
   // 0 = dense. The shadow-dense monitor only shadows sparse steps, so its overhead needs one.
   int decode_window = 0;
+  // Prefill under MInference with these patterns (--prefill-attention minference; with random
+  // weights only --minference-index planted means anything), or null for dense.
+  std::shared_ptr<const kernels::MInferenceConfig> prefill_minference;
   // The shadow-dense monitor's cost (LlamaModel::set_shadow_dense): each decode case runs once
   // per rate, and the table is followed by the throughput each rate loses against rate 0 (which
   // should be in the list). Empty = the monitor stays off and decode cases run once.
