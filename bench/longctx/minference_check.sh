@@ -6,6 +6,8 @@
 # vertical-slash (A, B) on every head; searched = the committed search-patterns config). Every
 # cell prints its measured density. Prompts per cell: $MINFERENCE_EVAL_NUM (default 200).
 # --sparse-prefill-threshold 1024 so the 8K prompts run sparse too (the server default is 8192).
+# $MINFERENCE_EVAL_FLAGS adds flags to every run (e.g. --prefill-chunk 4096); $MINFERENCE_DENSE=0
+# skips the dense run.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -19,9 +21,12 @@ python3 tools/longctx --tokenizer $model/tokenizer.json --jobs "$(nproc)" \
   --tasks passkey,multikey,multivalue,vartrack,cwe --lengths 8K,16K --num "$num" \
   --out "$tmp/tasks.jsonl" || exit 1
 rc=0
-echo "### dense"
-sparseserve eval --device cuda --model $model --tasks "$tmp/tasks.jsonl" \
-  --out "$out/minference_dense.json" 2>>"$out/minference_progress.log" || rc=1
+extra=(${MINFERENCE_EVAL_FLAGS:-})
+if [ "${MINFERENCE_DENSE:-1}" = 1 ]; then
+  echo "### dense ${extra[*]}"
+  sparseserve eval --device cuda --model $model --tasks "$tmp/tasks.jsonl" "${extra[@]}" \
+    --out "$out/minference_dense.json" 2>>"$out/minference_progress.log" || rc=1
+fi
 for name in $configs; do
   flags=(--prefill-attention minference --sparse-prefill-threshold 1024)
   case $name in
@@ -41,8 +46,8 @@ json.dump([{str(h): ["vertical_and_slash", v, s, 0] for h in range(heads)}
 PY
       flags+=(--minference-config "$tmp/$name.json") ;;
   esac
-  echo "### minference $name"
-  sparseserve eval --device cuda --model $model --tasks "$tmp/tasks.jsonl" "${flags[@]}" \
+  echo "### minference $name ${extra[*]}"
+  sparseserve eval --device cuda --model $model --tasks "$tmp/tasks.jsonl" "${flags[@]}" "${extra[@]}" \
     --out "$out/minference_$name.json" 2>>"$out/minference_progress.log" || rc=1
 done
 exit $rc
