@@ -40,7 +40,6 @@ ABSL_FLAG(int, cuda_graph_batch, 64,
 ABSL_DECLARE_FLAG(std::string, minference_config);
 ABSL_DECLARE_FLAG(std::string, minference_index);
 
-
 namespace sparseserve::tools {
 
 std::string ModelPathFromFlags() {

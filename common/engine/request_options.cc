@@ -206,8 +206,9 @@ absl::StatusOr<double> AttentionDensity(const RequestOptions& options, int64_t p
   int64_t prefill = 0;
   if (options.prefill.method == AttentionMethod::kMInference &&
       measured_prefill_density.has_value()) {
-    prefill = static_cast<int64_t>(*measured_prefill_density *
-                                   static_cast<double>(prompt_tokens * (prompt_tokens + 1) / 2));
+    prefill = static_cast<int64_t>(
+        *measured_prefill_density *
+        (static_cast<double>(prompt_tokens) * static_cast<double>(prompt_tokens + 1) / 2));
   } else {
     SS_ASSIGN_OR_RETURN(prefill,
                         VisiblePairs(AttentionPatternOf(options.prefill), 0, prompt_tokens));

@@ -68,7 +68,7 @@ class MInferenceTest : public ::testing::Test {
 
   // Runs one chunk: rows [prefix, kv_len) of q_all attend with `config` at `layer`.
   ChunkRun RunChunk(const Kv& kv, const Tensor& q_all, int prefix, int kv_len,
-               std::shared_ptr<const MInferenceConfig> config, int layer = 0) {
+                    std::shared_ptr<const MInferenceConfig> config, int layer = 0) {
     const int q_len = kv_len - prefix;
     Tensor q = Tensor::Zeros(DType::kF32, {q_len, kHeads, kHeadDim});
     std::copy_n(q_all.data<float>() + int64_t{prefix} * kHeads * kHeadDim, q.numel(),
