@@ -22,10 +22,13 @@
 //     the query block's own rows always first. Row p sees the selected blocks' keys k <= p.
 // After building, a head whose visible (row, key) pairs exceed kDenseSwitchFraction of the
 // chunk's causal pairs runs dense instead (HeadKind::kDense): its sparse kernel would do nearly
-// the dense work at a lower FLOP rate (issue 12 item 3; the threshold is measured in
-// bench/RESULTS.md). A planted config (issue 16) replaces estimation by seeded lines: every head
-// is VS(1000, 6096) with the 30 sinks plus stratified uniform columns and the 100 local offsets
-// plus stratified log-uniform offsets — for speed runs on random weights only.
+// the dense work at a lower FLOP rate (issue 12 item 3). A vertical-slash head whose sizes alone
+// force that switch (MInferenceSizesForceDense: its distinct lines give every row at least
+// max(n_columns, n_slashes) - (kv_len - 1 - p) keys) runs dense without building its index at
+// all (its area is zeros but the kind): the build costs more than the attention it would save. A
+// planted config (issue 16) replaces estimation by seeded lines: every head is VS(1000, 6096) with
+// the 30 sinks plus stratified uniform columns and the 100 local offsets plus stratified
+// log-uniform offsets — for speed runs on random weights only.
 #ifndef SPARSESERVE_KERNELS_MINFERENCE_INDEX_H_
 #define SPARSESERVE_KERNELS_MINFERENCE_INDEX_H_
 
@@ -226,6 +229,25 @@ SS_HOST_DEVICE int64_t VsBlockPairs(const int32_t* run_begin, const int32_t* run
 // Causal pairs of rows [row_begin, row_end): Σ (p + 1).
 SS_HOST_DEVICE int64_t CausalPairs(int32_t row_begin, int32_t row_end) {
   return (int64_t{row_end} * (row_end + 1) - int64_t{row_begin} * (row_begin + 1)) / 2;
+}
+
+// True when a head of `kind` with sizes (v, s) must switch to dense on the chunk of q_len rows
+// over kv_len keys whatever its lines: n distinct lines (columns or diagonal offsets, all below
+// kv_len) leave row p at least n - (kv_len - 1 - p) of them at or before it, each a distinct
+// key, so the head sees at least Σ_p max(0, p + 1 - (kv_len - n)) pairs. Vertical-slash only
+// (planted configs are vertical-slash too).
+SS_HOST_DEVICE bool MInferenceSizesForceDense(HeadPatternKind kind, int32_t v, int32_t s,
+                                              int32_t q_len, int32_t kv_len) {
+  if (kind != HeadPatternKind::kVerticalSlash || q_len < 1) return false;
+  const int32_t nc = MInferenceColumns(v, kv_len), ns = MInferenceSlashes(s, kv_len);
+  const int64_t gap = int64_t{kv_len} - (nc > ns ? nc : ns);  // rows p < gap may see none
+  const int64_t first = kv_len - q_len;
+  const int64_t from = first > gap ? first : gap;  // first row with a positive bound
+  // Σ_{p=from}^{kv_len-1} (p + 1 - gap) = Σ_{t=from+1-gap}^{kv_len-gap} t.
+  const int64_t lo = from + 1 - gap, hi = kv_len - gap;
+  const int64_t bound = hi >= lo ? (lo + hi) * (hi - lo + 1) / 2 : 0;
+  return static_cast<double>(bound) >
+         minference::kDenseSwitchFraction * static_cast<double>(CausalPairs(first, kv_len));
 }
 
 }  // namespace sparseserve::kernels

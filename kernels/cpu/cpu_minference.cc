@@ -106,6 +106,11 @@ int64_t BuildHead(const HeadInputs& in, const HeadPattern& pattern, bool planted
   int64_t pairs = 0;
   HeadPatternKind kind = planted ? HeadPatternKind::kVerticalSlash : pattern.kind;
   std::fill(area, area + shape.words_per_head, 0);
+  const HeadPattern sizes = planted ? HeadPattern() : pattern;
+  if (MInferenceSizesForceDense(kind, sizes.v, sizes.s, seq.q_len, seq.kv_len)) {
+    area[0] = static_cast<int32_t>(HeadPatternKind::kDense);
+    return CausalPairs(first, last);
+  }
   int32_t* body = area + minference::kHeaderWords;
   if (kind == HeadPatternKind::kAShape) {
     area[1] = pattern.v;

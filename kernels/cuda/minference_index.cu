@@ -48,13 +48,18 @@ __device__ __forceinline__ HeadInfo HeadOf(const MInferenceSeqInfo& seq, int lay
     h.v = 1000;  // HeadPattern's defaults, as the CPU's planted path uses
     h.s = 6096;
     h.estimated = false;
-    return h;
+  } else {
+    const int32_t* p = seq.heads + (int64_t{layer} * heads + head) * 3;
+    h.kind = static_cast<HeadPatternKind>(p[0]);
+    h.v = p[1];
+    h.s = p[2];
+    h.estimated = h.kind == HeadPatternKind::kVerticalSlash;
   }
-  const int32_t* p = seq.heads + (int64_t{layer} * heads + head) * 3;
-  h.kind = static_cast<HeadPatternKind>(p[0]);
-  h.v = p[1];
-  h.s = p[2];
-  h.estimated = h.kind == HeadPatternKind::kVerticalSlash;
+  // Sizes that force the dense switch: nothing to build (the area stays zeros but the kind).
+  if (MInferenceSizesForceDense(h.kind, h.v, h.s, seq.q_len, seq.kv_len)) {
+    h.kind = HeadPatternKind::kDense;
+    h.estimated = false;
+  }
   return h;
 }
 
@@ -380,7 +385,9 @@ __global__ void __launch_bounds__(kFinishThreads)
   __syncthreads();
   int64_t pairs = 0;
   int32_t a = 0, b = 0;
-  if (info.kind == HeadPatternKind::kAShape) {
+  if (info.kind == HeadPatternKind::kDense) {
+    // Forced dense by its sizes (HeadOf): no lines, every causal pair.
+  } else if (info.kind == HeadPatternKind::kAShape) {
     a = info.v;
     b = info.s;
     for (int32_t pos = first + threadIdx.x; pos < last; pos += blockDim.x) {
@@ -411,7 +418,8 @@ __global__ void __launch_bounds__(kFinishThreads)
   pairs = static_cast<int64_t>(total);
   const int64_t causal = CausalPairs(first, last);
   HeadPatternKind kind = info.kind;
-  if (static_cast<double>(pairs) > minference::kDenseSwitchFraction * static_cast<double>(causal)) {
+  if (kind == HeadPatternKind::kDense ||
+      static_cast<double>(pairs) > minference::kDenseSwitchFraction * static_cast<double>(causal)) {
     kind = HeadPatternKind::kDense;
     pairs = causal;
   }

@@ -234,7 +234,11 @@ void CheckChunk(const ChunkRun& run, const Kv& kv, const Tensor& q_all, int pref
     const HeadPattern& p = config.at(layer, h);
     const int32_t* body = area + minference::kHeaderWords;
     std::vector<int32_t> columns, slashes;
-    if (p.kind == HeadPatternKind::kVerticalSlash) {
+    const bool forced = MInferenceSizesForceDense(p.kind, p.v, p.s, q_len, kv_len);
+    if (forced) {
+      EXPECT_EQ(kind, HeadPatternKind::kDense);  // dense by its sizes: no lines built
+      EXPECT_EQ(area[1], 0);
+    } else if (p.kind == HeadPatternKind::kVerticalSlash) {
       ASSERT_EQ(area[1], MInferenceColumns(p.v, kv_len));
       ASSERT_EQ(area[2], MInferenceSlashes(p.s, kv_len));
       columns.assign(body, body + area[1]);
@@ -354,6 +358,49 @@ TEST_F(MInferenceTest, CoveringBudgetsEqualDense) {
   }
   EXPECT_LE(std::sqrt(num / den), 1e-5);
   EXPECT_FLOAT_EQ(run.computed, run.causal);  // density 1
+  // Head 0's sizes alone force the switch: dense without an index (zeros but the kind); head 3
+  // (one column, every diagonal) too.
+  for (int h : {0, 3}) {
+    const int32_t* area = run.index.data() + h * run.shape.words_per_head;
+    EXPECT_EQ(area[0], static_cast<int>(HeadPatternKind::kDense));
+    EXPECT_TRUE(
+        std::all_of(area + 1, area + run.shape.words_per_head, [](int32_t w) { return w == 0; }))
+        << "head " << h;
+  }
+}
+
+TEST(MInferenceSizesTest, SizesForceDenseOnlyWhenEveryPlacementWould) {
+  const auto vs = HeadPatternKind::kVerticalSlash;
+  // VS(1000, 6096): 6096 distinct diagonals leave the last 512 rows of 8K at least ~75% dense.
+  EXPECT_TRUE(MInferenceSizesForceDense(vs, 1000, 6096, 512, 8192));
+  EXPECT_TRUE(MInferenceSizesForceDense(vs, 1000, 6096, 512, 4096));    // every diagonal
+  EXPECT_FALSE(MInferenceSizesForceDense(vs, 1000, 6096, 512, 16384));  // ~37%: build and see
+  EXPECT_FALSE(MInferenceSizesForceDense(vs, 100, 120, 512, 8192));
+  EXPECT_FALSE(MInferenceSizesForceDense(HeadPatternKind::kBlockSparse, 1000, 6096, 512, 8192));
+  EXPECT_FALSE(MInferenceSizesForceDense(HeadPatternKind::kAShape, 8192, 8192, 512, 8192));
+  // The bound is a bound (brute force over random placements of the lines never sees fewer
+  // pairs) and the decision is the bound's.
+  std::mt19937 rng(21);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int kv_len = 1 + static_cast<int>(rng() % 400);
+    const int q_len = 1 + static_cast<int>(rng() % kv_len);
+    const int s = 1 + static_cast<int>(rng() % kv_len);
+    const int n = std::max(MInferenceColumns(1, kv_len), MInferenceSlashes(s, kv_len));
+    std::vector<int32_t> offsets(kv_len);
+    for (int i = 0; i < kv_len; ++i) offsets[i] = i;
+    std::shuffle(offsets.begin(), offsets.end(), rng);
+    offsets.resize(n);
+    int64_t seen = 0, bound = 0;
+    for (int p = kv_len - q_len; p < kv_len; ++p) {
+      for (int32_t o : offsets) seen += o <= p;  // each offset <= p is one distinct key
+      bound += std::max(0, p + 1 - (kv_len - n));
+    }
+    EXPECT_GE(seen, bound);
+    const double causal = static_cast<double>(CausalPairs(kv_len - q_len, kv_len));
+    EXPECT_EQ(MInferenceSizesForceDense(vs, 1, s, q_len, kv_len),
+              static_cast<double>(bound) > minference::kDenseSwitchFraction * causal)
+        << kv_len << " " << q_len << " " << s;
+  }
 }
 
 TEST_F(MInferenceTest, EstimationRecoversPlantedVerticalAndSlashLines) {
