@@ -249,10 +249,8 @@ bool DecodeScheduler::AdmitOne(std::unique_ptr<Running>& r) {
   if (!running_.empty() && runner_->pool().num_free_blocks() < BlocksReserved() + needed) {
     return false;  // wait for running sequences to free blocks
   }
-  absl::StatusOr<int> cached = runner_->BeginPrefill(
-      r->input, r->seq,
-      r->prefill_pattern.kind == kernels::AttentionMethodKind::kMInference ? options_.prefill_chunk
-                                                                           : 0);
+  absl::StatusOr<int> cached =
+      runner_->BeginPrefill(r->input, r->seq, r->prefill_pattern, options_.prefill_chunk);
   if (!cached.ok()) {
     Finish(*r, cached.status(), engine::FinishReason::kAborted);
     return true;
@@ -389,9 +387,7 @@ void DecodeScheduler::EngineStep() {
           r.started = true;
           r.job.sink->OnStart(r.seq.num_cached_prompt_tokens,
                               absl::ToDoubleSeconds(absl::Now() - r.enqueued),
-                              r.seq.sparse_causal_pairs > 0
-                                  ? r.seq.sparse_computed_pairs / r.seq.sparse_causal_pairs
-                                  : 1.0);
+                              r.seq.prefill_attention_density());
         }
       }
       if (!Emit(r, token)) finished.push_back(&r);

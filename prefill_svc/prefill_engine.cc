@@ -208,12 +208,7 @@ bool PrefillEngine::AdmitOne(std::unique_ptr<Running>& r) {
     r->session = *std::move(session);
   }
   if (absl::Status s =
-          runner_
-              ->BeginPrefill(task.prompt, r->seq,
-                             r->pattern.kind == kernels::AttentionMethodKind::kMInference
-                                 ? options_.prefill_chunk
-                                 : 0)
-              .status();
+          runner_->BeginPrefill(task.prompt, r->seq, r->pattern, options_.prefill_chunk).status();
       !s.ok()) {
     Finish(*r, s);
     return true;
@@ -400,9 +395,7 @@ void PrefillEngine::Finish(Running& r, absl::Status status) {
     result.first_token = r.first_token;
     result.cached_tokens = r.seq.num_cached_prompt_tokens;
     result.computed_tokens = static_cast<int>(task.prompt.size()) - result.cached_tokens;
-    if (r.seq.sparse_causal_pairs > 0) {
-      result.attention_density = r.seq.sparse_computed_pairs / r.seq.sparse_causal_pairs;
-    }
+    result.attention_density = r.seq.prefill_attention_density();
   }
   runner_->Release(r.seq);  // the blocks stay in the local prefix cache
   if (r.admitted != absl::InfinitePast()) {

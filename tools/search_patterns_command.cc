@@ -249,8 +249,7 @@ absl::Status SearchPatterns() {
   kernels::SamplingBatch greedy;
   greedy.rows.resize(1);
   SS_RETURN_IF_ERROR(runner->PrefillSampled(tokens, seq, greedy, pattern).status());
-  const double density =
-      seq.sparse_causal_pairs > 0 ? seq.sparse_computed_pairs / seq.sparse_causal_pairs : 1.0;
+  const double density = seq.prefill_attention_density();
   runner->Release(seq);
   std::printf(
       "\nwrote %s: %d layers x %d heads; at %d tokens the chosen patterns compute %.2f%% "

@@ -69,9 +69,7 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
   SS_ASSIGN_OR_RETURN(int32_t token, runner_->PrefillSampled(result.prompt_tokens, seq,
                                                              next_sampling, prefill_pattern));
   result.num_cached_prompt_tokens = seq.num_cached_prompt_tokens;
-  if (seq.sparse_causal_pairs > 0) {
-    result.prefill_attention_density = seq.sparse_computed_pairs / seq.sparse_causal_pairs;
-  }
+  result.prefill_attention_density = seq.prefill_attention_density();
   // Only generated tokens go through it: the first one keeps its leading space.
   tokenizer::StreamingDecoder decoder(*tokenizer_, /*at_sequence_start=*/false);
   absl::Status status;

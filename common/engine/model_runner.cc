@@ -156,7 +156,8 @@ void ModelRunner::TrimBlocks(SequenceKv& seq) {
 }
 
 absl::StatusOr<int> ModelRunner::BeginPrefill(absl::Span<const int32_t> prompt, SequenceKv& seq,
-                                              int reuse_granularity) {
+                                              const kernels::AttentionPattern& pattern,
+                                              int chunk_tokens) {
   if (!seq.tokens.empty() || !seq.block_ids.empty() || !seq.pending_tokens.empty()) {
     return absl::FailedPreconditionError("Prefill: sequence already has KV state");
   }
@@ -179,9 +180,9 @@ absl::StatusOr<int> ModelRunner::BeginPrefill(absl::Span<const int32_t> prompt, 
   // Never reuse the block holding the last prompt token: its logits must be computed.
   hashes.resize(std::min<size_t>(hashes.size(), (n - 1) / bt));
   std::vector<int32_t> hit = pool_.Match(hashes);
-  if (reuse_granularity > 0) {
+  if (pattern.kind == kernels::AttentionMethodKind::kMInference && chunk_tokens > 0) {
     size_t keep = hit.size();
-    while (keep > 0 && (keep * bt) % reuse_granularity != 0) --keep;
+    while (keep > 0 && (keep * bt) % chunk_tokens != 0) --keep;
     pool_.Release(absl::MakeConstSpan(hit).subspan(keep));
     hit.resize(keep);
   }
@@ -361,9 +362,7 @@ absl::Status ModelRunner::Commit(SequenceKv& seq, absl::Span<const int32_t> keep
 absl::Status ModelRunner::PrefillChunks(
     absl::Span<const int32_t> prompt, SequenceKv& seq, const kernels::AttentionPattern& pattern,
     const std::function<absl::Status(const StepRows& rows, bool last_chunk)>& run_chunk) {
-  const bool per_chunk_index = pattern.kind == kernels::AttentionMethodKind::kMInference;
-  SS_RETURN_IF_ERROR(
-      BeginPrefill(prompt, seq, per_chunk_index ? options_.prefill_chunk_tokens : 0).status());
+  SS_RETURN_IF_ERROR(BeginPrefill(prompt, seq, pattern, options_.prefill_chunk_tokens).status());
   const int n = static_cast<int>(prompt.size());
   while (static_cast<int>(seq.tokens.size()) < n) {
     const int start = static_cast<int>(seq.tokens.size());

@@ -83,6 +83,10 @@ struct SequenceKv {
   // and the causal pairs of those chunks; both 0 when its prompt ran dense.
   double sparse_computed_pairs = 0;
   double sparse_causal_pairs = 0;
+  // The fraction of dense attention work its prompt's computed chunks did: 1 when dense.
+  double prefill_attention_density() const {
+    return sparse_causal_pairs > 0 ? sparse_computed_pairs / sparse_causal_pairs : 1.0;
+  }
   // Stable identity from BeginPrefill / AdoptPrefilledKv to Release (0 = none yet): what its
   // slot in the runner's SequenceStateTable is keyed by.
   uint64_t id = 0;
@@ -122,11 +126,12 @@ class ModelRunner {
   // block holding the last prompt token, whose logits must be computed) and returns how many
   // prompt tokens they hold; the rest is computed by Steps, chunk by chunk. kInvalidArgument for
   // an empty prompt or one that fills the context, kFailedPrecondition when `seq` is not empty.
-  // With `reuse_granularity` > 0 the reused prefix is cut to a multiple of that many tokens: a
-  // prompt under MInference (whose index is built per chunk) passes its chunk size, so it keeps
-  // the chunk boundaries, and the output, of a run without the hit.
+  // A prompt prefilled under `pattern` in chunks of `chunk_tokens`: when its index is built per
+  // chunk (MInference) the reused prefix is cut to whole chunks, so the prompt keeps the chunk
+  // boundaries, and the output, of a run without the hit.
   absl::StatusOr<int> BeginPrefill(absl::Span<const int32_t> prompt, SequenceKv& seq,
-                                   int reuse_granularity = 0);
+                                   const kernels::AttentionPattern& pattern = {},
+                                   int chunk_tokens = 0);
 
   // One forward step over `rows` (several sequences, each at most once): allocates the blocks
   // they need (all or nothing), writes their KV, and returns one token per sampled row, in

@@ -269,8 +269,8 @@ absl::Status BuildMInferenceIndex(const AttentionPlan& plan, const Tensor& q,
   return absl::OkStatus();
 }
 
-void MInferenceKeys(const SequenceAttention& seq, const int32_t* area, int32_t row,
-                    std::vector<int32_t>* keys) {
+void MInferenceKeys(const SequenceAttention& seq, const MInferenceIndexShape& shape,
+                    const int32_t* area, int32_t row, std::vector<int32_t>* keys) {
   keys->clear();
   const int32_t prefix = seq.kv_len - seq.q_len;
   const int32_t p = prefix + row;
@@ -286,8 +286,6 @@ void MInferenceKeys(const SequenceAttention& seq, const int32_t* area, int32_t r
       }
       return;
     case HeadPatternKind::kVerticalSlash: {
-      const MInferenceIndexShape shape =
-          MInferenceIndexShapeOf(*seq.pattern.minference, seq.q_len, seq.kv_len);
       const int32_t nc = area[1], ns = area[2];
       const int32_t b = prefix + row / kBlockRows * kBlockRows;
       const int32_t e = std::min(b + kBlockRows, seq.kv_len);
@@ -306,8 +304,6 @@ void MInferenceKeys(const SequenceAttention& seq, const int32_t* area, int32_t r
       return;
     }
     case HeadPatternKind::kBlockSparse: {
-      const MInferenceIndexShape shape =
-          MInferenceIndexShapeOf(*seq.pattern.minference, seq.q_len, seq.kv_len);
       const int32_t* blocks = body + (row / kBlockRows) * (1 + shape.cap_blocks);
       for (int32_t i = 0; i < blocks[0]; ++i) {
         const int32_t k0 = blocks[1 + i] * kBlockRows;

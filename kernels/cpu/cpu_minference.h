@@ -25,9 +25,9 @@ absl::Status BuildMInferenceIndex(const AttentionPlan& plan, const Tensor& q,
                                   const Tensor& kv_layer, int layer, core::ThreadPool* pool);
 
 // The keys row `row` (0 <= row < q_len) of `seq` sees under the index `area` of one head (as
-// BuildMInferenceIndex wrote it), ascending, into `keys`.
-void MInferenceKeys(const SequenceAttention& seq, const int32_t* area, int32_t row,
-                    std::vector<int32_t>* keys);
+// BuildMInferenceIndex wrote it, laid out as `shape`), ascending, into `keys`.
+void MInferenceKeys(const SequenceAttention& seq, const MInferenceIndexShape& shape,
+                    const int32_t* area, int32_t row, std::vector<int32_t>* keys);
 
 }  // namespace sparseserve::kernels::cpu_internal
 

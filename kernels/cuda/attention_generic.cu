@@ -6,17 +6,15 @@
 
 #include "kernels/attention_visibility.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/warp_row_attention.cuh"
 
 namespace sparseserve::kernels::cuda {
 namespace {
-
-constexpr int kMaxDimsPerLane = 8;  // head_dim <= 32 * 8
 
 __global__ void GenericAttentionKernel(const bf16_t* q, const bf16_t* kv_layer,
                                        AttentionSeqs seq_arrays, int total_q,
                                        const int32_t* row_seq, AttentionDims dims, bf16_t* out) {
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
   if (warp >= total_q * dims.heads) return;
   const int row = warp / dims.heads;
   const int head = warp % dims.heads;
@@ -38,14 +36,7 @@ __global__ void GenericAttentionKernel(const bf16_t* q, const bf16_t* kv_layer,
       reinterpret_cast<const __nv_bfloat16*>(q) + (int64_t{row} * dims.heads + head) * hd;
   const auto* kv = reinterpret_cast<const __nv_bfloat16*>(kv_layer);
 
-  float qv[kMaxDimsPerLane], acc[kMaxDimsPerLane];
-#pragma unroll
-  for (int j = 0; j < kMaxDimsPerLane; ++j) {
-    const int d = lane + 32 * j;
-    qv[j] = d < hd ? __bfloat162float(qh[d]) * dims.scale : 0.0f;
-    acc[j] = 0.0f;
-  }
-  float running_max = -INFINITY, running_sum = 0.0f;
+  WarpRowAttention attention(qh, hd, dims.scale);
   const int key_end = KeyEnd(vis, chunk_row);
   for (int pos = 0; pos < key_end; ++pos) {
     if (!KeyVisible(vis, chunk_row, pos)) continue;
@@ -53,31 +44,9 @@ __global__ void GenericAttentionKernel(const bf16_t* q, const bf16_t* kv_layer,
     const int64_t key_base =
         ((2 * block) * dims.block_tokens + pos % dims.block_tokens) * token_stride +
         int64_t{kv_head} * hd;
-    const int64_t value_base = key_base + int64_t{dims.block_tokens} * token_stride;
-    float partial = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kMaxDimsPerLane; ++j) {
-      const int d = lane + 32 * j;
-      if (d < hd) partial += qv[j] * __bfloat162float(kv[key_base + d]);
-    }
-    for (int o = 16; o > 0; o >>= 1) partial += __shfl_xor_sync(0xffffffffu, partial, o);
-    const float new_max = fmaxf(running_max, partial);
-    const float correction = __expf(running_max - new_max);
-    const float p = __expf(partial - new_max);
-    running_sum = running_sum * correction + p;
-#pragma unroll
-    for (int j = 0; j < kMaxDimsPerLane; ++j) {
-      const int d = lane + 32 * j;
-      if (d < hd) acc[j] = acc[j] * correction + p * __bfloat162float(kv[value_base + d]);
-    }
-    running_max = new_max;
+    attention.Attend(kv, key_base, key_base + int64_t{dims.block_tokens} * token_stride);
   }
-  auto* oh = reinterpret_cast<__nv_bfloat16*>(out) + (int64_t{row} * dims.heads + head) * hd;
-#pragma unroll
-  for (int j = 0; j < kMaxDimsPerLane; ++j) {
-    const int d = lane + 32 * j;
-    if (d < hd) oh[d] = __float2bfloat16_rn(running_sum > 0.0f ? acc[j] / running_sum : 0.0f);
-  }
+  attention.Store(reinterpret_cast<__nv_bfloat16*>(out) + (int64_t{row} * dims.heads + head) * hd);
 }
 
 }  // namespace
@@ -85,7 +54,7 @@ __global__ void GenericAttentionKernel(const bf16_t* q, const bf16_t* kv_layer,
 cudaError_t LaunchGenericAttention(const bf16_t* q, const bf16_t* kv_layer,
                                    const AttentionSeqs& seqs, int total_q, const int32_t* row_seq,
                                    const AttentionDims& dims, bf16_t* out, cudaStream_t stream) {
-  if (dims.head_dim > 32 * kMaxDimsPerLane) return cudaErrorInvalidValue;
+  if (dims.head_dim > 32 * kWarpRowMaxDimsPerLane) return cudaErrorInvalidValue;
   const int64_t warps = int64_t{total_q} * dims.heads;
   if (warps == 0) return cudaSuccess;
   constexpr int kThreads = 256;

@@ -9,12 +9,12 @@
 #include "kernels/cuda/cuda_async_copy.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/minference_cover.cuh"
+#include "kernels/cuda/warp_row_attention.cuh"
 #include "kernels/minference_index.h"
 
 namespace sparseserve::kernels::cuda {
 namespace {
 
-constexpr int kMaxDimsPerLane = 8;  // head_dim <= 32 * 8
 constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads)
@@ -23,7 +23,6 @@ __global__ void __launch_bounds__(kThreads)
                               const int2* rows, int num_rows, const int32_t* index,
                               AttentionDims dims, bool skip_dense, bf16_t* out_ptr) {
   const int64_t warp = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
   if (warp >= int64_t{num_rows} * dims.heads) return;
   const int2 item = rows[warp / dims.heads];
   const int head = static_cast<int>(warp % dims.heads);
@@ -43,36 +42,12 @@ __global__ void __launch_bounds__(kThreads)
   // A dense-switched head is the tensor-core prefill kernel's (it gates its tiles on this word).
   if (skip_dense && area[0] == static_cast<int32_t>(HeadPatternKind::kDense)) return;
 
-  float qv[kMaxDimsPerLane], acc[kMaxDimsPerLane];
-#pragma unroll
-  for (int j = 0; j < kMaxDimsPerLane; ++j) {
-    const int d = lane + 32 * j;
-    qv[j] = d < hd ? __bfloat162float(q[d]) * dims.scale : 0.0f;
-    acc[j] = 0.0f;
-  }
-  float running_max = -INFINITY, running_sum = 0.0f;
+  WarpRowAttention attention(q, hd, dims.scale);
   auto attend = [&](int32_t key) {
     const int64_t key_base =
         KeyRowOffset(table, key, dims.block_tokens, dims.block_shift, token_stride) +
         int64_t{kv_head} * hd;
-    const int64_t value_base = key_base + int64_t{dims.block_tokens} * token_stride;
-    float partial = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kMaxDimsPerLane; ++j) {
-      const int d = lane + 32 * j;
-      if (d < hd) partial += qv[j] * __bfloat162float(kv[key_base + d]);
-    }
-    for (int o = 16; o > 0; o >>= 1) partial += __shfl_xor_sync(0xffffffffu, partial, o);
-    const float new_max = fmaxf(running_max, partial);
-    const float correction = __expf(running_max - new_max);
-    const float p = __expf(partial - new_max);
-    running_sum = running_sum * correction + p;
-#pragma unroll
-    for (int j = 0; j < kMaxDimsPerLane; ++j) {
-      const int d = lane + 32 * j;
-      if (d < hd) acc[j] = acc[j] * correction + p * __bfloat162float(kv[value_base + d]);
-    }
-    running_max = new_max;
+    attention.Attend(kv, key_base, key_base + int64_t{dims.block_tokens} * token_stride);
   };
   // Keys [begin, end) clipped to the causal bound.
   auto attend_range = [&](int32_t begin, int32_t end) {
@@ -108,14 +83,8 @@ __global__ void __launch_bounds__(kThreads)
       break;
     }
   }
-  auto* o = reinterpret_cast<__nv_bfloat16*>(out_ptr) +
-            (int64_t{seq.q_begin + row} * dims.heads + head) * hd;
-#pragma unroll
-  for (int j = 0; j < kMaxDimsPerLane; ++j) {
-    const int d = lane + 32 * j;
-    // A row that sees no key outputs zeros, never NaN.
-    if (d < hd) o[d] = __float2bfloat16_rn(running_sum > 0.0f ? acc[j] / running_sum : 0.0f);
-  }
+  attention.Store(reinterpret_cast<__nv_bfloat16*>(out_ptr) +
+                  (int64_t{seq.q_begin + row} * dims.heads + head) * hd);
 }
 
 }  // namespace
@@ -125,7 +94,7 @@ cudaError_t LaunchMInferenceAttention(const bf16_t* q, const bf16_t* kv_layer,
                                       const int2* rows, int num_rows, const int32_t* index,
                                       const AttentionDims& dims, bool skip_dense, bf16_t* out,
                                       cudaStream_t stream) {
-  if (dims.head_dim > 32 * kMaxDimsPerLane) return cudaErrorInvalidValue;
+  if (dims.head_dim > 32 * kWarpRowMaxDimsPerLane) return cudaErrorInvalidValue;
   const int64_t warps = int64_t{num_rows} * dims.heads;
   if (warps == 0) return cudaSuccess;
   const int64_t blocks = (warps * 32 + kThreads - 1) / kThreads;
