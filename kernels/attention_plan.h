@@ -20,8 +20,9 @@
 // need not be monotone, as in tree verification and Lookahead's mask).
 // kMInference (issue 12) adds per-head sparse patterns whose indices each layer builds from its
 // own queries and keys (Backend::BuildAttentionIndex); kernels/minference_index.h states which
-// keys a row sees under them. kTokenSelect names issue 13's method; until its kernels exist
-// every backend reports it unsupported (Backend::SupportsAttention).
+// keys a row sees under them. kTokenSelect (issue 13) selects one token set per layer and step
+// from the layer's queries, kept in the sequence's state slot; kernels/tokenselect_index.h states
+// which keys a row sees under it.
 #ifndef SPARSESERVE_KERNELS_ATTENTION_PLAN_H_
 #define SPARSESERVE_KERNELS_ATTENTION_PLAN_H_
 
@@ -31,6 +32,7 @@
 
 #include "common/tensor/tensor.h"
 #include "kernels/minference_index.h"
+#include "kernels/tokenselect_index.h"
 
 namespace sparseserve::kernels {
 
@@ -47,6 +49,9 @@ struct AttentionPattern {
   // kMInference: the per-(layer, head) patterns (shared, immutable; never null for kMInference).
   // A chunk under kMInference has no query mask.
   std::shared_ptr<const MInferenceConfig> minference;
+  // kTokenSelect: its budget and selection-cache threshold. A kTokenSelect sequence needs a state
+  // slot (SequenceAttention::state_slot) of at least tokenselect::StateWords words.
+  TokenSelectParams tokenselect;
 
   bool operator==(const AttentionPattern&) const = default;
 };
@@ -92,6 +97,11 @@ struct AttentionWorkspace {
   // zeroed them; zeros for sequences without a data-dependent method. Read after a step for
   // sparseserve_sparse_attention_density.
   Tensor sparse_stats;
+  // f32 [sequences, 2]: per sequence of the plan, the TokenSelect selection-cache hits and queries
+  // (steps that had to choose: more candidates than k) summed over the layers built since
+  // PlanAttention zeroed them. Read after a step for the
+  // sparseserve_tokenselect_selection_cache_* counters.
+  Tensor selection_stats;
   uint64_t generation = 0;
 };
 

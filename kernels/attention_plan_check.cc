@@ -8,7 +8,7 @@
 
 namespace sparseserve::kernels {
 
-absl::Status CheckPatternSupported(const AttentionPattern& pattern, absl::string_view backend) {
+absl::Status CheckPatternSupported(const AttentionPattern& pattern) {
   switch (pattern.kind) {
     case AttentionMethodKind::kDense: return absl::OkStatus();
     case AttentionMethodKind::kSlidingWindow:
@@ -35,15 +35,20 @@ absl::Status CheckPatternSupported(const AttentionPattern& pattern, absl::string
       }
       return absl::OkStatus();
     }
-    case AttentionMethodKind::kTokenSelect:
-      return absl::UnimplementedError(
-          absl::StrCat("Attention: TokenSelect is not in the ", backend, " backend yet"));
+    case AttentionMethodKind::kTokenSelect: {
+      const TokenSelectParams& p = pattern.tokenselect;
+      if (p.k < 1 || p.initial < 0 || p.local < 0 || !(p.theta >= -1.0f)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Attention: TokenSelect needs k >= 1, initial >= 0, local >= 0 and theta >= -1; got k ",
+            p.k, ", initial ", p.initial, ", local ", p.local, ", theta ", p.theta));
+      }
+      return absl::OkStatus();
+    }
   }
   return absl::InvalidArgumentError("Attention: unknown attention method");
 }
 
-absl::Status ValidateAttentionBatch(const AttentionBatch& batch, const AttentionShape& shape,
-                                    absl::string_view backend) {
+absl::Status ValidateAttentionBatch(const AttentionBatch& batch, const AttentionShape& shape) {
   if (batch.block_tokens < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("Attention: block_tokens must be >= 1, got ", batch.block_tokens));
@@ -69,7 +74,7 @@ absl::Status ValidateAttentionBatch(const AttentionBatch& batch, const Attention
                                                      num_state_slots, " slots of sequence_state"));
     }
     if (seq.state_slot >= 0) state_slots.push_back(seq.state_slot);
-    if (absl::Status s = CheckPatternSupported(seq.pattern, backend); !s.ok()) {
+    if (absl::Status s = CheckPatternSupported(seq.pattern); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("sequence ", idx, ": ", s.message()));
     }
     if (seq.q_len < 0 || seq.q_begin < 0 || int64_t{seq.q_begin} + seq.q_len > shape.num_rows ||
@@ -102,6 +107,11 @@ absl::Status ValidateAttentionBatch(const AttentionBatch& batch, const Attention
         return absl::InvalidArgumentError(
             absl::StrCat("Attention: sequence ", idx, " is MInference with a query mask"));
       }
+    }
+    if (seq.pattern.kind == AttentionMethodKind::kTokenSelect && seq.q_len > 0 &&
+        seq.state_slot < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Attention: sequence ", idx, " is TokenSelect without a state slot for its selection"));
     }
     if (!seq.mask.empty()) {
       if (static_cast<int64_t>(seq.mask.size()) != int64_t{seq.q_len} * seq.q_len) {

@@ -10,16 +10,16 @@
 namespace sparseserve::kernels {
 
 // kOk for the patterns with a reference semantics (dense, sliding window with window >= 1 and
-// sinks >= 0, MInference with a complete config), kInvalidArgument for bad parameters,
-// kUnimplemented (naming `backend`) for the sparse methods not built yet (TokenSelect).
-absl::Status CheckPatternSupported(const AttentionPattern& pattern, absl::string_view backend);
+// sinks >= 0, MInference with a complete config, TokenSelect with k >= 1, initial, local >= 0),
+// kInvalidArgument for bad parameters.
+absl::Status CheckPatternSupported(const AttentionPattern& pattern);
 
 // kInvalidArgument, naming the sequence, when: block_tokens < 1; a sequence's rows fall outside
 // [0, shape.num_rows) or overlap another's; kv_len < q_len; the block table is too short or names
 // a block outside [0, shape.num_blocks); a mask is not q_len * q_len values of 0 or 1; the shape
-// is not a GQA shape. The pattern check as CheckPatternSupported.
-absl::Status ValidateAttentionBatch(const AttentionBatch& batch, const AttentionShape& shape,
-                                    absl::string_view backend);
+// is not a GQA shape; a TokenSelect sequence with rows has no state slot. The pattern check as
+// CheckPatternSupported.
+absl::Status ValidateAttentionBatch(const AttentionBatch& batch, const AttentionShape& shape);
 
 // Words of AttentionWorkspace::sparse_index that `seq` needs: one MInferenceIndexShape area per
 // query head for kMInference, 0 otherwise. REQUIRES: the batch passed ValidateAttentionBatch.

@@ -12,6 +12,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_checks.h"
 #include "kernels/cpu/cpu_minference.h"
+#include "kernels/cpu/cpu_tokenselect.h"
 
 namespace sparseserve::kernels {
 
@@ -19,13 +20,13 @@ using cpu_internal::CheckTensor;
 
 absl::Status CpuBackend::SupportsAttention(const AttentionPattern& pattern, int head_dim) const {
   if (head_dim < 1) return absl::InvalidArgumentError("Attention: head_dim must be >= 1");
-  return CheckPatternSupported(pattern, "CPU");
+  return CheckPatternSupported(pattern);
 }
 
 absl::StatusOr<AttentionPlan> CpuBackend::PlanAttention(const AttentionBatch& batch,
                                                         const AttentionShape& shape,
                                                         AttentionWorkspace& workspace) {
-  SS_RETURN_IF_ERROR(ValidateAttentionBatch(batch, shape, "CPU"));
+  SS_RETURN_IF_ERROR(ValidateAttentionBatch(batch, shape));
   AttentionPlan plan;
   plan.batch = &batch;  // the reference reads the host batch directly
   plan.workspace = &workspace;
@@ -43,7 +44,12 @@ absl::StatusOr<AttentionPlan> CpuBackend::PlanAttention(const AttentionBatch& ba
     workspace.sparse_stats = Tensor::Zeros(DType::kF32, {stats});
     ++workspace.generation;
   }
+  if (workspace.selection_stats.numel() < stats) {
+    workspace.selection_stats = Tensor::Zeros(DType::kF32, {stats});
+    ++workspace.generation;
+  }
   std::fill_n(workspace.sparse_stats.data<float>(), workspace.sparse_stats.numel(), 0.0f);
+  std::fill_n(workspace.selection_stats.data<float>(), workspace.selection_stats.numel(), 0.0f);
   return plan;
 }
 
@@ -72,8 +78,10 @@ absl::Status CheckAttentionInputs(const AttentionPlan& plan, const Tensor& q,
 absl::Status CpuBackend::BuildAttentionIndex(const AttentionPlan& plan, const Tensor& q,
                                              const Tensor& kv_layer, int layer) {
   SS_RETURN_IF_ERROR(CheckAttentionInputs(plan, q, kv_layer, layer));
-  // Dense and sliding-window attention have no index; MInference builds one per layer.
-  return cpu_internal::BuildMInferenceIndex(plan, q, kv_layer, layer, pool_);
+  // Dense and sliding-window attention have no index; MInference builds one per layer and head,
+  // TokenSelect selects (or reuses) one token set per layer.
+  SS_RETURN_IF_ERROR(cpu_internal::BuildMInferenceIndex(plan, q, kv_layer, layer, pool_));
+  return cpu_internal::BuildTokenSelectIndex(plan, q, kv_layer, layer, pool_);
 }
 
 absl::Status CpuBackend::Attention(const AttentionPlan& plan, const Tensor& q,
@@ -96,6 +104,15 @@ absl::Status CpuBackend::Attention(const AttentionPlan& plan, const Tensor& q,
   const float* kv = kv_layer.data<float>();
   int64_t index_words = 0;
   const std::vector<int64_t> index_offsets = cpu_internal::SparseIndexOffsets(batch, &index_words);
+  for (size_t s = 0; s < batch.sequences.size(); ++s) {
+    const SequenceAttention& seq = batch.sequences[s];
+    if (seq.pattern.kind == AttentionMethodKind::kTokenSelect && seq.q_len > 0 &&
+        !tokenselect::RegionsOf(seq.pattern.tokenselect, seq.q_len, seq.kv_len).dense &&
+        cpu_internal::TokenSelectLayerState(batch, seq, shape, layer) == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Attention: sequence ", s, "'s state slot is too small for TokenSelect layer ", layer));
+    }
+  }
 
   // Work items: (sequence, query row, kv head) — one item computes the `group` query heads that
   // share a kv head, so each key/value row is read once per group.
@@ -184,6 +201,12 @@ absl::Status CpuBackend::Attention(const AttentionPlan& plan, const Tensor& q,
           cpu_internal::MInferenceKeys(seq, ishape, area, item.row, &keys);
           attend(g, g + 1);
         }
+      } else if (seq.pattern.kind == AttentionMethodKind::kTokenSelect) {
+        // One token set per layer, shared by every head (§3.2's soft vote): no repeated K/V.
+        cpu_internal::TokenSelectKeys(seq,
+                                      cpu_internal::TokenSelectLayerState(batch, seq, shape, layer),
+                                      num_heads * hd, item.row, &keys);
+        attend(0, group);
       } else {
         keys.clear();
         const int32_t key_end = KeyEnd(vis, item.row);

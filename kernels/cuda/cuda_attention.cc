@@ -53,13 +53,16 @@ absl::Status CudaBackend::SupportsAttention(const AttentionPattern& pattern, int
     return absl::UnimplementedError(absl::StrCat(
         "Attention: the CUDA backend needs head_dim a multiple of 8 up to 256, got ", head_dim));
   }
-  return CheckPatternSupported(pattern, "CUDA");
+  if (pattern.kind == AttentionMethodKind::kTokenSelect) {
+    return absl::UnimplementedError("Attention: TokenSelect is not in the CUDA backend yet");
+  }
+  return CheckPatternSupported(pattern);
 }
 
 absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& batch,
                                                          const AttentionShape& shape,
                                                          AttentionWorkspace& workspace) {
-  SS_RETURN_IF_ERROR(ValidateAttentionBatch(batch, shape, "CUDA"));
+  SS_RETURN_IF_ERROR(ValidateAttentionBatch(batch, shape));
   for (const SequenceAttention& sa : batch.sequences) {
     SS_RETURN_IF_ERROR(SupportsAttention(sa.pattern, shape.head_dim));
   }
