@@ -165,6 +165,12 @@ absl::Status Generate() {
   if (request.options.prefill.method == engine::AttentionMethod::kMInference) {
     std::fprintf(stderr, "prefill attention density: %.4f\n", result.prefill_attention_density);
   }
+  if (request.options.decode.method == engine::AttentionMethod::kTokenSelect) {
+    std::fprintf(stderr,
+                 "decode attention density: %.4f, selection cache: %.0f hits / %.0f queries\n",
+                 result.decode_attention_density, result.selection_cache_hits,
+                 result.selection_cache_queries);
+  }
   if (options.shadow_dense_rate > 0) PrintShadowSummary(shadow_errors);
   return absl::OkStatus();
 }

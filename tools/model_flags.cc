@@ -39,6 +39,7 @@ ABSL_FLAG(int, cuda_graph_batch, 64,
 // Defined with the other attention flags (request_options_flags.cc); the runner loads them.
 ABSL_DECLARE_FLAG(std::string, minference_config);
 ABSL_DECLARE_FLAG(std::string, minference_index);
+ABSL_DECLARE_FLAG(int, tokenselect_k);
 
 namespace sparseserve::tools {
 
@@ -82,6 +83,7 @@ absl::StatusOr<engine::ModelRunnerOptions> RunnerOptionsFromFlags() {
   options.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
   options.step_graph_rows = CudaGraphBatchFromFlags();
   options.shadow_dense_rate = absl::GetFlag(FLAGS_shadow_dense_rate);
+  options.tokenselect_max_k = absl::GetFlag(FLAGS_tokenselect_k);
   return options;
 }
 

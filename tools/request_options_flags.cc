@@ -35,12 +35,16 @@ ABSL_FLAG(std::string, minference_index, "estimated",
           "diagonals per head: for speed runs on random weights, which have no attention "
           "structure to estimate; figures made with it must say so).");
 ABSL_FLAG(int, tokenselect_k, 2048,
-          "tokenselect: tokens selected per query by summed per-head softmax scores; >= 1.");
+          "tokenselect: tokens selected per step and layer by the heads' summed softmax scores "
+          "(the soft vote); >= 1. On a server also the largest k a request may ask for: the "
+          "per-sequence selection state is sized for it (0 = TokenSelect refused).");
 ABSL_FLAG(int, tokenselect_initial, 128, "tokenselect: leading tokens always attended; >= 0.");
 ABSL_FLAG(int, tokenselect_local, 512, "tokenselect: most recent tokens always attended; >= 0.");
 ABSL_FLAG(double, tokenselect_theta, 0.9,
-          "tokenselect: cosine similarity of consecutive queries above which the selection "
-          "cache reuses the previous selection; in [-1, 1].");
+          "tokenselect: the selection cache reuses a layer's last selection while the cosine "
+          "between the current query and the one that selected is at least this (and the "
+          "selection is at most --tokenselect-local tokens old); in [-1, 1], 1 = practically "
+          "never.");
 ABSL_FLAG(std::string, spec, "none",
           "Speculative decoding: none, prompt-lookup, lookahead, tokenswift, kangaroo or "
           "sparse-self. On a server: the default of requests that choose none.");

@@ -40,6 +40,11 @@ struct GenerationResult {
   // The fraction of dense attention work its prefill computed (1 for dense; MInference measures
   // it over the chunks it computed, the prefix-cache hit excluded).
   double prefill_attention_density = 1.0;
+  // The same for its generated tokens (1 for dense; TokenSelect measures it), and TokenSelect's
+  // selection-cache hits and queries summed over steps and layers.
+  double decode_attention_density = 1.0;
+  double selection_cache_hits = 0;
+  double selection_cache_queries = 0;
   double time_to_first_token_s = 0;  // from the call to the first sampled token
   double total_s = 0;
 };

@@ -67,6 +67,18 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   model->set_step_graph_rows(options.step_graph_rows);
   model->set_shadow_dense(options.shadow_dense_rate, options.shadow_dense_seed);
   const model::ModelConfig& c = model->config();
+  // The state slots first: the KV pool gets the memory left after them.
+  int64_t state_words = options.sequence_state_words;
+  if (options.tokenselect_max_k > 0) {
+    state_words = std::max(
+        state_words, kernels::tokenselect::StateWords(
+                         c.num_layers, int64_t{c.num_heads} * c.head_dim, options.tokenselect_max_k));
+  }
+  std::unique_ptr<SequenceStateTable> state;
+  if (state_words > 0) {
+    SS_ASSIGN_OR_RETURN(state,
+                        SequenceStateTable::Create(*backend, options.max_sequences, state_words));
+  }
   SS_ASSIGN_OR_RETURN(const int64_t tokens, KvCacheTokens(c, *backend, options));
   model::PagedKvCacheShape shape;
   shape.num_layers = c.num_layers;
@@ -81,9 +93,8 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
                                             c.num_layers, c.num_heads));
   std::unique_ptr<ModelRunner> runner(new ModelRunner(std::move(model), std::move(cache), options));
   runner->minference_ = std::move(minference);
-  if (options.sequence_state_words > 0) {
-    SS_ASSIGN_OR_RETURN(runner->state_, SequenceStateTable::Create(*backend, options.max_sequences,
-                                                                   options.sequence_state_words));
+  if (state != nullptr) {
+    runner->state_ = std::move(state);
     runner->model_->set_sequence_state(runner->state_->memory());
   }
   return runner;
@@ -112,6 +123,15 @@ absl::StatusOr<kernels::AttentionPattern> ModelRunner::PrefillPattern(const Atte
 absl::StatusOr<kernels::AttentionPattern> ModelRunner::DecodePattern(
     const AttentionChoice& choice) const {
   const kernels::AttentionPattern pattern = AttentionPatternOf(choice);
+  if (pattern.kind == kernels::AttentionMethodKind::kTokenSelect &&
+      pattern.tokenselect.k > options_.tokenselect_max_k) {
+    return absl::InvalidArgumentError(
+        options_.tokenselect_max_k == 0
+            ? std::string("tokenselect is off on this server (its --tokenselect-k capacity is 0)")
+            : absl::StrCat("tokenselect k = ", pattern.tokenselect.k,
+                           " exceeds this server's --tokenselect-k of ",
+                           options_.tokenselect_max_k));
+  }
   SS_RETURN_IF_ERROR(backend().SupportsAttention(pattern, config().head_dim));
   return pattern;
 }
@@ -309,8 +329,18 @@ absl::StatusOr<std::vector<int32_t>> ModelRunner::Step(
 void ModelRunner::AddSparseWork(absl::Span<const StepRows> rows) {
   const std::vector<model::LlamaModel::SparseWork>& work = model_->sparse_work();
   for (size_t i = 0; i < work.size() && i < rows.size(); ++i) {
-    rows[i].seq->sparse_computed_pairs += work[i].computed_pairs;
-    rows[i].seq->sparse_causal_pairs += work[i].causal_pairs;
+    SequenceKv& seq = *rows[i].seq;
+    if (rows[i].pattern.kind == kernels::AttentionMethodKind::kTokenSelect) {
+      seq.decode_computed_pairs += work[i].computed_pairs;
+      seq.decode_causal_pairs += work[i].causal_pairs;
+      seq.selection_cache_hits += work[i].selection_hits;
+      seq.selection_cache_queries += work[i].selection_queries;
+      selection_cache_counts_.hits += work[i].selection_hits;
+      selection_cache_counts_.queries += work[i].selection_queries;
+    } else {
+      seq.sparse_computed_pairs += work[i].computed_pairs;
+      seq.sparse_causal_pairs += work[i].causal_pairs;
+    }
   }
 }
 

@@ -53,6 +53,11 @@ struct ModelRunnerOptions {
   // state_slot) with the table's memory (AttentionBatch::sequence_state).
   int64_t sequence_state_words = 0;
   int max_sequences = 256;
+  // TokenSelect decode (issue 13): the state slots also hold a selection of up to this many tokens
+  // per layer (tokenselect::StateWords), so requests may choose TokenSelect with k up to it (the
+  // server's --tokenselect-k); 0 = TokenSelect refused. Sized before the KV pool, which gets what
+  // is left.
+  int tokenselect_max_k = 0;
   // Decode batches of up to this many sequences run as step graphs (CUDA graphs) where the
   // backend has them; 0 = off. See LlamaModel::set_step_graph_rows.
   int step_graph_rows = model::LlamaModel::kDefaultStepGraphRows;
@@ -86,6 +91,15 @@ struct SequenceKv {
   // The fraction of dense attention work its prompt's computed chunks did: 1 when dense.
   double prefill_attention_density() const {
     return sparse_causal_pairs > 0 ? sparse_computed_pairs / sparse_causal_pairs : 1.0;
+  }
+  // The same for its TokenSelect steps (generated tokens), and their selection-cache hits and
+  // queries summed over layers (a query: a step and layer with more candidates than k).
+  double decode_computed_pairs = 0;
+  double decode_causal_pairs = 0;
+  double selection_cache_hits = 0;
+  double selection_cache_queries = 0;
+  double decode_attention_density() const {
+    return decode_causal_pairs > 0 ? decode_computed_pairs / decode_causal_pairs : 1.0;
   }
   // Stable identity from BeginPrefill / AdoptPrefilledKv to Release (0 = none yet): what its
   // slot in the runner's SequenceStateTable is keyed by.
@@ -202,8 +216,18 @@ class ModelRunner {
   // files); kUnimplemented as Backend::SupportsAttention.
   absl::StatusOr<kernels::AttentionPattern> PrefillPattern(const AttentionChoice& choice,
                                                            int64_t prompt_tokens) const;
-  // The kernel pattern of generated tokens under `choice`; errors as SupportsAttention.
+  // The kernel pattern of generated tokens under `choice`; errors as SupportsAttention, and
+  // kInvalidArgument for TokenSelect with k above options.tokenselect_max_k (its state would not
+  // fit the slots).
   absl::StatusOr<kernels::AttentionPattern> DecodePattern(const AttentionChoice& choice) const;
+
+  // Selection-cache hits and queries of every TokenSelect step so far, summed over layers (the
+  // sparseserve_tokenselect_selection_cache_* counters follow it).
+  struct SelectionCacheCounts {
+    double hits = 0;
+    double queries = 0;
+  };
+  SelectionCacheCounts selection_cache_counts() const { return selection_cache_counts_; }
 
   const model::ModelConfig& config() const { return model_->config(); }
   int max_context() const { return model_->config().max_position_embeddings; }
@@ -267,6 +291,7 @@ class ModelRunner {
   std::unique_ptr<SequenceStateTable> state_;
   std::shared_ptr<const kernels::MInferenceConfig> minference_;  // options.minference_config's
   uint64_t next_sequence_id_ = 1;
+  SelectionCacheCounts selection_cache_counts_;
   ShadowErrorObserver shadow_observer_;
 };
 

@@ -139,15 +139,8 @@ absl::Status Validate(const RequestOptions& options) {
 }
 
 absl::Status CheckImplemented(const RequestOptions& options) {
-  // The methods whose issues have not landed yet (TokenSelect: issue 13, speculation: issues 14
-  // and 15) are refused by name.
-  for (const AttentionChoice* c : {&options.prefill, &options.decode}) {
-    if (c->method == AttentionMethod::kTokenSelect) {
-      return absl::UnimplementedError(absl::StrCat("attention method '",
-                                                   AttentionMethodName(c->method),
-                                                   "' is not implemented in this build yet"));
-    }
-  }
+  // The methods whose issues have not landed yet (speculation: issues 14 and 15) are refused by
+  // name; attention methods a backend lacks are refused by Backend::SupportsAttention.
   if (options.spec.method != SpecMethod::kNone) {
     return absl::UnimplementedError(absl::StrCat("speculation method '",
                                                  SpecMethodName(options.spec.method),
@@ -166,7 +159,11 @@ kernels::AttentionPattern AttentionPatternOf(const AttentionChoice& choice) {
       p.sink_tokens = choice.sink_tokens < 0 ? kDefaultRequestSinkTokens : choice.sink_tokens;
       break;
     case AttentionMethod::kMInference: p.kind = kernels::AttentionMethodKind::kMInference; break;
-    case AttentionMethod::kTokenSelect: p.kind = kernels::AttentionMethodKind::kTokenSelect; break;
+    case AttentionMethod::kTokenSelect:
+      p.kind = kernels::AttentionMethodKind::kTokenSelect;
+      p.tokenselect = {choice.tokenselect_k, choice.tokenselect_initial, choice.tokenselect_local,
+                       choice.tokenselect_theta};
+      break;
   }
   return p;
 }
@@ -198,25 +195,32 @@ absl::StatusOr<int64_t> VisiblePairs(const kernels::AttentionPattern& pattern, i
 
 absl::StatusOr<double> AttentionDensity(const RequestOptions& options, int64_t prompt_tokens,
                                         int64_t generated_tokens,
-                                        std::optional<double> measured_prefill_density) {
+                                        std::optional<double> measured_prefill_density,
+                                        std::optional<double> measured_decode_density) {
   const int64_t end = prompt_tokens + generated_tokens;
   if (prompt_tokens < 0 || generated_tokens < 0 || end == 0) {
     return absl::InvalidArgumentError("attention density needs at least one token");
   }
-  int64_t prefill = 0;
+  // Causal pairs of the rows [0, n): exact, one of n, n + 1 is even.
+  auto causal = [](int64_t n) { return static_cast<double>(n * (n + 1) / 2); };
+  double prefill = 0, decode = 0;
   if (options.prefill.method == AttentionMethod::kMInference &&
       measured_prefill_density.has_value()) {
-    prefill = static_cast<int64_t>(
-        *measured_prefill_density *
-        (static_cast<double>(prompt_tokens) * static_cast<double>(prompt_tokens + 1) / 2));
+    prefill = *measured_prefill_density * causal(prompt_tokens);
   } else {
-    SS_ASSIGN_OR_RETURN(prefill,
+    SS_ASSIGN_OR_RETURN(const int64_t pairs,
                         VisiblePairs(AttentionPatternOf(options.prefill), 0, prompt_tokens));
+    prefill = static_cast<double>(pairs);
   }
-  SS_ASSIGN_OR_RETURN(const int64_t decode,
-                      VisiblePairs(AttentionPatternOf(options.decode), prompt_tokens, end));
-  const int64_t causal_pairs = end * (end + 1) / 2;  // exact: one of end, end + 1 is even
-  return static_cast<double>(prefill + decode) / static_cast<double>(causal_pairs);
+  if (options.decode.method == AttentionMethod::kTokenSelect &&
+      measured_decode_density.has_value()) {
+    decode = *measured_decode_density * (causal(end) - causal(prompt_tokens));
+  } else {
+    SS_ASSIGN_OR_RETURN(const int64_t pairs,
+                        VisiblePairs(AttentionPatternOf(options.decode), prompt_tokens, end));
+    decode = static_cast<double>(pairs);
+  }
+  return (prefill + decode) / causal(end);
 }
 
 }  // namespace sparseserve::engine

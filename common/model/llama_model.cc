@@ -20,17 +20,32 @@ absl::StatusOr<Tensor> LlamaModel::Forward(
 absl::Status LlamaModel::ReadStepReports() {
   SS_RETURN_IF_ERROR(ReadShadowErrors());
   if (sparse_pending_ == 0) return absl::OkStatus();
-  // Only op-by-op steps carry data-dependent methods (graph steps are plain decode).
-  const Tensor stats = step_workspace_.sparse_stats.Slice(0, 0, 2 * sparse_pending_);
-  Tensor host = Tensor::Zeros(DType::kF32, stats.shape());
-  SS_RETURN_IF_ERROR(backend_->CopyToHost(stats, host));
+  const Tensor pairs = sparse_workspace_->sparse_stats.Slice(0, 0, 2 * sparse_pending_);
+  const Tensor cache = sparse_workspace_->selection_stats.Slice(0, 0, 2 * sparse_pending_);
+  Tensor host_pairs = Tensor::Zeros(DType::kF32, pairs.shape());
+  Tensor host_cache = Tensor::Zeros(DType::kF32, cache.shape());
+  SS_RETURN_IF_ERROR(backend_->CopyToHost(pairs, host_pairs));
+  SS_RETURN_IF_ERROR(backend_->CopyToHost(cache, host_cache));
   sparse_work_.resize(sparse_pending_);
   for (int64_t i = 0; i < sparse_pending_; ++i) {
-    sparse_work_[i].computed_pairs = host.data<float>()[2 * i];
-    sparse_work_[i].causal_pairs = host.data<float>()[2 * i + 1];
+    sparse_work_[i].computed_pairs = host_pairs.data<float>()[2 * i];
+    sparse_work_[i].causal_pairs = host_pairs.data<float>()[2 * i + 1];
+    sparse_work_[i].selection_hits = host_cache.data<float>()[2 * i];
+    sparse_work_[i].selection_queries = host_cache.data<float>()[2 * i + 1];
   }
   sparse_pending_ = 0;
   return absl::OkStatus();
+}
+
+void LlamaModel::NoteSparseWork(const kernels::AttentionBatch& batch,
+                                const kernels::AttentionWorkspace& workspace) {
+  for (const kernels::SequenceAttention& sa : batch.sequences) {
+    if (sa.pattern.kind == kernels::AttentionMethodKind::kMInference ||
+        sa.pattern.kind == kernels::AttentionMethodKind::kTokenSelect) {
+      sparse_pending_ = static_cast<int64_t>(batch.sequences.size());
+      sparse_workspace_ = &workspace;
+    }
+  }
 }
 
 absl::Status LlamaModel::StackProjections() {
@@ -110,8 +125,7 @@ absl::StatusOr<LlamaModel::StepInputs> LlamaModel::FlattenBatch(
                                                      seq.block_table.size()));
     }
     in.decode_only = in.decode_only && n == 1 && seq.mask.empty() &&
-                     (seq.pattern.kind == kernels::AttentionMethodKind::kDense ||
-                      seq.pattern.kind == kernels::AttentionMethodKind::kSlidingWindow);
+                     seq.pattern.kind != kernels::AttentionMethodKind::kMInference;
     kernels::SequenceAttention sa;
     sa.q_begin = static_cast<int32_t>(in.ids.size());
     sa.q_len = n;
@@ -197,6 +211,7 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
     SS_RETURN_IF_ERROR(UploadIndices(in, graph_step_));
     SS_ASSIGN_OR_RETURN(const kernels::AttentionPlan plan,
                         be.PlanAttention(in.attn, shape, graph_workspace_));
+    NoteSparseWork(in.attn, graph_workspace_);
     kernels::AttentionPlan shadow_plan;
     ShadowPass shadow;
     if (in.shadow) {
@@ -215,11 +230,7 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
   SS_RETURN_IF_ERROR(UploadIndices(in, step_));
   SS_ASSIGN_OR_RETURN(const kernels::AttentionPlan plan,
                       be.PlanAttention(in.attn, shape, step_workspace_));
-  for (const kernels::SequenceAttention& sa : in.attn.sequences) {
-    if (sa.pattern.kind == kernels::AttentionMethodKind::kMInference) {
-      sparse_pending_ = static_cast<int64_t>(in.attn.sequences.size());
-    }
-  }
+  NoteSparseWork(in.attn, step_workspace_);
   kernels::AttentionPlan shadow_plan;
   ShadowPass shadow;
   if (in.shadow) {

@@ -167,12 +167,16 @@ class LlamaModel {
   void set_attention_probe(AttentionProbe probe) { attention_probe_ = std::move(probe); }
 
   // The attention work of the last forward step's sequences with a data-dependent sparse method
-  // (MInference): the (row, key) pairs computed and the causal pairs of their rows, summed over
-  // layers and query heads; zeros for other sequences, and empty when the step had none.
-  // sparseserve_sparse_attention_density and the evaluation's density column come from it.
+  // (MInference, TokenSelect): the (row, key) pairs computed and the causal pairs of their rows,
+  // summed over layers and query heads, and TokenSelect's selection-cache hits and queries summed
+  // over layers; zeros for other sequences, and empty when the step had none.
+  // sparseserve_sparse_attention_density, the selection-cache counters and the evaluation's
+  // density column come from it.
   struct SparseWork {
     double computed_pairs = 0;
     double causal_pairs = 0;
+    double selection_hits = 0;
+    double selection_queries = 0;
   };
   const std::vector<SparseWork>& sparse_work() const { return sparse_work_; }
 
@@ -242,6 +246,10 @@ class LlamaModel {
   absl::Status ReadShadowErrors();
   // ReadShadowErrors, then the sparse work of the step just run (sparse_work()). Waits for it.
   absl::Status ReadStepReports();
+  // Marks the step planned from `batch` into `workspace` as one whose sparse work to read when
+  // `batch` has a data-dependent sparse method.
+  void NoteSparseWork(const kernels::AttentionBatch& batch,
+                      const kernels::AttentionWorkspace& workspace);
 
   // One step up to the logits; returns the views holding them.
   absl::StatusOr<StepViews> ComputeLogits(
@@ -291,6 +299,7 @@ class LlamaModel {
   std::vector<ShadowAttentionError> shadow_errors_;
   // Sequences of the step in flight whose sparse work is read back after it (0 = none).
   int64_t sparse_pending_ = 0;
+  const kernels::AttentionWorkspace* sparse_workspace_ = nullptr;  // where sparse_pending_ lives
   std::vector<SparseWork> sparse_work_;
   AttentionProbe attention_probe_;  // set_attention_probe; null = off
   int step_graph_rows_ = kDefaultStepGraphRows;

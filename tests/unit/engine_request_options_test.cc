@@ -49,6 +49,8 @@ TEST(RequestOptionsTest, ValidateChecksPhasesAndParameters) {
   EXPECT_EQ(Validate(o).code(), absl::StatusCode::kInvalidArgument);
   o.decode.tokenselect_theta = 0.9f;
   EXPECT_TRUE(Validate(o).ok());
+  EXPECT_TRUE(CheckImplemented(o).ok());  // the backend decides (Backend::SupportsAttention)
+  o.spec.method = SpecMethod::kLookahead;
   EXPECT_EQ(CheckImplemented(o).code(), absl::StatusCode::kUnimplemented);
 }
 
@@ -137,6 +139,15 @@ TEST(RequestOptionsTest, AttentionDensityCountsTheVisiblePairs) {
   RequestOptions sparse;
   sparse.prefill.method = AttentionMethod::kMInference;
   EXPECT_EQ(AttentionDensity(sparse, 10, 1).status().code(), absl::StatusCode::kUnimplemented);
+  // TokenSelect's measured decode density weighs the generated rows' causal pairs.
+  RequestOptions ts;
+  ts.decode.method = AttentionMethod::kTokenSelect;
+  EXPECT_EQ(AttentionDensity(ts, 10, 1).status().code(), absl::StatusCode::kUnimplemented);
+  // Prompt 3 (6 pairs dense) + 2 generated rows (4 + 5 pairs, half of them computed).
+  EXPECT_DOUBLE_EQ(*AttentionDensity(ts, 3, 2, std::nullopt, 0.5), (6 + 4.5) / 15);
+  const kernels::AttentionPattern p = AttentionPatternOf(ts.decode);
+  EXPECT_EQ(p.kind, kernels::AttentionMethodKind::kTokenSelect);
+  EXPECT_EQ(p.tokenselect, (kernels::TokenSelectParams{2048, 128, 512, 0.9f}));
 }
 
 }  // namespace

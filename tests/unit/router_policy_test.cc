@@ -216,9 +216,11 @@ TEST_F(RouterTokenizerTest, PrepareRequestChecksOptionsAndForwardsThemAsGiven) {
   r.mutable_decode_attention()->set_method("sparse");
   EXPECT_EQ(status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status().message(), HasSubstr("decode_attention.method"));
-  r.mutable_decode_attention()->set_method("tokenselect");
-  EXPECT_EQ(status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(status().message(), HasSubstr("tokenselect"));
+  r.mutable_decode_attention()->set_method("tokenselect");  // workers' backends decide
+  EXPECT_TRUE(status().ok()) << status();
+  r.mutable_decode_attention()->set_tokenselect_k(0);
+  EXPECT_EQ(status().code(), absl::StatusCode::kInvalidArgument);
+  r.mutable_decode_attention()->clear_tokenselect_k();
   r.mutable_decode_attention()->set_method("sliding-window");
   r.mutable_decode_attention()->set_window(0);
   EXPECT_EQ(status().code(), absl::StatusCode::kInvalidArgument);

@@ -127,8 +127,7 @@ TEST(RequestOptionsFromProtoTest, ValidateErrorsAreInvalidArgument) {
 }
 
 TEST(RequestOptionsFromProtoTest, MethodsNotBuiltYetAreUnimplementedNamingThem) {
-  for (const auto& [field, method] : {std::pair<std::string, std::string>{"decode", "tokenselect"},
-                                      {"spec", "lookahead"},
+  for (const auto& [field, method] : {std::pair<std::string, std::string>{"spec", "lookahead"},
                                       {"spec", "prompt-lookup"},
                                       {"spec", "tokenswift"},
                                       {"spec", "kangaroo"},
@@ -141,11 +140,14 @@ TEST(RequestOptionsFromProtoTest, MethodsNotBuiltYetAreUnimplementedNamingThem) 
     EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << method;
     EXPECT_THAT(s.message(), HasSubstr("'" + method + "'"));
   }
-  // Explicit "none" and "dense" are fine, and so is minference (issue 12).
+  // Explicit "none" and "dense" are fine, and so are minference (issue 12) and tokenselect
+  // (issue 13).
   v1::GenerateRequest r;
   r.mutable_prefill_attention()->set_method("minference");
   r.mutable_speculation()->set_method("none");
   r.mutable_decode_attention()->set_method("dense");
+  EXPECT_TRUE(Convert(r).ok());
+  r.mutable_decode_attention()->set_method("tokenselect");
   EXPECT_TRUE(Convert(r).ok());
 }
 

@@ -1,0 +1,200 @@
+// TokenSelect decode through ModelRunner on the real stories260K model (CPU reference): a budget
+// covering the context equals dense token for token, and a small one equals dense until the
+// context outgrows it; a step batching dense and TokenSelect sequences equals each sequence run
+// alone; the runner refuses k above its state capacity; and on 400 teacher-forced tokens with a
+// budget of 16 + 64 + 16 the agreement with dense and the selection-cache hit rate for θ in
+// {0.5, 0.7, 0.9} are printed (stories260K is trained, so the figures mean something).
+#include <cstdio>
+
+#include "common/core/thread_pool.h"
+#include "common/engine/model_runner.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "tests/testing/test_model.h"
+
+namespace sparseserve::engine {
+namespace {
+
+kernels::AttentionPattern TokenSelect(int k, int initial, int local, float theta) {
+  kernels::AttentionPattern p;
+  p.kind = kernels::AttentionMethodKind::kTokenSelect;
+  p.tokenselect = {k, initial, local, theta};
+  return p;
+}
+
+kernels::SamplingBatch Greedy(int rows) {
+  kernels::SamplingBatch b;
+  b.rows.resize(rows);  // temperature 0
+  return b;
+}
+
+class TokenSelectRunnerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string path = testing::FindTestModelFile("stories260K.gguf");
+    if (path.empty()) GTEST_SKIP() << "stories260K.gguf not found (run scripts/fetch_model.sh)";
+    auto src = OpenModelSource(path);
+    ASSERT_TRUE(src.ok()) << src.status();
+    source_ = std::move(*src);
+    ModelRunnerOptions options;
+    options.block_tokens = 16;
+    options.tokenselect_max_k = 1024;
+    options.max_sequences = 8;
+    auto runner = ModelRunner::Create(source_, &backend_, options);
+    ASSERT_TRUE(runner.ok()) << runner.status();
+    runner_ = std::move(*runner);
+  }
+
+  struct Run {
+    std::vector<int32_t> picked;  // the greedy token after each fed token
+    SequenceKv seq;               // released; counters kept
+  };
+
+  // Prefills `prompt` densely, then feeds `feed` one decode step at a time under `pattern`.
+  Run TeacherForced(const std::vector<int32_t>& prompt, const std::vector<int32_t>& feed,
+                    const kernels::AttentionPattern& pattern) {
+    Run run;
+    auto first = runner_->PrefillSampled(prompt, run.seq, Greedy(1));
+    EXPECT_TRUE(first.ok()) << first.status();
+    for (int32_t t : feed) {
+      StepRows rows;
+      rows.seq = &run.seq;
+      rows.tokens = {t};
+      rows.pattern = pattern;
+      auto next = runner_->Step(absl::MakeConstSpan(&rows, 1), Greedy(1));
+      EXPECT_TRUE(next.ok()) << next.status();
+      if (!next.ok()) break;
+      run.picked.push_back(next->front());
+    }
+    const SequenceKv counters = run.seq;
+    runner_->Release(run.seq);
+    run.seq.decode_computed_pairs = counters.decode_computed_pairs;
+    run.seq.decode_causal_pairs = counters.decode_causal_pairs;
+    run.seq.selection_cache_hits = counters.selection_cache_hits;
+    run.seq.selection_cache_queries = counters.selection_cache_queries;
+    return run;
+  }
+
+  // BOS and the model's own dense greedy story of `n` tokens: natural text to teacher-force.
+  std::vector<int32_t> Story(int n) {
+    std::vector<int32_t> story = {1};
+    SequenceKv seq;
+    auto first = runner_->PrefillSampled(story, seq, Greedy(1));
+    EXPECT_TRUE(first.ok()) << first.status();
+    story.push_back(*first);
+    while (static_cast<int>(story.size()) < n) {
+      StepRows rows;
+      rows.seq = &seq;
+      rows.tokens = {story.back()};
+      auto next = runner_->Step(absl::MakeConstSpan(&rows, 1), Greedy(1));
+      EXPECT_TRUE(next.ok()) << next.status();
+      if (!next.ok()) break;
+      story.push_back(next->front());
+    }
+    runner_->Release(seq);
+    return story;
+  }
+
+  core::ThreadPool pool_{2};
+  kernels::CpuBackend backend_{&pool_};
+  ModelSource source_;
+  std::unique_ptr<ModelRunner> runner_;
+};
+
+TEST_F(TokenSelectRunnerTest, CoveringBudgetIsDenseAndASmallOneIsDenseUntilOutgrown) {
+  const std::vector<int32_t> story = Story(420);
+  const std::vector<int32_t> prompt(story.begin(), story.begin() + 8);
+  const std::vector<int32_t> feed(story.begin() + 8, story.end() - 1);
+  const Run dense = TeacherForced(prompt, feed, {});
+  const Run covering = TeacherForced(prompt, feed, TokenSelect(1024, 16, 16, 0.9f));
+  EXPECT_EQ(covering.picked, dense.picked);
+  EXPECT_EQ(covering.seq.selection_cache_queries, 0);
+  EXPECT_DOUBLE_EQ(covering.seq.decode_attention_density(), 1.0);
+  // 16 + 64 + 16: a step with cached prefix P selects once P - 16 - 16 > 64, i.e. from P = 97
+  // (the step feeding story[97]); every token picked before is dense's.
+  const Run small = TeacherForced(prompt, feed, TokenSelect(64, 16, 16, 0.9f));
+  ASSERT_EQ(small.picked.size(), dense.picked.size());
+  const size_t first_sparse = 97 - prompt.size();  // index into feed of the first sparse step
+  for (size_t i = 0; i < first_sparse; ++i) ASSERT_EQ(small.picked[i], dense.picked[i]) << i;
+  EXPECT_GT(small.seq.selection_cache_queries, 0);
+  EXPECT_LT(small.seq.decode_attention_density(), 0.6);
+}
+
+TEST_F(TokenSelectRunnerTest, AgreementWithDenseAndHitRatesOnStories) {
+  const std::vector<int32_t> story = Story(420);
+  const std::vector<int32_t> prompt(story.begin(), story.begin() + 8);
+  const std::vector<int32_t> feed(story.begin() + 8, story.end() - 1);
+  const Run dense = TeacherForced(prompt, feed, {});
+  for (float theta : {0.5f, 0.7f, 0.9f}) {
+    const Run sparse = TeacherForced(prompt, feed, TokenSelect(64, 16, 16, theta));
+    ASSERT_EQ(sparse.picked.size(), dense.picked.size());
+    int agree = 0;
+    for (size_t i = 0; i < dense.picked.size(); ++i) agree += sparse.picked[i] == dense.picked[i];
+    const double agreement = static_cast<double>(agree) / static_cast<double>(dense.picked.size());
+    const double hit_rate = sparse.seq.selection_cache_hits / sparse.seq.selection_cache_queries;
+    std::printf(
+        "stories260K TokenSelect 16+64+16 over %zu tokens, theta %.1f: token agreement with dense "
+        "%.3f, selection-cache hit rate %.3f, decode density %.3f\n",
+        story.size(), theta, agreement, hit_rate, sparse.seq.decode_attention_density());
+    // A trained model keeps most greedy tokens under a budget of a quarter of its context.
+    EXPECT_GT(agreement, 0.9) << theta;
+    EXPECT_GT(sparse.seq.selection_cache_queries, 0);
+    EXPECT_LT(sparse.seq.decode_attention_density(), 0.6);
+  }
+}
+
+TEST_F(TokenSelectRunnerTest, MixedBatchEqualsEachSequenceAlone) {
+  const std::vector<int32_t> story = Story(300);
+  // Sequence 0 dense, 1 TokenSelect that never outgrows its budget, 2 and 3 TokenSelect that do
+  // (3 with a cache that always reuses a fresh-enough selection).
+  const std::vector<kernels::AttentionPattern> patterns = {{},
+                                                           TokenSelect(512, 16, 16, 0.9f),
+                                                           TokenSelect(32, 8, 16, 0.9f),
+                                                           TokenSelect(32, 8, 16, -1.0f)};
+  const std::vector<size_t> prompt_len = {20, 40, 60, 80};
+  const int steps = 150;
+  std::vector<std::vector<int32_t>> alone(patterns.size());
+  for (size_t s = 0; s < patterns.size(); ++s) {
+    const std::vector<int32_t> prompt(story.begin(), story.begin() + prompt_len[s]);
+    const std::vector<int32_t> feed(story.begin() + prompt_len[s],
+                                    story.begin() + prompt_len[s] + steps);
+    alone[s] = TeacherForced(prompt, feed, patterns[s]).picked;
+  }
+  std::vector<SequenceKv> seqs(patterns.size());
+  for (size_t s = 0; s < patterns.size(); ++s) {
+    const std::vector<int32_t> prompt(story.begin(), story.begin() + prompt_len[s]);
+    ASSERT_TRUE(runner_->PrefillSampled(prompt, seqs[s], Greedy(1)).ok());
+  }
+  std::vector<std::vector<int32_t>> batched(patterns.size());
+  for (int i = 0; i < steps; ++i) {
+    // Rows in a rotating order: a sequence's state follows it, not its row.
+    std::vector<StepRows> rows(patterns.size());
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const size_t s = (r + i) % rows.size();
+      rows[r].seq = &seqs[s];
+      rows[r].tokens = {story[prompt_len[s] + i]};
+      rows[r].pattern = patterns[s];
+    }
+    auto next = runner_->Step(rows, Greedy(static_cast<int>(rows.size())));
+    ASSERT_TRUE(next.ok()) << next.status();
+    for (size_t r = 0; r < rows.size(); ++r) batched[(r + i) % rows.size()].push_back((*next)[r]);
+  }
+  for (size_t s = 0; s < patterns.size(); ++s) EXPECT_EQ(batched[s], alone[s]) << "sequence " << s;
+  EXPECT_GT(seqs[3].selection_cache_hits, 0);
+  EXPECT_EQ(seqs[1].selection_cache_queries, 0);
+  for (SequenceKv& seq : seqs) runner_->Release(seq);
+}
+
+TEST_F(TokenSelectRunnerTest, RefusesKAboveTheStateCapacity) {
+  AttentionChoice choice;
+  choice.method = AttentionMethod::kTokenSelect;
+  choice.tokenselect_k = 1024;
+  EXPECT_TRUE(runner_->DecodePattern(choice).ok());
+  choice.tokenselect_k = 1025;
+  absl::StatusOr<kernels::AttentionPattern> refused = runner_->DecodePattern(choice);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("--tokenselect-k"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sparseserve::engine
