@@ -372,6 +372,11 @@ void DecodeScheduler::EngineStep() {
                                  : options_.metrics->engine_steps_prefill())
           .Increment();
       options_.metrics->engine_step_sequences().Observe(static_cast<double>(rows.size()));
+      const engine::ModelRunner::SelectionCacheCounts counts = runner_->selection_cache_counts();
+      options_.metrics->selection_cache_hits().Increment(counts.hits - counted_selection_.hits);
+      options_.metrics->selection_cache_queries().Increment(counts.queries -
+                                                            counted_selection_.queries);
+      counted_selection_ = counts;
     }
     size_t k = 0;
     std::vector<Running*> finished;
@@ -413,13 +418,17 @@ void DecodeScheduler::Preempt(Running& r) {
 }
 
 void DecodeScheduler::Finish(Running& r, const absl::Status& status, engine::FinishReason reason) {
+  DecodeWork work;
+  work.attention_density = r.seq.decode_attention_density();
+  work.selection_cache_hits = r.seq.selection_cache_hits;
+  work.selection_cache_queries = r.seq.selection_cache_queries;
   runner_->Release(r.seq);
   if (r.job.prefilled_blocks.has_value()) {
     runner_->mutable_pool().Release(*r.job.prefilled_blocks);
     r.job.prefilled_blocks.reset();
   }
   r.job.staged_kv.Reset();
-  r.job.sink->OnFinish(status, reason);
+  r.job.sink->OnFinish(status, reason, work);
   absl::MutexLock lock(&mu_);
   in_flight_.erase(r.job.request_id);
 }

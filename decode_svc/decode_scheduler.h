@@ -41,6 +41,13 @@
 namespace sparseserve::decode {
 
 // Receives one request's output. Called on the engine thread; must return quickly.
+// The attention work of a request's generated tokens, reported when it finishes.
+struct DecodeWork {
+  double attention_density = 1.0;  // fraction of dense work its TokenSelect steps did
+  double selection_cache_hits = 0;  // TokenSelect's, summed over steps and layers
+  double selection_cache_queries = 0;
+};
+
 class DecodeSink {
  public:
   virtual ~DecodeSink() = default;
@@ -49,8 +56,10 @@ class DecodeSink {
   virtual void OnStart(int cached_prompt_tokens, double queue_seconds,
                        double prefill_attention_density) = 0;
   virtual void OnToken(int32_t token) = 0;
-  // Last call. `status` is OK for a normal finish (see `reason`), else the error.
-  virtual void OnFinish(const absl::Status& status, engine::FinishReason reason) = 0;
+  // Last call. `status` is OK for a normal finish (see `reason`), else the error. `work`: what
+  // its sparse decode attention did (all ones and zeros for dense).
+  virtual void OnFinish(const absl::Status& status, engine::FinishReason reason,
+                        const DecodeWork& work) = 0;
 };
 
 struct DecodeJob {
@@ -136,6 +145,8 @@ class DecodeScheduler {
   void ApplyAborts();
 
   engine::ModelRunner* runner_;
+  // The runner's selection-cache counts already added to the metrics (engine thread only).
+  engine::ModelRunner::SelectionCacheCounts counted_selection_;
   const DecodeSchedulerOptions options_;
   const absl::flat_hash_set<int32_t> eos_;
 

@@ -57,6 +57,7 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
     int cached_tokens ABSL_GUARDED_BY(mu) = 0;
     double queue_seconds ABSL_GUARDED_BY(mu) = 0;
     double prefill_density ABSL_GUARDED_BY(mu) = 1.0;
+    DecodeWork work ABSL_GUARDED_BY(mu);  // set with `finished`
     bool finished ABSL_GUARDED_BY(mu) = false;
     absl::Status status ABSL_GUARDED_BY(mu);
     engine::FinishReason reason ABSL_GUARDED_BY(mu) = engine::FinishReason::kLength;
@@ -71,7 +72,7 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
         : shared_(std::move(shared)), metrics_(metrics), start_(absl::Now()) {}
     void OnStart(int cached, double queue_seconds, double prefill_density) override {
       metrics_->request_queue_time().Observe(queue_seconds);
-      if (prefill_density < 1.0) metrics_->sparse_attention_density().Set(prefill_density);
+      if (prefill_density < 1.0) metrics_->sparse_attention_density_prefill().Set(prefill_density);
       absl::MutexLock lock(&shared_->mu);
       shared_->started = true;
       shared_->cached_tokens = cached;
@@ -95,8 +96,12 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
       }
       if (to_write != nullptr) to_write->MaybeWrite();
     }
-    void OnFinish(const absl::Status& status, engine::FinishReason reason) override {
+    void OnFinish(const absl::Status& status, engine::FinishReason reason,
+                  const DecodeWork& work) override {
       metrics_->e2e_request_latency().Observe(absl::ToDoubleSeconds(absl::Now() - start_));
+      if (work.selection_cache_queries > 0 || work.attention_density < 1.0) {
+        metrics_->sparse_attention_density_decode().Set(work.attention_density);
+      }
       metrics_->requests_finished(status.ok() ? FinishLabel(reason) : "error").Increment();
       DecodeStream* to_write = nullptr;
       {
@@ -104,6 +109,7 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
         shared_->finished = true;
         shared_->status = status;
         shared_->reason = reason;
+        shared_->work = work;
         to_write = shared_->stream;
       }
       if (to_write != nullptr) to_write->MaybeWrite();
@@ -151,6 +157,11 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
         }
         if (shared_->finished) {
           response_.set_finish_reason(ToProto(shared_->reason));
+          response_.set_decode_attention_density(shared_->work.attention_density);
+          response_.set_selection_cache_hits(
+              static_cast<int64_t>(shared_->work.selection_cache_hits));
+          response_.set_selection_cache_queries(
+              static_cast<int64_t>(shared_->work.selection_cache_queries));
           shared_->finish_called = true;
           last_write_ = true;
         }

@@ -97,7 +97,7 @@ grpc::ServerUnaryReactor* PrefillWorkerService::Prefill(grpc::CallbackServerCont
         response->set_transfer_seconds(result->transfer_seconds);
         response->set_attention_density(result->attention_density);
         if (result->attention_density < 1.0) {
-          metrics->sparse_attention_density().Set(result->attention_density);
+          metrics->sparse_attention_density_prefill().Set(result->attention_density);
         }
         if (result->transferred_bytes > 0) {
           metrics->kv_transfer_bytes().Increment(static_cast<double>(result->transferred_bytes));

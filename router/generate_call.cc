@@ -132,6 +132,9 @@ void GenerateCall::OnDecodeResponse(DecodeStream* stream, const v1::DecodeRespon
     }
     RelayTokensLocked(response.token_ids().data(), response.token_ids_size(), actions);
     if (!concluded_ && response.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+      decode_density_ = response.decode_attention_density();
+      selection_cache_hits_ = response.selection_cache_hits();
+      selection_cache_queries_ = response.selection_cache_queries();
       ConcludeLocked({.reason = response.finish_reason(), .cancel_downstream = false}, actions);
     }
   }
@@ -199,6 +202,9 @@ void GenerateCall::ConcludeLocked(const Outcome& outcome, Actions& actions) {
     usage.set_prompt_tokens(static_cast<int32_t>(request_.prompt_ids.size()));
     usage.set_cached_prompt_tokens(cached_prompt_tokens_);
     usage.set_prefill_attention_density(prefill_density_);
+    usage.set_decode_attention_density(decode_density_);
+    usage.set_selection_cache_hits(selection_cache_hits_);
+    usage.set_selection_cache_queries(selection_cache_queries_);
     usage.set_completion_tokens(static_cast<int32_t>(generated_.size()));
     v1::Timings& timings = *pending_.mutable_timings();
     timings.set_queue_seconds(queue_seconds_);

@@ -172,6 +172,11 @@ class GenerateCall final : public grpc::ServerWriteReactor<v1::GenerateResponse>
   bool have_worker_stats_ ABSL_GUARDED_BY(mu_) = false;  // first Decode message seen
   int cached_prompt_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   double prefill_density_ ABSL_GUARDED_BY(mu_) = 1.0;  // of the prompt's prefill, wherever it ran
+  // The decode worker's last message: its decode attention work (of the worker that finished the
+  // request; a migrated request's earlier workers are not counted).
+  double decode_density_ ABSL_GUARDED_BY(mu_) = 1.0;
+  int64_t selection_cache_hits_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t selection_cache_queries_ ABSL_GUARDED_BY(mu_) = 0;
   double queue_seconds_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<absl::Time> first_token_time_ ABSL_GUARDED_BY(mu_);
   absl::Time last_token_time_ ABSL_GUARDED_BY(mu_);

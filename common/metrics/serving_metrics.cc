@@ -124,9 +124,18 @@ void ServingMetrics::Register() {
       AddGauge(r, "num_requests_waiting", "Requests queued and not yet scheduled.", labels);
   kv_cache_usage_ =
       AddGauge(r, "kv_cache_usage_ratio", "Fraction of KV cache blocks in use, 0 to 1.", labels);
-  sparse_attention_density_ =
-      AddGauge(r, "sparse_attention_density",
-               "Fraction of the dense attention work done by sparse attention, 0 to 1.", labels);
+  // One series per phase: MInference's prefill and TokenSelect's decode are separate choices.
+  auto& density = prometheus::BuildGauge()
+                      .Name(absl::StrCat(kPrefix, "sparse_attention_density"))
+                      .Help("Fraction of the dense attention work done by sparse attention in the "
+                            "last sparse request's prefill or decode, 0 to 1.")
+                      .Register(r);
+  for (auto [gauge, phase] : {std::pair{&sparse_attention_density_prefill_, "prefill"},
+                              {&sparse_attention_density_decode_, "decode"}}) {
+    prometheus::Labels phase_labels = labels;
+    phase_labels["phase"] = phase;
+    *gauge = &density.Add(phase_labels);
+  }
 
   prefix_cache_queries_ = AddCounter(r, "prefix_cache_queries_total",
                                      "KV blocks looked up in the prefix cache.", labels);

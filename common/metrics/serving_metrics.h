@@ -84,8 +84,15 @@ class ServingMetrics {
   prometheus::Gauge& num_requests_running() { return *num_requests_running_; }
   prometheus::Gauge& num_requests_waiting() { return *num_requests_waiting_; }
   prometheus::Gauge& kv_cache_usage() { return *kv_cache_usage_; }  // ratio in [0, 1]
-  // Fraction of the dense attention work actually done, in [0, 1].
-  prometheus::Gauge& sparse_attention_density() { return *sparse_attention_density_; }
+  // `sparse_attention_density{phase=...}`: the fraction of the dense attention work actually done
+  // by the last request that ran a sparse method in that phase, in [0, 1] (MInference measures
+  // the prefill, TokenSelect the decode).
+  prometheus::Gauge& sparse_attention_density_prefill() {
+    return *sparse_attention_density_prefill_;
+  }
+  prometheus::Gauge& sparse_attention_density_decode() {
+    return *sparse_attention_density_decode_;
+  }
 
   // Counters.
   prometheus::Counter& prefix_cache_queries() { return *prefix_cache_queries_; }  // blocks
@@ -137,7 +144,8 @@ class ServingMetrics {
   prometheus::Gauge* num_requests_running_ = nullptr;
   prometheus::Gauge* num_requests_waiting_ = nullptr;
   prometheus::Gauge* kv_cache_usage_ = nullptr;
-  prometheus::Gauge* sparse_attention_density_ = nullptr;
+  prometheus::Gauge* sparse_attention_density_prefill_ = nullptr;
+  prometheus::Gauge* sparse_attention_density_decode_ = nullptr;
   prometheus::Counter* prefix_cache_queries_ = nullptr;
   prometheus::Counter* prefix_cache_hits_ = nullptr;
   prometheus::Counter* kv_transfer_bytes_ = nullptr;

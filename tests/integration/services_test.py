@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from services_conftest import (BIN, MODEL, Cluster, free_port, gen_pb2, greedy_request, metric,
-                               prompts, reference_tokens, run, send_garbage, wait_until,
+                               prompts, reference_tokens, run, scrape, send_garbage, wait_until,
                                worker_grpc, worker_pb2, worker_status)
 
 GOLDEN = open(os.path.join(os.path.dirname(__file__), "..", "data",
@@ -577,8 +577,7 @@ def test_request_options_unknown_or_not_built_are_refused_by_name():
         req.decode_attention.window = 0
         code, details = _code_and_details(c.stub, req)
         assert code == grpc.StatusCode.INVALID_ARGUMENT and "window" in details
-        for field, value in (("decode_attention", "tokenselect"), ("speculation", "lookahead"),
-                             ("speculation", "tokenswift")):
+        for field, value in (("speculation", "lookahead"), ("speculation", "tokenswift")):
             req = greedy_request("Once upon a time", max_tokens=8)
             getattr(req, field).method = value
             code, details = _code_and_details(c.stub, req)
@@ -602,6 +601,34 @@ def test_request_options_unknown_or_not_built_are_refused_by_name():
         req.prefill_attention.minference_config = "/etc/passwd"
         code, details = _code_and_details(c.stub, req)
         assert code == grpc.StatusCode.INVALID_ARGUMENT and "config" in details
+        # TokenSelect (issue 13): the default budget covers this context (= dense, the golden
+        # text); a small one selects, and its density and selection-cache use come back in the
+        # usage and in the decode worker's metrics; k above the worker's --tokenselect-k is
+        # refused.
+        req = greedy_request("Once upon a time", max_tokens=60)
+        req.decode_attention.method = "tokenselect"
+        _, text, last = run(c.stub, req)
+        assert text == GOLDEN and last.usage.decode_attention_density == 1.0
+        assert last.usage.selection_cache_queries == 0
+        req = greedy_request("Once upon a time", max_tokens=200)
+        req.decode_attention.method = "tokenselect"
+        req.decode_attention.tokenselect_k = 32
+        req.decode_attention.tokenselect_initial = 8
+        req.decode_attention.tokenselect_local = 16
+        _, text, last = run(c.stub, req)
+        assert text and 0 < last.usage.decode_attention_density < 0.8, last.usage
+        assert 0 <= last.usage.selection_cache_hits < last.usage.selection_cache_queries
+        decode = c.role("decode")[0]["metrics"]
+        assert metric(decode, "sparseserve_tokenselect_selection_cache_queries_total") == \
+            last.usage.selection_cache_queries
+        assert metric(decode, "sparseserve_tokenselect_selection_cache_hits_total") == \
+            last.usage.selection_cache_hits
+        gauge = [line for line in scrape(decode).splitlines()
+                 if line.startswith('sparseserve_sparse_attention_density{phase="decode"')]
+        assert abs(float(gauge[0].rsplit(" ", 1)[1]) - last.usage.decode_attention_density) < 1e-9
+        req.decode_attention.tokenselect_k = 100000
+        code, details = _code_and_details(c.stub, req)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "--tokenselect-k" in details
     finally:
         c.close()
 
@@ -669,9 +696,10 @@ def test_request_options_reach_the_workers():
         dreq = worker_pb2.DecodeRequest(request_id="direct", prompt_ids=[1, 403, 407, 261, 378],
                                         max_tokens=4)
         dreq.decode_attention.method = "tokenselect"
+        dreq.decode_attention.tokenselect_k = 0
         with pytest.raises(grpc.RpcError) as err:
             list(dstub.Decode(dreq, timeout=30))
-        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         pstub = worker_grpc.PrefillWorkerStub(grpc.insecure_channel(p[2]))
         preq = worker_pb2.PrefillRequest(request_id="direct", prompt_ids=[1, 403, 407, 261, 378])
         preq.prefill_attention.method = "minference"
@@ -704,8 +732,8 @@ def test_request_option_flags():
     for role, code in (("decode", 2), ("prefill", 2), ("up", 2)):
         out = sparseserve(role, "--attention=sparse")
         assert out.returncode == code and "--attention" in out.stderr, out.stderr
-    out = sparseserve("up", "--decode-attention=tokenselect")
-    assert out.returncode == 2 and "UNIMPLEMENTED" in out.stderr and "tokenselect" in out.stderr
+    out = sparseserve("up", "--decode-attention=tokenselect", "--tokenselect-local=-1")
+    assert out.returncode == 2 and "tokenselect" in out.stderr, out.stderr
     out = sparseserve("router", "--decode-workers=127.0.0.1:1", "--attention=sliding-window",
                       "--sliding-window=0")
     assert out.returncode == 2 and "window" in out.stderr, out.stderr
@@ -724,8 +752,12 @@ def test_request_option_flags():
                           "--max-tokens=60", "--ignore-eos", "--temperature=0")
         assert out.returncode == 0 and out.stdout == GOLDEN + "\n", out.stderr
         out = sparseserve("generate", f"--server={c.address}", "--prompt=Once upon a time",
+                          "--max-tokens=60", "--ignore-eos", "--temperature=0",
                           "--decode-attention=tokenselect")
-        assert out.returncode == 1 and "tokenselect" in out.stderr, out.stderr
+        assert out.returncode == 0 and out.stdout == GOLDEN + "\n", out.stderr
+        out = sparseserve("generate", f"--server={c.address}", "--prompt=Once upon a time",
+                          "--decode-attention=tokenselect", "--tokenselect-k=4096")
+        assert out.returncode == 1 and "--tokenselect-k" in out.stderr, out.stderr
         out = sparseserve("generate", f"--server={c.address}", "--prompt=Once upon a time",
                           "--sliding-window=0")
         assert out.returncode == 1 and "window" in out.stderr, out.stderr

@@ -25,15 +25,18 @@ class CollectingSink : public DecodeSink {
  public:
   void OnStart(int cached, double, double) override { cached_ = cached; }
   void OnToken(int32_t token) override { tokens_.push_back(token); }
-  void OnFinish(const absl::Status& status, engine::FinishReason reason) override {
+  void OnFinish(const absl::Status& status, engine::FinishReason reason,
+                const DecodeWork& work) override {
     status_ = status;
     reason_ = reason;
+    work_ = work;
     done_.Notify();
   }
   bool Wait() { return done_.WaitForNotificationWithTimeout(absl::Seconds(60)); }
   std::vector<int32_t> tokens_;
   absl::Status status_;
   engine::FinishReason reason_ = engine::FinishReason::kLength;
+  DecodeWork work_;
   int cached_ = -1;
   absl::Notification done_;
 };

@@ -65,7 +65,7 @@ TEST(MetricsExporterTest, ServesRegistryOnKernelChosenPort) {
   m.num_requests_running().Set(3);
   m.num_requests_waiting().Set(7);
   m.kv_cache_usage().Set(0.5);
-  m.sparse_attention_density().Set(0.25);
+  m.sparse_attention_density_decode().Set(0.25);
   m.prefix_cache_queries().Increment(10);
   m.prefix_cache_hits().Increment(4);
   m.kv_transfer_bytes().Increment(262144);
@@ -91,7 +91,7 @@ TEST(MetricsExporterTest, ServesRegistryOnKernelChosenPort) {
   EXPECT_THAT(text, HasSubstr("sparseserve_num_requests_running{role=\"decode\"} 3"));
   EXPECT_THAT(text, HasSubstr("sparseserve_num_requests_waiting{role=\"decode\"} 7"));
   EXPECT_THAT(text, HasSubstr("sparseserve_kv_cache_usage_ratio{role=\"decode\"} 0.5"));
-  EXPECT_THAT(text, HasSubstr("sparseserve_sparse_attention_density{role=\"decode\"} 0.25"));
+  EXPECT_THAT(text, HasSubstr("sparseserve_sparse_attention_density{phase=\"decode\",role=\"decode\"} 0.25"));
   EXPECT_THAT(text, HasSubstr("sparseserve_prefix_cache_queries_total{role=\"decode\"} 10"));
   EXPECT_THAT(text, HasSubstr("sparseserve_prefix_cache_hits_total{role=\"decode\"} 4"));
   EXPECT_THAT(text, HasSubstr("sparseserve_kv_transfer_bytes_total{role=\"decode\"} 262144"));
