@@ -347,6 +347,7 @@ void DecodeScheduler::EngineStep() {
     row.seq = &r->seq;
     row.tokens.assign(r->input.begin() + done, r->input.begin() + done + len);
     row.pattern = r->prefill_pattern;
+    row.prompt = true;
     const bool last_chunk = len == remaining;
     row.sample = last_chunk ? model::LogitRows::kLast : model::LogitRows::kNone;
     if (last_chunk) add_sampling_row(*r);

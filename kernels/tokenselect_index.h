@@ -16,11 +16,14 @@
 //     the key of h's KV head (h / group, the GQA mapping), and scale the attention's softmax
 //     scale (the released code scores unscaled logits; with the scale the vote is the heads'
 //     attention mass). The k best scores win, ties to the smaller index; stored ascending;
-//   - the selection cache (Alg. 1): the selection of (sequence, layer) is reused while
-//     cos(q̄, q̄_sel) >= θ, where q̄_sel is the query of the step that last selected (all heads
-//     concatenated), and the selection is at most `local` tokens old (P - P_sel <= local; the
+//   - the selection cache (Alg. 1, a decode feature): a one-row step reuses the selection of
+//     (sequence, layer) while cos(q̄, q̄_sel) >= θ, where q̄_sel is the query of the step that last
+//     selected (all heads concatenated), and the selection is at most `local` tokens old
+//     (P - P_sel <= local; the
 //     keys that left the local window since, [P_sel - local, P - local), stay attended, so a
-//     reused selection never loses recent tokens — the paper's Alg. 1 is silent on them);
+//     reused selection never loses recent tokens — the paper's Alg. 1 is silent on them).
+//     Multi-row steps (prompt chunks, verified drafts) always select, so a prompt's chunks
+//     select the same whether or not its leading chunks came from the prefix cache;
 //   - a row then sees [0, initial) ∪ selected ∪ [P_sel - local, P) ∪ its visible new rows, all
 //     disjoint and ascending (P_sel = P on a fresh selection). Keys keep their true RoPE
 //     positions (the KV contract): no re-rotation at compacted positions.
@@ -83,13 +86,13 @@ SS_HOST_DEVICE KeyRegions RegionsOf(const TokenSelectParams& p, int32_t q_len, i
   return r;
 }
 
-// The selection of `layer_state` (a layer's area) may serve a step with cached prefix `prefix`
-// and cosine `cosine` between its query and the selecting one.
+// The selection of `layer_state` (a layer's area) may serve a step of `q_len` rows with cached
+// prefix `prefix` and cosine `cosine` between its query and the selecting one.
 SS_HOST_DEVICE bool SelectionReusable(const TokenSelectParams& p, const int32_t* layer_state,
-                                      int32_t prefix, float cosine) {
+                                      int32_t q_len, int32_t prefix, float cosine) {
   const int32_t selected_at = layer_state[kPrefix];
-  return layer_state[kValid] == 1 && layer_state[kSelected] == p.k && selected_at <= prefix &&
-         prefix - selected_at <= p.local && cosine >= p.theta;
+  return q_len == 1 && layer_state[kValid] == 1 && layer_state[kSelected] == p.k &&
+         selected_at <= prefix && prefix - selected_at <= p.local && cosine >= p.theta;
 }
 
 // Where a row's trailing cached keys start under the layer's (valid) selection: P_sel - local.

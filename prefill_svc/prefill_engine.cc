@@ -284,6 +284,7 @@ void PrefillEngine::EngineStep() {
     row.seq = &r->seq;
     row.tokens.assign(r->task.prompt.begin() + done, r->task.prompt.begin() + done + len);
     row.pattern = r->pattern;
+    row.prompt = true;
     row.sample = last_chunk ? model::LogitRows::kLast : model::LogitRows::kNone;
     if (last_chunk) {
       const kernels::SamplingBatch& first = r->first_row;

@@ -11,8 +11,10 @@ ABSL_FLAG(std::string, attention, "",
           "prefill one, tokenselect the decode one. --prefill-attention and --decode-attention "
           "win over it. Empty = dense.");
 ABSL_FLAG(std::string, prefill_attention, "",
-          "Attention method of prompts: dense, sliding-window or minference. Empty = what "
-          "--attention sets, else dense. On a server: the default of requests that choose none.");
+          "Attention method of prompts: dense, sliding-window, minference or tokenselect (its "
+          "chunked-prefill variant: each chunk attends the tokens its mean query selects). Empty "
+          "= what --attention sets, else dense. On a server: the default of requests that choose "
+          "none.");
 ABSL_FLAG(std::string, decode_attention, "",
           "Attention method of generated tokens: dense, sliding-window or tokenselect. Empty = "
           "what --attention sets, else dense. On a server: the default of requests that choose "
@@ -126,12 +128,22 @@ absl::Status SetRequestOptionsFromChangedFlags(v1::GenerateRequest* request) {
     p->set_sparse_prefill_threshold(options.prefill.sparse_prefill_threshold);
   }
   if (Changed("minference_config")) p->set_minference_config(options.prefill.minference_config);
-  if (Changed("tokenselect_k")) d->set_tokenselect_k(options.decode.tokenselect_k);
+  if (Changed("tokenselect_k")) {
+    p->set_tokenselect_k(options.prefill.tokenselect_k);
+    d->set_tokenselect_k(options.decode.tokenselect_k);
+  }
   if (Changed("tokenselect_initial")) {
+    p->set_tokenselect_initial(options.prefill.tokenselect_initial);
     d->set_tokenselect_initial(options.decode.tokenselect_initial);
   }
-  if (Changed("tokenselect_local")) d->set_tokenselect_local(options.decode.tokenselect_local);
-  if (Changed("tokenselect_theta")) d->set_tokenselect_theta(options.decode.tokenselect_theta);
+  if (Changed("tokenselect_local")) {
+    p->set_tokenselect_local(options.prefill.tokenselect_local);
+    d->set_tokenselect_local(options.decode.tokenselect_local);
+  }
+  if (Changed("tokenselect_theta")) {
+    p->set_tokenselect_theta(options.prefill.tokenselect_theta);
+    d->set_tokenselect_theta(options.decode.tokenselect_theta);
+  }
   v1::Speculation* s = request->mutable_speculation();
   if (Changed("spec")) s->set_method(std::string(engine::SpecMethodName(options.spec.method)));
   if (Changed("spec_max_draft")) s->set_max_draft(options.spec.max_draft);

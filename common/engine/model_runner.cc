@@ -116,6 +116,7 @@ absl::StatusOr<kernels::AttentionPattern> ModelRunner::PrefillPattern(const Atte
       pattern.minference = minference_;
     }
   }
+  SS_RETURN_IF_ERROR(CheckTokenSelectCapacity(pattern));
   SS_RETURN_IF_ERROR(backend().SupportsAttention(pattern, config().head_dim));
   return pattern;
 }
@@ -123,17 +124,21 @@ absl::StatusOr<kernels::AttentionPattern> ModelRunner::PrefillPattern(const Atte
 absl::StatusOr<kernels::AttentionPattern> ModelRunner::DecodePattern(
     const AttentionChoice& choice) const {
   const kernels::AttentionPattern pattern = AttentionPatternOf(choice);
-  if (pattern.kind == kernels::AttentionMethodKind::kTokenSelect &&
-      pattern.tokenselect.k > options_.tokenselect_max_k) {
-    return absl::InvalidArgumentError(
-        options_.tokenselect_max_k == 0
-            ? std::string("tokenselect is off on this server (its --tokenselect-k capacity is 0)")
-            : absl::StrCat("tokenselect k = ", pattern.tokenselect.k,
-                           " exceeds this server's --tokenselect-k of ",
-                           options_.tokenselect_max_k));
-  }
+  SS_RETURN_IF_ERROR(CheckTokenSelectCapacity(pattern));
   SS_RETURN_IF_ERROR(backend().SupportsAttention(pattern, config().head_dim));
   return pattern;
+}
+
+absl::Status ModelRunner::CheckTokenSelectCapacity(const kernels::AttentionPattern& pattern) const {
+  if (pattern.kind != kernels::AttentionMethodKind::kTokenSelect ||
+      pattern.tokenselect.k <= options_.tokenselect_max_k) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      options_.tokenselect_max_k == 0
+          ? std::string("tokenselect is off on this server (its --tokenselect-k capacity is 0)")
+          : absl::StrCat("tokenselect k = ", pattern.tokenselect.k,
+                         " exceeds this server's --tokenselect-k of ", options_.tokenselect_max_k));
 }
 
 ModelRunner::ModelRunner(std::unique_ptr<model::LlamaModel> model,
@@ -200,7 +205,9 @@ absl::StatusOr<int> ModelRunner::BeginPrefill(absl::Span<const int32_t> prompt, 
   // Never reuse the block holding the last prompt token: its logits must be computed.
   hashes.resize(std::min<size_t>(hashes.size(), (n - 1) / bt));
   std::vector<int32_t> hit = pool_.Match(hashes);
-  if (pattern.kind == kernels::AttentionMethodKind::kMInference && chunk_tokens > 0) {
+  if ((pattern.kind == kernels::AttentionMethodKind::kMInference ||
+       pattern.kind == kernels::AttentionMethodKind::kTokenSelect) &&
+      chunk_tokens > 0) {
     size_t keep = hit.size();
     while (keep > 0 && (keep * bt) % chunk_tokens != 0) --keep;
     pool_.Release(absl::MakeConstSpan(hit).subspan(keep));
@@ -330,17 +337,17 @@ void ModelRunner::AddSparseWork(absl::Span<const StepRows> rows) {
   const std::vector<model::LlamaModel::SparseWork>& work = model_->sparse_work();
   for (size_t i = 0; i < work.size() && i < rows.size(); ++i) {
     SequenceKv& seq = *rows[i].seq;
-    if (rows[i].pattern.kind == kernels::AttentionMethodKind::kTokenSelect) {
-      seq.decode_computed_pairs += work[i].computed_pairs;
-      seq.decode_causal_pairs += work[i].causal_pairs;
-      seq.selection_cache_hits += work[i].selection_hits;
-      seq.selection_cache_queries += work[i].selection_queries;
-      selection_cache_counts_.hits += work[i].selection_hits;
-      selection_cache_counts_.queries += work[i].selection_queries;
-    } else {
+    if (rows[i].prompt) {
       seq.sparse_computed_pairs += work[i].computed_pairs;
       seq.sparse_causal_pairs += work[i].causal_pairs;
+    } else {
+      seq.decode_computed_pairs += work[i].computed_pairs;
+      seq.decode_causal_pairs += work[i].causal_pairs;
     }
+    seq.selection_cache_hits += work[i].selection_hits;
+    seq.selection_cache_queries += work[i].selection_queries;
+    selection_cache_counts_.hits += work[i].selection_hits;
+    selection_cache_counts_.queries += work[i].selection_queries;
   }
 }
 
@@ -402,6 +409,7 @@ absl::Status ModelRunner::PrefillChunks(
     rows.seq = &seq;
     rows.tokens.assign(prompt.begin() + start, prompt.begin() + start + len);
     rows.pattern = pattern;
+    rows.prompt = true;
     if (absl::Status s = run_chunk(rows, start + len == n); !s.ok()) {
       Release(seq);
       return s;

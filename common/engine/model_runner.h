@@ -115,6 +115,9 @@ struct StepRows {
   model::LogitRows sample = model::LogitRows::kLast;  // rows that get a sampled token
   bool speculative = false;  // rows stay pending until Commit (and out of the prefix cache)
   kernels::AttentionPattern pattern;
+  // A chunk of the prompt: its sparse work counts toward the sequence's prefill density, other
+  // rows' toward its decode density (SequenceKv).
+  bool prompt = false;
 };
 
 // Rows of a prompt's next chunk: up to the next multiple of `chunk_tokens` (chunks end at fixed
@@ -141,8 +144,8 @@ class ModelRunner {
   // prompt tokens they hold; the rest is computed by Steps, chunk by chunk. kInvalidArgument for
   // an empty prompt or one that fills the context, kFailedPrecondition when `seq` is not empty.
   // A prompt prefilled under `pattern` in chunks of `chunk_tokens`: when its index is built per
-  // chunk (MInference) the reused prefix is cut to whole chunks, so the prompt keeps the chunk
-  // boundaries, and the output, of a run without the hit.
+  // chunk (MInference, TokenSelect) the reused prefix is cut to whole chunks, so the prompt keeps
+  // the chunk boundaries, and the output, of a run without the hit.
   absl::StatusOr<int> BeginPrefill(absl::Span<const int32_t> prompt, SequenceKv& seq,
                                    const kernels::AttentionPattern& pattern = {},
                                    int chunk_tokens = 0);
@@ -211,9 +214,11 @@ class ModelRunner {
 
   // The kernel pattern of a prompt of `prompt_tokens` tokens prefilled under `choice`:
   // AttentionPatternOf, except that MInference runs dense below choice.sparse_prefill_threshold
-  // and otherwise with this runner's patterns (options.minference_config). kInvalidArgument when
-  // the choice names a config file other than the runner's (a request may not make a server read
-  // files); kUnimplemented as Backend::SupportsAttention.
+  // and otherwise with this runner's patterns (options.minference_config). TokenSelect here is
+  // its chunked-prefill variant: each chunk selects by its mean query (tokenselect_index.h).
+  // kInvalidArgument when the choice names a config file other than the runner's (a request may
+  // not make a server read files) or TokenSelect's k exceeds options.tokenselect_max_k;
+  // kUnimplemented as Backend::SupportsAttention.
   absl::StatusOr<kernels::AttentionPattern> PrefillPattern(const AttentionChoice& choice,
                                                            int64_t prompt_tokens) const;
   // The kernel pattern of generated tokens under `choice`; errors as SupportsAttention, and
@@ -259,6 +264,8 @@ class ModelRunner {
   }
 
  private:
+  // kInvalidArgument when `pattern` is TokenSelect with k above options.tokenselect_max_k.
+  absl::Status CheckTokenSelectCapacity(const kernels::AttentionPattern& pattern) const;
   ModelRunner(std::unique_ptr<model::LlamaModel> model, std::unique_ptr<model::PagedKvCache> cache,
               const ModelRunnerOptions& options);
   // A step's halves: checks, block allocation (all or nothing) and the forward batch; then, once

@@ -31,11 +31,7 @@ absl::Status ValidatePhase(const AttentionChoice& c, absl::string_view phase) {
         return absl::InvalidArgumentError("sparse prefill threshold must be >= 0");
       }
       return absl::OkStatus();
-    case AttentionMethod::kTokenSelect:
-      if (phase != "decode") {
-        return absl::InvalidArgumentError(
-            absl::StrCat("tokenselect is a decode attention method, not a ", phase, " one"));
-      }
+    case AttentionMethod::kTokenSelect:  // decode, or the chunked-prefill variant (§3.3)
       if (c.tokenselect_k < 1 || c.tokenselect_initial < 0 || c.tokenselect_local < 0 ||
           !(c.tokenselect_theta >= -1.0f && c.tokenselect_theta <= 1.0f)) {
         return absl::InvalidArgumentError(absl::StrCat(

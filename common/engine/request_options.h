@@ -1,9 +1,9 @@
 // RequestOptions: the attention and speculation methods one request asks for, as the engine sees
 // them (the public API, the worker protos and the command-line flags all convert into this).
 //
-// A request chooses a *prefill* attention method (dense | sliding-window | minference) and a
-// *decode* attention method (dense | sliding-window | tokenselect), each with its parameters, and
-// a speculation method. The product's main path is MInference for the prompt and TokenSelect for
+// A request chooses a *prefill* attention method (dense | sliding-window | minference |
+// tokenselect, its chunked-prefill variant) and a *decode* attention method (dense |
+// sliding-window | tokenselect), each with its parameters, and a speculation method. The product's main path is MInference for the prompt and TokenSelect for
 // the decode of the same request (ARCHITECTURE.md). Names are the ones users type (flags, API
 // strings); parsing an unknown name is kInvalidArgument, and a known method that this build does
 // not have yet is kUnimplemented naming it (CheckImplemented) — never a silent fallback.
@@ -53,7 +53,7 @@ struct SpeculationChoice {
 };
 
 struct RequestOptions {
-  AttentionChoice prefill;  // dense | sliding-window | minference
+  AttentionChoice prefill;  // dense | sliding-window | minference | tokenselect
   AttentionChoice decode;   // dense | sliding-window | tokenselect
   SpeculationChoice spec;
 };
@@ -76,8 +76,8 @@ absl::string_view SpecMethodName(SpecMethod method);
 absl::Status ApplyAttentionMethodNames(absl::string_view attention, absl::string_view prefill,
                                        absl::string_view decode, RequestOptions* options);
 
-// kInvalidArgument when a method is used in the wrong phase (tokenselect for prefill,
-// minference for decode) or its parameters are out of range (a sliding window < 1, ...).
+// kInvalidArgument when a method is used in the wrong phase (minference for decode) or its
+// parameters are out of range (a sliding window < 1, ...).
 absl::Status Validate(const RequestOptions& options);
 // kUnimplemented naming the first chosen method this build does not have yet.
 absl::Status CheckImplemented(const RequestOptions& options);

@@ -45,6 +45,10 @@ absl::StatusOr<engine::RequestOptions> RequestOptionsFromProto(
     p.sparse_prefill_threshold = prefill.sparse_prefill_threshold();
   }
   if (prefill.has_minference_config()) p.minference_config = prefill.minference_config();
+  if (prefill.has_tokenselect_k()) p.tokenselect_k = prefill.tokenselect_k();
+  if (prefill.has_tokenselect_initial()) p.tokenselect_initial = prefill.tokenselect_initial();
+  if (prefill.has_tokenselect_local()) p.tokenselect_local = prefill.tokenselect_local();
+  if (prefill.has_tokenselect_theta()) p.tokenselect_theta = prefill.tokenselect_theta();
 
   engine::AttentionChoice& d = options.decode;
   SS_RETURN_IF_ERROR(SetAttentionMethod(decode.method(), "decode_attention.method", &d.method));

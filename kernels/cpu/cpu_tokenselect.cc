@@ -128,7 +128,8 @@ absl::Status BuildTokenSelectIndex(const AttentionPlan& plan, const Tensor& q,
     std::vector<float> selecting(width);
     std::memcpy(selecting.data(), state + kHeaderWords, width * sizeof(float));
     cache_stats[1] += 1;
-    if (tokenselect::SelectionReusable(p, state, regions.prefix, Cosine(query, selecting.data()))) {
+    if (tokenselect::SelectionReusable(p, state, seq.q_len, regions.prefix,
+                                       Cosine(query, selecting.data()))) {
       state[tokenselect::kLastHit] = 1;
       cache_stats[0] += 1;
     } else {

@@ -570,7 +570,7 @@ def test_request_options_unknown_or_not_built_are_refused_by_name():
             assert code == grpc.StatusCode.INVALID_ARGUMENT, (field, value)
             assert f"{field}.method" in details and f"'{value}'" in details
         req = greedy_request("Once upon a time", max_tokens=8)
-        req.prefill_attention.method = "tokenselect"  # a decode method
+        req.decode_attention.method = "minference"  # a prefill method
         assert _code_and_details(c.stub, req)[0] == grpc.StatusCode.INVALID_ARGUMENT
         req = greedy_request("Once upon a time", max_tokens=8)
         req.decode_attention.method = "sliding-window"

@@ -40,8 +40,11 @@ TEST(RequestOptionsTest, ValidateChecksPhasesAndParameters) {
   o.decode.sink_tokens = -2;
   EXPECT_EQ(Validate(o).code(), absl::StatusCode::kInvalidArgument);
   o.decode.sink_tokens = 0;
-  o.prefill.method = AttentionMethod::kTokenSelect;
+  o.prefill.method = AttentionMethod::kTokenSelect;  // the chunked-prefill variant
+  EXPECT_TRUE(Validate(o).ok());
+  o.decode.method = AttentionMethod::kMInference;  // a prefill method only
   EXPECT_EQ(Validate(o).code(), absl::StatusCode::kInvalidArgument);
+  o.decode.method = AttentionMethod::kSlidingWindow;
   o.prefill.method = AttentionMethod::kMInference;
   EXPECT_TRUE(Validate(o).ok());
   o.decode.method = AttentionMethod::kTokenSelect;
@@ -98,7 +101,7 @@ TEST(RequestOptionsTest, UnknownNamesNameTheFlag) {
   s = ApplyAttentionMethodNames("", "", "flash", &o);
   EXPECT_THAT(s.message(), HasSubstr("--decode-attention"));
   // The wrong phase is Validate's to refuse, not the parser's.
-  ASSERT_TRUE(ApplyAttentionMethodNames("", "tokenselect", "", &o).ok());
+  ASSERT_TRUE(ApplyAttentionMethodNames("", "", "minference", &o).ok());
   EXPECT_EQ(Validate(o).code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -1,10 +1,13 @@
 // TokenSelect decode through ModelRunner on the real stories260K model (CPU reference): a budget
 // covering the context equals dense token for token, and a small one equals dense until the
 // context outgrows it; a step batching dense and TokenSelect sequences equals each sequence run
-// alone; the runner refuses k above its state capacity; and on 400 teacher-forced tokens with a
-// budget of 16 + 64 + 16 the agreement with dense and the selection-cache hit rate for θ in
-// {0.5, 0.7, 0.9} are printed (stories260K is trained, so the figures mean something).
+// alone; the chunked-prefill variant selects per chunk and keeps its chunks (and output) on
+// prefix-cache hits; the runner refuses k above its state capacity; and on 400 teacher-forced
+// tokens with a budget of 16 + 64 + 16 the agreement with dense and the selection-cache hit rate
+// for θ in {0.5, 0.7, 0.9} are printed (stories260K is trained, so the figures mean something).
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "common/core/thread_pool.h"
 #include "common/engine/model_runner.h"
@@ -183,6 +186,51 @@ TEST_F(TokenSelectRunnerTest, MixedBatchEqualsEachSequenceAlone) {
   EXPECT_GT(seqs[3].selection_cache_hits, 0);
   EXPECT_EQ(seqs[1].selection_cache_queries, 0);
   for (SequenceKv& seq : seqs) runner_->Release(seq);
+}
+
+TEST_F(TokenSelectRunnerTest, ChunkedPrefillSelectsPerChunkAndKeepsChunksOnPrefixHits) {
+  ModelRunnerOptions options;
+  options.block_tokens = 16;
+  options.prefill_chunk_tokens = 64;
+  options.tokenselect_max_k = 64;
+  options.max_sequences = 4;
+  auto made = ModelRunner::Create(source_, &backend_, options);
+  ASSERT_TRUE(made.ok()) << made.status();
+  ModelRunner& runner = **made;
+  const std::vector<int32_t> story = Story(300);
+  AttentionChoice choice;
+  choice.method = AttentionMethod::kTokenSelect;
+  choice.tokenselect_k = 32;
+  choice.tokenselect_initial = 8;
+  choice.tokenselect_local = 16;
+  absl::StatusOr<kernels::AttentionPattern> pattern =
+      runner.PrefillPattern(choice, static_cast<int64_t>(story.size()));
+  ASSERT_TRUE(pattern.ok()) << pattern.status();
+  auto prefill = [&](ModelRunner& r, const kernels::AttentionPattern& p, SequenceKv* seq) {
+    absl::StatusOr<Tensor> logits = r.Prefill(story, *seq, nullptr, p);
+    EXPECT_TRUE(logits.ok()) << logits.status();
+    return logits.ok() ? *logits : Tensor();
+  };
+  SequenceKv dense_seq, first, second;
+  const Tensor dense = prefill(*runner_, {}, &dense_seq);  // the other runner: its own cache
+  runner_->Release(dense_seq);
+  const Tensor cold = prefill(runner, *pattern, &first);
+  EXPECT_EQ(first.num_cached_prompt_tokens, 0);
+  EXPECT_LT(first.prefill_attention_density(), 0.7);
+  EXPECT_GT(first.selection_cache_queries, 0);
+  EXPECT_EQ(first.decode_causal_pairs, 0);  // prompt chunks count as prefill work
+  runner.Release(first);
+  // The same prompt again: 18 full blocks (288 tokens) are cached, cut to 4 whole chunks (256),
+  // so every chunk selects as in the cold run, and the logits are the same bit for bit.
+  const Tensor warm = prefill(runner, *pattern, &second);
+  EXPECT_EQ(second.num_cached_prompt_tokens, 256);
+  ASSERT_EQ(warm.numel(), cold.numel());
+  EXPECT_EQ(std::memcmp(warm.raw_data(), cold.raw_data(), cold.numel() * sizeof(float)), 0);
+  runner.Release(second);
+  // A sparse prefill still predicts what dense does on a trained model.
+  const float* a = cold.data<float>();
+  const float* b = dense.data<float>();
+  EXPECT_EQ(std::max_element(a, a + cold.numel()) - a, std::max_element(b, b + dense.numel()) - b);
 }
 
 TEST_F(TokenSelectRunnerTest, RefusesKAboveTheStateCapacity) {

@@ -116,8 +116,12 @@ TEST(RequestOptionsFromProtoTest, ValidateErrorsAreInvalidArgument) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("window"));
   r = v1::GenerateRequest();
-  r.mutable_prefill_attention()->set_method("tokenselect");  // a decode method
+  r.mutable_prefill_attention()->set_method("tokenselect");  // its chunked-prefill variant
+  r.mutable_prefill_attention()->set_tokenselect_k(0);
   EXPECT_EQ(Convert(r).status().code(), absl::StatusCode::kInvalidArgument);
+  r.mutable_prefill_attention()->set_tokenselect_k(64);
+  ASSERT_TRUE(Convert(r).ok());
+  EXPECT_EQ(Convert(r)->prefill.tokenselect_k, 64);
   r = v1::GenerateRequest();
   r.mutable_decode_attention()->set_method("minference");  // a prefill method
   EXPECT_EQ(Convert(r).status().code(), absl::StatusCode::kInvalidArgument);
