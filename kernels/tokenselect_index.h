@@ -22,8 +22,10 @@
 //     (P - P_sel <= local; the
 //     keys that left the local window since, [P_sel - local, P - local), stay attended, so a
 //     reused selection never loses recent tokens — the paper's Alg. 1 is silent on them).
-//     Multi-row steps (prompt chunks, verified drafts) always select, so a prompt's chunks
-//     select the same whether or not its leading chunks came from the prefix cache;
+//     Multi-row steps (prompt chunks, verified drafts) always select, and their selections are
+//     never reused, so a prompt's chunks select the same whether or not its leading chunks came
+//     from the prefix cache, and a decode starts the same whether its prompt was prefilled here
+//     or on a prefill worker;
 //   - a row then sees [0, initial) ∪ selected ∪ [P_sel - local, P) ∪ its visible new rows, all
 //     disjoint and ascending (P_sel = P on a fresh selection). Keys keep their true RoPE
 //     positions (the KV contract): no re-rotation at compacted positions.
@@ -53,10 +55,13 @@ namespace tokenselect {
 // A layer's state area, in int32 words: a header, the selecting query (f32 bits, [heads, hd]),
 // then k selected key indices (ascending).
 inline constexpr int32_t kHeaderWords = 4;
-inline constexpr int32_t kValid = 0;     // 1 after a selection, 0 when none (or the step ran dense)
+inline constexpr int32_t kValid = 0;     // kNone, kReusable or kChunkSelection
 inline constexpr int32_t kPrefix = 1;    // P_sel: the cached prefix when it selected
 inline constexpr int32_t kSelected = 2;  // indices stored (k)
 inline constexpr int32_t kLastHit = 3;   // 1 when the last step reused the selection
+// kValid's values: no selection yet, a one-row step's (reusable), a multi-row step's (never
+// reused).
+inline constexpr int32_t kNone = 0, kReusable = 1, kChunkSelection = 2;
 
 SS_HOST_DEVICE int64_t StateWordsPerLayer(int64_t query_width, int64_t k) {
   return kHeaderWords + query_width + k;
@@ -91,7 +96,7 @@ SS_HOST_DEVICE KeyRegions RegionsOf(const TokenSelectParams& p, int32_t q_len, i
 SS_HOST_DEVICE bool SelectionReusable(const TokenSelectParams& p, const int32_t* layer_state,
                                       int32_t q_len, int32_t prefix, float cosine) {
   const int32_t selected_at = layer_state[kPrefix];
-  return q_len == 1 && layer_state[kValid] == 1 && layer_state[kSelected] == p.k &&
+  return q_len == 1 && layer_state[kValid] == kReusable && layer_state[kSelected] == p.k &&
          selected_at <= prefix && prefix - selected_at <= p.local && cosine >= p.theta;
 }
 

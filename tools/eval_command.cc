@@ -65,8 +65,13 @@ struct Outcome {
   int new_tokens = 0;
   double ttft_s = 0;
   double total_s = 0;
-  // The prefill's measured attention density (MInference), from the engine or the server.
+  // The prefill's measured attention density (MInference, TokenSelect's chunked variant) and the
+  // decode's (TokenSelect), from the engine or the server, with TokenSelect's selection-cache
+  // hits and queries.
   std::optional<double> prefill_density;
+  std::optional<double> decode_density;
+  double selection_hits = 0;
+  double selection_queries = 0;
   std::string error;  // non-empty when the request failed
 };
 
@@ -171,6 +176,9 @@ absl::StatusOr<std::vector<Outcome>> RunLocal(const std::vector<Task>& tasks,
       o.ttft_s = r->time_to_first_token_s;
       o.total_s = r->total_s;
       o.prefill_density = r->prefill_attention_density;
+      o.decode_density = r->decode_attention_density;
+      o.selection_hits = r->selection_cache_hits;
+      o.selection_queries = r->selection_cache_queries;
     } else {
       o.error = r.status().ToString();
     }
@@ -206,6 +214,9 @@ std::vector<Outcome> RunRemote(const std::vector<Task>& tasks) {
           o.ttft_s = r->timings.time_to_first_token_seconds();
           o.total_s = r->timings.e2e_seconds();
           o.prefill_density = r->usage.prefill_attention_density();
+          o.decode_density = r->usage.decode_attention_density();
+          o.selection_hits = static_cast<double>(r->usage.selection_cache_hits());
+          o.selection_queries = static_cast<double>(r->usage.selection_cache_queries());
         } else {
           o.error = r.status().ToString();
         }
@@ -223,6 +234,9 @@ struct Cell {
   double score = 0;
   double density = 0;
   bool density_known = true;
+  double decode_density = 0;  // summed over requests (TokenSelect's measured decode density)
+  double selection_hits = 0;
+  double selection_queries = 0;
   double prompt_tokens = 0;
   double new_tokens = 0;
   double ttft_s = 0;
@@ -273,8 +287,12 @@ absl::Status Evaluate() {
       ++c.scored;
       item["score"] = *score;
     }
-    absl::StatusOr<double> density = engine::AttentionDensity(
-        options, o.prompt_tokens, std::max(0, o.new_tokens - 1), o.prefill_density);
+    absl::StatusOr<double> density =
+        engine::AttentionDensity(options, o.prompt_tokens, std::max(0, o.new_tokens - 1),
+                                 o.prefill_density, o.decode_density);
+    c.decode_density += o.decode_density.value_or(1.0);
+    c.selection_hits += o.selection_hits;
+    c.selection_queries += o.selection_queries;
     if (density.ok()) {
       c.density += *density;
     } else {
@@ -293,8 +311,13 @@ absl::Status Evaluate() {
   }
 
   json table = json::array();
-  std::printf("%-11s %7s %5s %8s %9s %11s %8s %9s %11s\n", "task", "length", "n", "score%",
-              "density%", "prompt_tok", "new_tok", "ttft_ms", "decode_tok/s");
+  // TokenSelect's columns: the measured density of the prompt's chunks and of the generated
+  // tokens, and the selection cache's hit rate.
+  const bool tokenselect = options.prefill.method == engine::AttentionMethod::kTokenSelect ||
+                           options.decode.method == engine::AttentionMethod::kTokenSelect;
+  std::printf("%-11s %7s %5s %8s %9s %11s %8s %9s %11s%s\n", "task", "length", "n", "score%",
+              "density%", "prompt_tok", "new_tok", "ttft_ms", "decode_tok/s",
+              tokenselect ? "  dec_density%   hit%" : "");
   for (const auto& [key, c] : cells) {
     const int ok = c.n - c.errors;
     const double per = ok > 0 ? 1.0 / ok : 0.0;
@@ -313,9 +336,20 @@ absl::Status Evaluate() {
     if (c.density_known && ok > 0) row["density"] = c.density * per;
     const double tps = c.decode_s > 0 ? c.decode_tokens / c.decode_s : 0.0;
     row["decode_tokens_per_s"] = tps;
-    std::printf("%-11s %7d %5d %8s %9s %11.0f %8.1f %9.1f %11.1f%s\n", key.first.c_str(),
+    std::string extra;
+    if (tokenselect && ok > 0) {
+      row["decode_density"] = c.decode_density * per;
+      row["selection_cache_hits"] = c.selection_hits;
+      row["selection_cache_queries"] = c.selection_queries;
+      const std::string hits =
+          c.selection_queries > 0
+              ? absl::StrFormat("%.1f", 100.0 * c.selection_hits / c.selection_queries)
+              : "-";
+      extra = absl::StrFormat(" %13.1f %6s", 100.0 * c.decode_density * per, hits);
+    }
+    std::printf("%-11s %7d %5d %8s %9s %11.0f %8.1f %9.1f %11.1f%s%s\n", key.first.c_str(),
                 key.second, c.n, score.c_str(), density.c_str(), c.prompt_tokens * per,
-                c.new_tokens * per, c.ttft_s * per * 1e3, tps,
+                c.new_tokens * per, c.ttft_s * per * 1e3, tps, extra.c_str(),
                 c.errors > 0 ? absl::StrCat("  (", c.errors, " failed)").c_str() : "");
     table.push_back(std::move(row));
   }

@@ -200,7 +200,8 @@ absl::StatusOr<double> AttentionDensity(const RequestOptions& options, int64_t p
   // Causal pairs of the rows [0, n): exact, one of n, n + 1 is even.
   auto causal = [](int64_t n) { return static_cast<double>(n * (n + 1) / 2); };
   double prefill = 0, decode = 0;
-  if (options.prefill.method == AttentionMethod::kMInference &&
+  if ((options.prefill.method == AttentionMethod::kMInference ||
+       options.prefill.method == AttentionMethod::kTokenSelect) &&
       measured_prefill_density.has_value()) {
     prefill = *measured_prefill_density * causal(prompt_tokens);
   } else {

@@ -90,8 +90,8 @@ kernels::AttentionPattern AttentionPatternOf(const AttentionChoice& choice);
 // `prompt_tokens` is prefilled with the prefill choice and `generated_tokens` more rows are decoded
 // with the decode choice: 1 for dense, less for a window shorter than the context. The
 // evaluation prints it beside every accuracy. Methods that pick keys from the data cannot be
-// known ahead: MInference's prefill uses `measured_prefill_density` and TokenSelect's decode
-// `measured_decode_density` (what the engine reported, GenerationResult::*_attention_density),
+// known ahead: MInference's (and TokenSelect's chunked) prefill uses `measured_prefill_density`
+// and TokenSelect's decode `measured_decode_density` (what the engine reported, GenerationResult::*_attention_density),
 // kUnimplemented without them.
 absl::StatusOr<double> AttentionDensity(const RequestOptions& options, int64_t prompt_tokens,
                                         int64_t generated_tokens,

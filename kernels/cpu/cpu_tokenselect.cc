@@ -135,7 +135,8 @@ absl::Status BuildTokenSelectIndex(const AttentionPlan& plan, const Tensor& q,
     } else {
       Select(seq, shape, batch.block_tokens, plan.scale, kv_layer.data<float>(), query,
              regions.candidate_begin, regions.candidate_end, pool, state + kHeaderWords + width);
-      state[tokenselect::kValid] = 1;
+      state[tokenselect::kValid] =
+          seq.q_len == 1 ? tokenselect::kReusable : tokenselect::kChunkSelection;
       state[tokenselect::kPrefix] = regions.prefix;
       state[tokenselect::kSelected] = p.k;
       state[tokenselect::kLastHit] = 0;

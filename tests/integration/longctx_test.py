@@ -129,3 +129,34 @@ def test_eval_through_a_server_equals_in_process(tmp_path, encoder):
         cluster.close()
     assert [i["output"] for i in remote["items"]] == [i["output"] for i in local["items"]]
     assert [i["prompt_tokens"] for i in remote["items"]] == [t["tokens"] for t in items]
+
+
+def test_eval_tokenselect_covering_small_and_through_a_server(tmp_path, encoder):
+    """TokenSelect (issue 13) in the evaluation: a budget covering the context gives the dense
+    outputs; a small one (prompt chunks and generated tokens) reports its measured densities
+    and selection-cache use; through the server (prefill on a prefill worker, decode on a
+    decode worker) it gives the in-process outputs."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from services_conftest import Cluster
+
+    items = [dict(tasks.make_task("passkey", 2048, seed, encoder), seed=seed) for seed in range(6)]
+    dense = run_eval(tmp_path, "ts_dense", items)
+    covering = run_eval(tmp_path, "ts_covering", items, "--prefill-attention", "tokenselect",
+                        "--decode-attention", "tokenselect", "--tokenselect-k", "4096")
+    assert [i["output"] for i in covering["items"]] == [i["output"] for i in dense["items"]]
+    assert covering["table"][0]["decode_density"] == 1.0
+    small = ["--prefill-attention", "tokenselect", "--decode-attention", "tokenselect",
+             "--tokenselect-k", "256", "--tokenselect-initial", "16", "--tokenselect-local", "128",
+             "--tokenselect-theta", "0.9"]
+    local = run_eval(tmp_path, "ts_small", items, *small)
+    row = local["table"][0]
+    assert row["density"] < 0.7 and row["decode_density"] < 0.5, row
+    assert row["selection_cache_queries"] > 0, row
+    cluster = Cluster(num_prefill=1, num_decode=1,
+                      extra=[f"--model={MODEL}", "--disagg-threshold=1", "--tokenselect-k=256"])
+    try:
+        remote = run_eval(tmp_path, "ts_remote", items, "--server", cluster.address, *small)
+    finally:
+        cluster.close()
+    assert [i["output"] for i in remote["items"]] == [i["output"] for i in local["items"]]
+    assert remote["table"][0]["decode_density"] == row["decode_density"]

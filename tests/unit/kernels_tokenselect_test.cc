@@ -352,9 +352,11 @@ TEST_F(TokenSelectTest, SelectionCacheHitsOnSimilarQueriesMissesOnNewOnesAndAges
   // θ = -1 always reuses a fresh-enough selection; θ above 1 never does.
   EXPECT_EQ(Run(kv, q, 1, 306 + local, TokenSelect(16, 4, local, -1.0f)).hits, 1);
   EXPECT_EQ(Run(kv, q, 1, 307 + local, TokenSelect(16, 4, local, 1.5f)).hits, 0);
-  // Multi-row steps (prompt chunks, verified drafts) always select.
+  // Multi-row steps (prompt chunks, verified drafts) always select, and their selections are
+  // never reused; the next one-row step selects, the one after reuses.
   EXPECT_EQ(Run(kv, q, 2, 309 + local, TokenSelect(16, 4, local, -1.0f)).hits, 0);
-  EXPECT_EQ(Run(kv, q, 1, 310 + local, TokenSelect(16, 4, local, -1.0f)).hits, 1);
+  EXPECT_EQ(Run(kv, q, 1, 310 + local, TokenSelect(16, 4, local, -1.0f)).hits, 0);
+  EXPECT_EQ(Run(kv, q, 1, 311 + local, TokenSelect(16, 4, local, -1.0f)).hits, 1);
 }
 
 TEST_F(TokenSelectTest, RejectsMissingOrSmallStateSlots) {
