@@ -209,10 +209,9 @@ TEST_F(CpuBackendTest, AttentionRejectsBadPlans) {
   EXPECT_EQ(RunAttention(be_, batch, q, kv, out).code(), absl::StatusCode::kInvalidArgument);
   batch.sequences[0].block_table = {0, 1};
   EXPECT_TRUE(RunAttention(be_, batch, q, kv, out).ok());
-  batch.sequences[0].pattern.kind = AttentionMethodKind::kTokenSelect;
-  EXPECT_EQ(RunAttention(be_, batch, q, kv, out).code(), absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(be_.SupportsAttention(batch.sequences[0].pattern, 8).code(),
-            absl::StatusCode::kUnimplemented);
+  batch.sequences[0].pattern.kind = AttentionMethodKind::kTokenSelect;  // no state slot
+  EXPECT_EQ(RunAttention(be_, batch, q, kv, out).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(be_.SupportsAttention(batch.sequences[0].pattern, 8).ok());
   batch.sequences[0].pattern.kind = AttentionMethodKind::kSlidingWindow;  // window 0: invalid
   EXPECT_EQ(RunAttention(be_, batch, q, kv, out).code(), absl::StatusCode::kInvalidArgument);
   batch.sequences[0].pattern = {};
