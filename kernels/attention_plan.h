@@ -102,6 +102,12 @@ struct AttentionWorkspace {
   // PlanAttention zeroed them. Read after a step for the
   // sparseserve_tokenselect_selection_cache_* counters.
   Tensor selection_stats;
+  // f32: TokenSelect's per-layer selection scratch on a GPU (the mean queries, per-head logits of
+  // the candidates, the soft-vote scores and the radix top-k's histograms of each selecting
+  // sequence; cuda::TokenSelectScratchFloats each). Sized by PlanAttention for the batch's
+  // largest candidate count rounded up to a power of two, so it grows rarely; dead between
+  // BuildAttentionIndex calls. Unused by the CPU.
+  Tensor selection_scratch;
   uint64_t generation = 0;
 };
 
@@ -124,7 +130,7 @@ struct AttentionPlan {
   // Where the backend put its index arrays: int32 offsets into workspace->metadata and counts,
   // filled and read only by the backend that made the plan (the CPU reads `batch` instead).
   struct Layout {
-    int64_t seqs = 0, tables = 0, masks = 0, decode_items = 0, merges = 0, merge_seqs = 0,
+    int64_t seqs = 0, tables = 0, masks = 0, decode_items = 0, merges = 0, merge_rows = 0,
             prefill_tiles = 0, prefill_tile_areas = 0, row_seq = 0;
     int num_decode_items = 0, max_decode_items = 0, num_merges = 0, num_prefill_tiles = 0;
     int total_q = 0;
@@ -142,6 +148,17 @@ struct AttentionPlan {
     int64_t minference_seqs = 0, minference_rows = 0, minference_tiles = 0;
     int num_minference_seqs = 0, num_minference_rows = 0, num_minference_tiles = 0;
     int minference_key_tiles = 0, minference_query_blocks = 0;
+    // kTokenSelect sequences with rows: records (all of them; those at most k candidates run
+    // dense here, on the kernels above), and for the selecting ones their (record, row) pairs
+    // with one split-KV merge (first item, items) and output row each. Grid bounds: the
+    // candidates of the selection, a power of two >= 4096 and >= every sequence's, scored in
+    // chunks of tokenselect_chunk_tokens; the attention's items per row and list positions per
+    // item; and where its partials start in `partial` (floats).
+    int64_t tokenselect_seqs = 0, tokenselect_rows = 0, tokenselect_merges = 0,
+            tokenselect_merge_rows = 0, tokenselect_partial = 0;
+    int num_tokenselect_seqs = 0, num_tokenselect_rows = 0;
+    int tokenselect_candidates = 0, tokenselect_chunk_tokens = 0;
+    int tokenselect_items = 0, tokenselect_item_tokens = 0;
     bool operator==(const Layout&) const = default;
   } layout;
 };

@@ -248,20 +248,19 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// out[seq][head] = Σ_i w_i o_i / Σ_i w_i with w_i = exp(lse_i - max lse) over the seq's chunks.
-// One block of head_dim threads per (sequence, head); the chunk weights are computed once into
+// out[row][head] = Σ_i w_i o_i / Σ_i w_i with w_i = exp(lse_i - max lse) over the row's chunks.
+// One block of head_dim threads per (merge, head); the chunk weights are computed once into
 // shared memory (`weights`: one float per chunk) and every dimension's sum reads them.
 __global__ void MergeKernel(const float* partial_out, const float* partial_lse, const int2* merges,
-                            const int32_t* merge_seqs, const AttentionSeqInfo* seqs,
-                            AttentionDims dims, __nv_bfloat16* out) {
-  // A sequence whose chunks all saw nothing has max_lse = -inf: its output is zeros.
+                            const int32_t* merge_rows, AttentionDims dims, __nv_bfloat16* out) {
+  // A row whose chunks all saw nothing has max_lse = -inf: its output is zeros.
   extern __shared__ float weights[];
   __shared__ float scratch[32];
   WaitForPrecedingKernels();
   AllowNextKernelLaunch();
   const int2 m = merges[blockIdx.x];
   const int head = blockIdx.y;
-  const AttentionSeqInfo seq = seqs[merge_seqs[blockIdx.x]];
+  const int64_t row = merge_rows[blockIdx.x];
   float local_max = -INFINITY;
   for (int i = threadIdx.x; i < m.y; i += blockDim.x) {
     weights[i] = partial_lse[int64_t{m.x + i} * dims.heads + head];
@@ -282,8 +281,7 @@ __global__ void MergeKernel(const float* partial_out, const float* partial_lse, 
     for (int i = 0; i < m.y; ++i) {
       acc += weights[i] * partial_out[(int64_t{m.x + i} * dims.heads + head) * dims.head_dim + d];
     }
-    out[(int64_t{seq.q_begin} * dims.heads + head) * dims.head_dim + d] =
-        __float2bfloat16_rn(acc * inv_sum);
+    out[(row * dims.heads + head) * dims.head_dim + d] = __float2bfloat16_rn(acc * inv_sum);
   }
 }
 
@@ -303,11 +301,14 @@ cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqs&
       err != cudaSuccess) {
     return err;
   }
-  // A sequence has at most max_items chunks: one weight slot each.
-  return LaunchOverlapping(MergeKernel, dim3(work.num_merges, dims.heads), D,
-                           work.max_items * sizeof(float), stream, work.partial_out,
-                           work.partial_lse, work.merges, work.merge_seqs, seqs.seqs, dims,
-                           reinterpret_cast<__nv_bfloat16*>(out));
+  SplitKvMerge merge;
+  merge.partial_out = work.partial_out;
+  merge.partial_lse = work.partial_lse;
+  merge.merges = work.merges;
+  merge.merge_rows = work.merge_rows;
+  merge.num_merges = work.num_merges;
+  merge.max_chunks = work.max_items;  // a sequence has at most max_items chunks
+  return LaunchSplitKvMerge(merge, dims, out, stream);
 }
 
 template <int D, bool kMasked>
@@ -322,6 +323,16 @@ cudaError_t LaunchForGroup(int group, const bf16_t* q, const bf16_t* kv_layer,
 }
 
 }  // namespace
+
+cudaError_t LaunchSplitKvMerge(const SplitKvMerge& merge, const AttentionDims& dims, bf16_t* out,
+                               cudaStream_t stream) {
+  if (merge.num_merges == 0) return cudaSuccess;
+  // One weight slot per chunk in shared memory.
+  return LaunchOverlapping(MergeKernel, dim3(merge.num_merges, dims.heads), dims.head_dim,
+                           merge.max_chunks * sizeof(float), stream, merge.partial_out,
+                           merge.partial_lse, merge.merges, merge.merge_rows, dims,
+                           reinterpret_cast<__nv_bfloat16*>(out));
+}
 
 cudaError_t LaunchDecodeAttention(const bf16_t* q, const bf16_t* kv_layer,
                                   const AttentionSeqs& seqs, const DecodeWork& work,

@@ -53,8 +53,9 @@ absl::Status CudaBackend::SupportsAttention(const AttentionPattern& pattern, int
     return absl::UnimplementedError(absl::StrCat(
         "Attention: the CUDA backend needs head_dim a multiple of 8 up to 256, got ", head_dim));
   }
-  if (pattern.kind == AttentionMethodKind::kTokenSelect) {
-    return absl::UnimplementedError("Attention: TokenSelect is not in the CUDA backend yet");
+  if (pattern.kind == AttentionMethodKind::kTokenSelect && head_dim != 64 && head_dim != 128) {
+    return absl::UnimplementedError(absl::StrCat(
+        "Attention: TokenSelect on the CUDA backend needs head_dim 64 or 128, got ", head_dim));
   }
   return CheckPatternSupported(pattern);
 }
@@ -72,7 +73,7 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   const bool generic = !HasTensorCoreKernel(shape.head_dim, shape.num_heads / kv_heads);
 
   AttentionPlan plan;  // its layout's variant flags are set while the sequences are flattened
-  std::vector<int32_t> seqs, tables, tiles, items, merges, merge_seqs, row_seq;
+  std::vector<int32_t> seqs, tables, tiles, items, merges, merge_rows, row_seq;
   std::vector<uint8_t> masks;
   // A prefill tile: (sequence, first row) plus the MInference index area that gates it.
   struct TileWork {
@@ -83,7 +84,7 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   std::vector<TileWork> tile_work;
   std::vector<int32_t> tile_areas;
   std::vector<std::pair<int, int>> ranges;
-  std::vector<int32_t> table_begins(num_seqs, 0);
+  std::vector<int32_t> table_begins(num_seqs, 0), mask_begins(num_seqs, -1);
   int total_q = 0, decode_seqs = 0;
   int64_t decode_tiles = 0;
   for (int s = 0; s < num_seqs; ++s) {
@@ -102,7 +103,15 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
     tables.insert(tables.end(), sa.block_table.begin(), sa.block_table.begin() + blocks);
     total_q = std::max(total_q, sa.q_begin + sa.q_len);
     table_begins[s] = table_begin;
-    if (generic || sa.q_len == 0 || sa.pattern.kind == AttentionMethodKind::kMInference) continue;
+    mask_begins[s] = mask_begin;
+    // TokenSelect steps with at most k candidates attend every key: the dense kernels run them.
+    const bool selecting =
+        sa.pattern.kind == AttentionMethodKind::kTokenSelect &&
+        !tokenselect::RegionsOf(sa.pattern.tokenselect, sa.q_len, sa.kv_len).dense;
+    if (generic || sa.q_len == 0 || sa.pattern.kind == AttentionMethodKind::kMInference ||
+        selecting) {
+      continue;
+    }
     (sa.q_len == 1 ? plan.layout.decode_masked : plan.layout.prefill_masked) |=
         window || !sa.mask.empty();
     if (sa.q_len == 1) {
@@ -120,6 +129,9 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   }
   CudaMInferencePlan minference;
   SS_RETURN_IF_ERROR(PlanMInference(batch, shape, table_begins, &minference));
+  CudaTokenSelectPlan tokenselect;
+  SS_RETURN_IF_ERROR(
+      PlanTokenSelect(batch, shape, table_begins, mask_begins, sm_count_, &tokenselect));
   // MInference chunks get tensor-core tiles too, gated per head on the device by their index
   // header: the heads the dense switch fired for run there at the dense kernel's rate, the rest
   // leave at once (issue 12: never slower than dense). Their work is unknown here, so they sort
@@ -166,7 +178,11 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
     const int chunk_tokens = static_cast<int>(per_chunk * cuda::kDecodeTileTokens);
     for (int s = 0; s < num_seqs; ++s) {
       const SequenceAttention& sa = batch.sequences[s];
-      if (sa.q_len != 1) continue;
+      if (sa.q_len != 1 || sa.pattern.kind == AttentionMethodKind::kMInference) continue;
+      if (sa.pattern.kind == AttentionMethodKind::kTokenSelect &&
+          !tokenselect::RegionsOf(sa.pattern.tokenselect, sa.q_len, sa.kv_len).dense) {
+        continue;
+      }
       const int first = static_cast<int>(items.size() / 4);
       int count = 0;
       VisibleRanges(sa, &ranges);
@@ -176,7 +192,7 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
         }
       }
       merges.insert(merges.end(), {first, count});
-      merge_seqs.push_back(s);
+      merge_rows.push_back(sa.q_begin);
     }
     if (static_cast<int>(items.size() / 4) > max_items) {
       return absl::InternalError(absl::StrCat("Attention: ", items.size() / 4,
@@ -212,7 +228,7 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   l.seqs = append_vec(seqs);
   l.decode_items = append_vec(items);
   l.merges = append_vec(merges);
-  l.merge_seqs = append_vec(merge_seqs);
+  l.merge_rows = append_vec(merge_rows);
   l.prefill_tiles = append_vec(tiles);
   l.prefill_tile_areas = append_vec(tile_areas);
   l.row_seq = append_vec(row_seq);
@@ -221,13 +237,19 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
              minference.seqs.size() * sizeof(cuda::MInferenceSeqInfo) / sizeof(int32_t));
   l.minference_rows = append_vec(minference.rows);
   l.minference_tiles = append_vec(minference_tiles);
+  l.tokenselect_seqs =
+      append(reinterpret_cast<const int32_t*>(tokenselect.seqs.data()),
+             tokenselect.seqs.size() * sizeof(cuda::TokenSelectSeqInfo) / sizeof(int32_t));
+  l.tokenselect_rows = append_vec(tokenselect.rows);
+  l.tokenselect_merges = append_vec(tokenselect.merges);
+  l.tokenselect_merge_rows = append_vec(tokenselect.merge_rows);
   std::vector<int32_t> mask_words((masks.size() + 3) / 4, 0);
   std::copy(masks.begin(), masks.end(), reinterpret_cast<uint8_t*>(mask_words.data()));
   l.masks = append_vec(mask_words);
   l.tables = append_vec(tables);
   l.num_decode_items = num_items;
   l.max_decode_items = max_items;
-  l.num_merges = static_cast<int>(merge_seqs.size());
+  l.num_merges = static_cast<int>(merge_rows.size());
   l.num_prefill_tiles = static_cast<int>(tiles.size() / 2);
   l.total_q = total_q;
   l.generic = generic;
@@ -237,17 +259,27 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   l.num_minference_tiles = static_cast<int>(minference_tiles.size() / 2);
   l.minference_key_tiles = minference.max_key_tiles;
   l.minference_query_blocks = minference.max_query_blocks;
+  l.num_tokenselect_seqs = static_cast<int>(tokenselect.seqs.size());
+  l.num_tokenselect_rows = static_cast<int>(tokenselect.merge_rows.size());
+  l.tokenselect_candidates = tokenselect.candidate_cap;
+  l.tokenselect_chunk_tokens = tokenselect.chunk_tokens;
+  l.tokenselect_items = tokenselect.items_per_row;
+  l.tokenselect_item_tokens = tokenselect.item_tokens;
 
-  // The decode partials and the MInference estimation scratch share `partial`: the scratch is
-  // dead once BuildAttentionIndex's kernels are done, before Attention's decode kernel runs.
-  const int64_t partial_floats = int64_t{max_items} * shape.num_heads * (shape.head_dim + 1);
+  // The decode partials (then TokenSelect's) and the MInference estimation scratch share
+  // `partial`: the scratch is dead once BuildAttentionIndex's kernels are done, before
+  // Attention's decode kernels run.
+  l.tokenselect_partial = int64_t{max_items} * shape.num_heads * (shape.head_dim + 1);
+  const int64_t partial_floats = l.tokenselect_partial + tokenselect.partial_floats;
   const int64_t stats_floats = 2 * std::max<int64_t>(1, num_seqs);
   const bool grow_metadata = workspace.metadata.numel() < static_cast<int64_t>(host.size());
   const bool grow_partial =
       workspace.partial.numel() < std::max(partial_floats, minference.scratch_floats);
   const bool grow_index = workspace.sparse_index.numel() < minference.index_words;
-  const bool grow_stats = workspace.sparse_stats.numel() < stats_floats;
-  if (grow_metadata || grow_partial || grow_index || grow_stats) {
+  const bool grow_stats = workspace.sparse_stats.numel() < stats_floats ||
+                          workspace.selection_stats.numel() < stats_floats;
+  const bool grow_selection = workspace.selection_scratch.numel() < tokenselect.scratch_floats;
+  if (grow_metadata || grow_partial || grow_index || grow_stats || grow_selection) {
     if (capturing_) {
       return absl::FailedPreconditionError(
           "Attention: the workspace must be planned (and sized) before a graph capture");
@@ -269,7 +301,14 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
     }
     if (grow_stats) {
       workspace.sparse_stats = Tensor();
+      workspace.selection_stats = Tensor();
       SS_ASSIGN_OR_RETURN(workspace.sparse_stats, Allocate(DType::kF32, {stats_floats}));
+      SS_ASSIGN_OR_RETURN(workspace.selection_stats, Allocate(DType::kF32, {stats_floats}));
+    }
+    if (grow_selection) {
+      workspace.selection_scratch = Tensor();
+      SS_ASSIGN_OR_RETURN(workspace.selection_scratch,
+                          Allocate(DType::kF32, {tokenselect.scratch_floats}));
     }
     ++workspace.generation;  // graphs captured before hold the old addresses
   }
@@ -284,6 +323,10 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
       CudaStatus(cudaMemsetAsync(workspace.sparse_stats.raw_data(), 0,
                                  workspace.sparse_stats.numel() * sizeof(float), stream()),
                  "Attention sparse_stats reset"));
+  SS_RETURN_IF_ERROR(
+      CudaStatus(cudaMemsetAsync(workspace.selection_stats.raw_data(), 0,
+                                 workspace.selection_stats.numel() * sizeof(float), stream()),
+                 "Attention selection_stats reset"));
   return plan;
 }
 
@@ -331,10 +374,40 @@ cuda::AttentionDims DimsOf(const AttentionPlan& plan) {
 
 }  // namespace
 
+absl::Status CudaBackend::BuildTokenSelectIndex(const AttentionPlan& plan, const Tensor& q,
+                                                const Tensor& kv_layer, int layer) {
+  SS_RETURN_IF_ERROR(CheckTokenSelectState(plan, layer));
+  const AttentionPlan::Layout& l = plan.layout;
+  const AttentionWorkspace& ws = *plan.workspace;
+  const int32_t* base = ws.metadata.data<int32_t>();
+  const Tensor& state = plan.batch->sequence_state;
+  cuda::TokenSelectIndexParams p;
+  p.q = q.data<cuda::bf16_t>();
+  p.kv_layer = kv_layer.data<cuda::bf16_t>();
+  p.seqs = reinterpret_cast<const cuda::TokenSelectSeqInfo*>(base + l.tokenselect_seqs);
+  p.num_seqs = l.num_tokenselect_seqs;
+  p.block_tables = base + l.tables;
+  p.masks = reinterpret_cast<const uint8_t*>(base + l.masks);
+  p.dims = DimsOf(plan);
+  if (l.num_tokenselect_rows > 0) {  // some sequence selects: it has a (checked) state slot
+    p.state = state.data<int32_t>();
+    p.slot_words = state.dim(1);
+  }
+  p.layer = layer;
+  p.scratch = ws.selection_scratch.numel() > 0 ? ws.selection_scratch.data<float>() : nullptr;
+  p.candidate_cap = l.tokenselect_candidates;
+  p.chunk_tokens = l.tokenselect_chunk_tokens;
+  p.pair_stats = ws.sparse_stats.data<float>();
+  p.cache_stats = ws.selection_stats.data<float>();
+  return CudaStatus(cuda::LaunchTokenSelectIndex(p, stream()), "Attention (TokenSelect index)");
+}
+
 absl::Status CudaBackend::BuildAttentionIndex(const AttentionPlan& plan, const Tensor& q,
                                               const Tensor& kv_layer, int layer) {
   SS_RETURN_IF_ERROR(CheckAttentionTensors(plan, q, kv_layer, layer));
   const AttentionPlan::Layout& l = plan.layout;
+  if (l.num_tokenselect_seqs > 0)
+    SS_RETURN_IF_ERROR(BuildTokenSelectIndex(plan, q, kv_layer, layer));
   if (l.num_minference_seqs == 0) return absl::OkStatus();  // dense and windows: no index
   for (const SequenceAttention& sa : plan.batch->sequences) {
     if (sa.pattern.kind == AttentionMethodKind::kMInference &&
@@ -371,6 +444,8 @@ absl::Status CudaBackend::Attention(const AttentionPlan& plan, const Tensor& q,
         absl::StrCat("Attention: out ", out.DebugString(), " does not match q ", q.DebugString()));
   }
   const AttentionPlan::Layout& l = plan.layout;
+  // Before any launch, as the CPU checks it (a slot too small for the layer).
+  if (l.num_tokenselect_rows > 0) SS_RETURN_IF_ERROR(CheckTokenSelectState(plan, layer));
   const AttentionWorkspace& ws = *plan.workspace;
   const cuda::AttentionDims dims = DimsOf(plan);
   const int32_t* base = ws.metadata.data<int32_t>();
@@ -405,7 +480,7 @@ absl::Status CudaBackend::Attention(const AttentionPlan& plan, const Tensor& q,
     work.items = reinterpret_cast<const int4*>(base + l.decode_items);
     work.max_items = l.max_decode_items;
     work.merges = reinterpret_cast<const int2*>(base + l.merges);
-    work.merge_seqs = base + l.merge_seqs;
+    work.merge_rows = base + l.merge_rows;
     work.num_merges = l.num_merges;
     work.masked = l.decode_masked;
     work.partial_out = ws.partial.data<float>();
@@ -413,6 +488,29 @@ absl::Status CudaBackend::Attention(const AttentionPlan& plan, const Tensor& q,
     SS_RETURN_IF_ERROR(
         CudaStatus(cuda::LaunchDecodeAttention(q_ptr, kv_ptr, seqs, work, dims, out_ptr, stream()),
                    "Attention (decode)"));
+  }
+  if (l.num_tokenselect_rows > 0) {
+    cuda::TokenSelectAttentionParams p;
+    p.q = q_ptr;
+    p.kv_layer = kv_ptr;
+    p.seqs = reinterpret_cast<const cuda::TokenSelectSeqInfo*>(base + l.tokenselect_seqs);
+    p.rows = reinterpret_cast<const int2*>(base + l.tokenselect_rows);
+    p.num_rows = l.num_tokenselect_rows;
+    p.block_tables = base + l.tables;
+    p.masks = seqs.masks;
+    p.dims = dims;
+    p.state = plan.batch->sequence_state.data<int32_t>();
+    p.slot_words = plan.batch->sequence_state.dim(1);
+    p.layer = layer;
+    p.items_per_row = l.tokenselect_items;
+    p.item_tokens = l.tokenselect_item_tokens;
+    p.partial_out = ws.partial.data<float>() + l.tokenselect_partial;
+    p.partial_lse = p.partial_out + int64_t{l.num_tokenselect_rows} * l.tokenselect_items *
+                                        dims.heads * dims.head_dim;
+    p.merges = reinterpret_cast<const int2*>(base + l.tokenselect_merges);
+    p.merge_rows = base + l.tokenselect_merge_rows;
+    SS_RETURN_IF_ERROR(CudaStatus(cuda::LaunchTokenSelectAttention(p, out_ptr, stream()),
+                                  "Attention (TokenSelect)"));
   }
   if (l.num_minference_rows == 0 && l.num_minference_tiles == 0) return absl::OkStatus();
   if (ws.sparse_index.numel() == 0) {

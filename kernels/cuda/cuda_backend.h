@@ -97,6 +97,11 @@ class CudaBackend final : public Backend {
   absl::Status PlanMInference(const AttentionBatch& batch, const AttentionShape& shape,
                               const std::vector<int32_t>& table_begins, CudaMInferencePlan* plan);
 
+  // Layer `layer`'s TokenSelect selections (cuda_attention.cc): kInvalidArgument when a
+  // selecting sequence's state slot is too small for the layer.
+  absl::Status BuildTokenSelectIndex(const AttentionPlan& plan, const Tensor& q,
+                                     const Tensor& kv_layer, int layer);
+
   std::shared_ptr<StreamHolder> stream_;
   std::unique_ptr<GemmCache> gemm_;
   Tensor error_flag_;  // i32 [1]: set by kernels that meet invalid indices

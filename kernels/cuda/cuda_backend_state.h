@@ -1,5 +1,6 @@
 // Private state of CudaBackend shared by its source files: the cuBLASLt handle with its cached
-// matmul plans, the sampling buffers and the MInference configs on the device.
+// matmul plans, the sampling buffers, the MInference configs on the device, and the sparse
+// methods' host-side plans.
 #ifndef SPARSESERVE_KERNELS_CUDA_CUDA_BACKEND_STATE_H_
 #define SPARSESERVE_KERNELS_CUDA_CUDA_BACKEND_STATE_H_
 
@@ -11,6 +12,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "common/tensor/tensor.h"
+#include "kernels/attention_plan.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/minference_index.h"
@@ -60,6 +62,32 @@ struct CudaMInferencePlan {
   int64_t scratch_floats = 0;  // estimation scratch the index build needs
   int max_key_tiles = 0, max_query_blocks = 0;
 };
+
+// The TokenSelect part of one attention plan, laid out on the host by PlanTokenSelect
+// (cuda_tokenselect.cc).
+struct CudaTokenSelectPlan {
+  std::vector<cuda::TokenSelectSeqInfo> seqs;  // every kTokenSelect sequence with rows
+  std::vector<int32_t> rows;                // (record, chunk row) pairs of the selecting sequences
+  std::vector<int32_t> merges;              // per row: (first item, items)
+  std::vector<int32_t> merge_rows;          // per row: its packed query row
+  int candidate_cap = 0, chunk_tokens = 0;  // selection grid bounds (0: nothing selects)
+  int items_per_row = 0, item_tokens = 0;   // attention grid bounds
+  int64_t scratch_floats = 0;               // AttentionWorkspace::selection_scratch
+  int64_t partial_floats = 0;               // attention partials (outputs and log-sum-exps)
+};
+
+// Lays out the kTokenSelect sequences of `batch` (host only). table_begins / mask_begins hold each
+// sequence's offsets in the plan's concatenated block tables and masks; sm_count sizes the grids.
+// kUnimplemented for head dims other than 64 and 128 or GQA groups over 16; kResourceExhausted
+// when the scratch would not fit int32 candidate offsets.
+absl::Status PlanTokenSelect(const AttentionBatch& batch, const AttentionShape& shape,
+                             const std::vector<int32_t>& table_begins,
+                             const std::vector<int32_t>& mask_begins, int sm_count,
+                             CudaTokenSelectPlan* plan);
+
+// kInvalidArgument when a selecting TokenSelect sequence of `plan` has no CUDA i32 state or a
+// state slot too small for layer `layer` (checked before any launch, as the CPU does).
+absl::Status CheckTokenSelectState(const AttentionPlan& plan, int layer);
 
 }  // namespace sparseserve::kernels
 

@@ -146,7 +146,7 @@ struct DecodeWork {
   const int4* items = nullptr;          // device: (sequence index, first key, end key, 0)
   int max_items = 0;                    // grid size, >= *num_items; idle CTAs exit at once
   const int2* merges = nullptr;         // device [num_merges]: (first item, item count)
-  const int32_t* merge_seqs = nullptr;  // device [num_merges]: sequence of each merge
+  const int32_t* merge_rows = nullptr;  // device [num_merges]: output row (q_begin) of each merge
   int num_merges = 0;
   float* partial_out = nullptr;  // [max_items, heads, head_dim]
   float* partial_lse = nullptr;  // [max_items, heads]
@@ -160,6 +160,20 @@ cudaError_t LaunchDecodeAttention(const bf16_t* q, const bf16_t* kv_layer,
                                   const AttentionSeqs& seqs, const DecodeWork& work,
                                   const AttentionDims& dims, bf16_t* out, cudaStream_t stream);
 inline constexpr int kDecodeTileTokens = 64;
+
+// The second half of split-KV attention: each merge combines the partial softmax states of its
+// chunks (log-sum-exp weighting) into one output row. Used by the decode kernel and by the
+// TokenSelect kernel, whose items are laid out the same way.
+struct SplitKvMerge {
+  const float* partial_out = nullptr;   // f32 [chunks, heads, head_dim]
+  const float* partial_lse = nullptr;   // f32 [chunks, heads]; -inf for a chunk that saw no key
+  const int2* merges = nullptr;         // device [num_merges]: (first chunk, chunk count)
+  const int32_t* merge_rows = nullptr;  // device [num_merges]: the output row of each merge
+  int num_merges = 0;
+  int max_chunks = 0;  // the largest chunk count of a merge (shared memory per block)
+};
+cudaError_t LaunchSplitKvMerge(const SplitKvMerge& merge, const AttentionDims& dims, bf16_t* out,
+                               cudaStream_t stream);
 
 // Any head_dim up to 256, any q_len: one warp per (query row, head), keys in order. The fallback
 // for small models (stories260K has head_dim 8) and the GPU-side reference in tests.
@@ -239,6 +253,87 @@ cudaError_t LaunchMInferenceAttention(const bf16_t* q, const bf16_t* kv_layer,
                                       const int2* rows, int num_rows, const int32_t* index,
                                       const AttentionDims& dims, bool skip_dense, bf16_t* out,
                                       cudaStream_t stream);
+
+// One kTokenSelect sequence of an attention plan, on the device (kernels/tokenselect_index.h
+// states the semantics; cuda_attention.cc fills these, one per TokenSelect sequence with rows).
+struct TokenSelectSeqInfo {
+  int32_t seq;                // index of the sequence in the batch (its stats rows)
+  int32_t q_begin;            // first packed query row
+  int32_t q_len;              // query rows (>= 1)
+  int32_t kv_len;             // keys (cached + new)
+  int32_t table_begin;        // offset of its block table in the concatenated tables
+  int32_t mask_begin;         // byte offset of its uint8 [q_len * q_len] mask, -1 = causal
+  int32_t state_slot;         // row of the sequence state (AttentionBatch::sequence_state)
+  int32_t k, initial, local;  // TokenSelectParams
+  float theta;
+  int32_t dense;  // 1: at most k candidates, every key (the dense kernels run it; stats only)
+  int64_t scratch_offset;  // floats into TokenSelectIndexParams::scratch, -1 when dense
+};
+static_assert(sizeof(TokenSelectSeqInfo) % 8 == 0, "records are packed into int32 metadata");
+
+// The f32 words of selection scratch one selecting sequence needs (TokenSelectScratchView's
+// areas) for `candidate_cap` candidates, `heads` query heads of width `query_width` in all, and
+// `chunks` score chunks.
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+    inline int64_t
+    TokenSelectScratchFloats(int64_t candidate_cap, int heads, int64_t query_width, int chunks) {
+  constexpr int64_t kControl = 16, kHistogram = 4096 + 4096 + 256;
+  const int64_t floats = kControl + query_width + int64_t{2} * chunks * heads +
+                         (int64_t{heads} + 1) * candidate_cap + kHistogram + int64_t{2} * chunks;
+  return (floats + 3) / 4 * 4;  // 16-byte aligned areas
+}
+
+// BuildAttentionIndex's device work for the TokenSelect sequences of a plan.
+struct TokenSelectIndexParams {
+  const bf16_t* q = nullptr;                 // bf16 [rows, heads, head_dim]
+  const bf16_t* kv_layer = nullptr;          // paged layer (WriteKv's layout)
+  const TokenSelectSeqInfo* seqs = nullptr;  // device [num_seqs]
+  int num_seqs = 0;
+  const int32_t* block_tables = nullptr;  // the plan's concatenated block tables
+  const uint8_t* masks = nullptr;         // the plan's masks
+  AttentionDims dims;
+  int32_t* state = nullptr;  // int32 [slots, slot_words] AttentionBatch::sequence_state
+  int64_t slot_words = 0;
+  int layer = 0;  // REQUIRES: every selecting sequence's slot holds layer + 1 layer areas
+  float* scratch = nullptr;      // f32 selection scratch (TokenSelectScratchFloats per sequence)
+  int candidate_cap = 0;         // >= every selecting sequence's candidates (a power of two)
+  int chunk_tokens = 0;          // candidates per scoring CTA; divides candidate_cap
+  float* pair_stats = nullptr;   // AttentionWorkspace::sparse_stats, f32 [batch sequences, 2]
+  float* cache_stats = nullptr;  // AttentionWorkspace::selection_stats, f32 [batch sequences, 2]
+};
+
+// Selects or reuses layer `layer`'s token set of every TokenSelect sequence of `p` and adds their
+// pairs and cache counts to the stats, all on the device: the decision (mean query, cosine,
+// selection cache), the paged scoring, the per-head softmax and soft vote, and a radix top-k.
+// head_dim 64 or 128, GQA group <= 16.
+cudaError_t LaunchTokenSelectIndex(const TokenSelectIndexParams& p, cudaStream_t stream);
+
+// Sparse attention of the TokenSelect rows over their token lists (initial, selected, local and
+// the row's visible new keys), split along the list into items_per_row chunks of item_tokens
+// positions, then merged. head_dim 64 or 128, GQA group <= 16.
+struct TokenSelectAttentionParams {
+  const bf16_t* q = nullptr;
+  const bf16_t* kv_layer = nullptr;
+  const TokenSelectSeqInfo* seqs = nullptr;
+  const int2* rows = nullptr;  // device [num_rows]: (record of seqs, row within its chunk)
+  int num_rows = 0;
+  const int32_t* block_tables = nullptr;
+  const uint8_t* masks = nullptr;
+  AttentionDims dims;
+  const int32_t* state = nullptr;  // as TokenSelectIndexParams
+  int64_t slot_words = 0;
+  int layer = 0;
+  int items_per_row = 0;                // split-KV chunks per row
+  int item_tokens = 0;                  // list positions per chunk (a multiple of 64)
+  float* partial_out = nullptr;         // f32 [num_rows * items_per_row, heads, head_dim]
+  float* partial_lse = nullptr;         // f32 [num_rows * items_per_row, heads]
+  const int2* merges = nullptr;         // device [num_rows]: (row * items_per_row, items_per_row)
+  const int32_t* merge_rows = nullptr;  // device [num_rows]: the packed query row
+};
+cudaError_t LaunchTokenSelectAttention(const TokenSelectAttentionParams& p, bf16_t* out,
+                                       cudaStream_t stream);
 
 // out[i] = ||actual[R_i] - expected[R_i]|| / ||expected[R_i]|| over the rows R_i = [ranges[2i],
 // ranges[2i] + ranges[2i + 1]) of two bf16 [rows, row_elems] arrays (Backend::RelativeL2Error):

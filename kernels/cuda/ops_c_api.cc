@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "kernels/cuda/cuda_backend.h"
 
@@ -16,6 +17,11 @@ struct ss_backend {
   sparseserve::kernels::AttentionShape shape;
   sparseserve::kernels::AttentionWorkspace workspace;
   std::optional<sparseserve::kernels::AttentionPlan> plan;
+  // The same for ss_tokenselect_attention (a plan of its own: its batch carries the state).
+  sparseserve::kernels::AttentionBatch ts_batch;
+  sparseserve::kernels::AttentionShape ts_shape;
+  sparseserve::kernels::AttentionWorkspace ts_workspace;
+  std::optional<sparseserve::kernels::AttentionPlan> ts_plan;
 };
 
 namespace {
@@ -41,6 +47,49 @@ Tensor Bf16(const void* p, Shape shape) {
 }
 Tensor I32(const void* p, Shape shape) {
   return Dev(p, DType::kI32, shape);
+}
+
+// The host batch of ss_attention / ss_tokenselect_attention: sequences packed in order, each
+// with its slice of the concatenated block tables.
+sparseserve::kernels::AttentionBatch PackedBatch(int block_tokens, float scale, int num_seqs,
+                                                 const int32_t* q_lens, const int32_t* kv_lens,
+                                                 const int32_t* block_tables) {
+  sparseserve::kernels::AttentionBatch batch;
+  batch.block_tokens = block_tokens;
+  batch.scale = scale;
+  int32_t q_begin = 0;
+  int64_t table_at = 0;
+  for (int s = 0; s < num_seqs; ++s) {
+    sparseserve::kernels::SequenceAttention sa;
+    sa.q_begin = q_begin;
+    sa.q_len = q_lens[s];
+    sa.kv_len = kv_lens[s];
+    const int64_t blocks = (int64_t{kv_lens[s]} + block_tokens - 1) / block_tokens;
+    sa.block_table.assign(block_tables + table_at, block_tables + table_at + blocks);
+    table_at += blocks;
+    q_begin += q_lens[s];
+    batch.sequences.push_back(std::move(sa));
+  }
+  return batch;
+}
+
+bool SameBatch(const sparseserve::kernels::AttentionBatch& a,
+               const sparseserve::kernels::AttentionBatch& b) {
+  auto same_seq = [](const auto& x, const auto& y) {
+    return x.q_begin == y.q_begin && x.q_len == y.q_len && x.kv_len == y.kv_len &&
+           x.block_table == y.block_table && x.pattern == y.pattern && x.state_slot == y.state_slot;
+  };
+  return a.block_tokens == b.block_tokens && a.scale == b.scale &&
+         a.sequence_state.raw_data() == b.sequence_state.raw_data() &&
+         a.sequence_state.shape() == b.sequence_state.shape() &&
+         std::equal(a.sequences.begin(), a.sequences.end(), b.sequences.begin(), b.sequences.end(),
+                    same_seq);
+}
+
+bool SameShape(const sparseserve::kernels::AttentionShape& a,
+               const sparseserve::kernels::AttentionShape& b) {
+  return a.num_heads == b.num_heads && a.num_kv_heads == b.num_kv_heads &&
+         a.head_dim == b.head_dim && a.num_rows == b.num_rows && a.num_blocks == b.num_blocks;
 }
 
 }  // namespace
@@ -125,34 +174,12 @@ int ss_attention(ss_backend* be, const void* q_dev, const void* kv_layer_dev, in
                  int block_tokens, int heads, int kv_heads, int head_dim, int num_seqs,
                  const int32_t* q_lens, const int32_t* kv_lens, const int32_t* block_tables,
                  float scale, void* out_dev) {
-  sparseserve::kernels::AttentionBatch batch;
-  batch.block_tokens = block_tokens;
-  batch.scale = scale;
-  int32_t q_begin = 0;
-  int64_t table_at = 0;
-  for (int s = 0; s < num_seqs; ++s) {
-    sparseserve::kernels::SequenceAttention sa;
-    sa.q_begin = q_begin;
-    sa.q_len = q_lens[s];
-    sa.kv_len = kv_lens[s];
-    const int64_t blocks = (int64_t{kv_lens[s]} + block_tokens - 1) / block_tokens;
-    sa.block_table.assign(block_tables + table_at, block_tables + table_at + blocks);
-    table_at += blocks;
-    q_begin += q_lens[s];
-    batch.sequences.push_back(std::move(sa));
-  }
-  const sparseserve::kernels::AttentionShape shape{heads, kv_heads, head_dim, q_begin, num_blocks};
-  auto same_seq = [](const auto& a, const auto& b) {
-    return a.q_begin == b.q_begin && a.q_len == b.q_len && a.kv_len == b.kv_len &&
-           a.block_table == b.block_table;
-  };
-  const bool same = be->plan.has_value() && be->shape.num_heads == heads &&
-                    be->shape.num_kv_heads == kv_heads && be->shape.head_dim == head_dim &&
-                    be->shape.num_rows == q_begin && be->shape.num_blocks == num_blocks &&
-                    be->batch.block_tokens == block_tokens && be->batch.scale == scale &&
-                    std::equal(batch.sequences.begin(), batch.sequences.end(),
-                               be->batch.sequences.begin(), be->batch.sequences.end(), same_seq);
-  if (!same) {
+  sparseserve::kernels::AttentionBatch batch =
+      PackedBatch(block_tokens, scale, num_seqs, q_lens, kv_lens, block_tables);
+  const int32_t rows =
+      batch.sequences.empty() ? 0 : batch.sequences.back().q_begin + batch.sequences.back().q_len;
+  const sparseserve::kernels::AttentionShape shape{heads, kv_heads, head_dim, rows, num_blocks};
+  if (!be->plan.has_value() || !SameShape(be->shape, shape) || !SameBatch(be->batch, batch)) {
     be->plan.reset();
     be->batch = std::move(batch);
     be->shape = shape;
@@ -162,9 +189,61 @@ int ss_attention(ss_backend* be, const void* q_dev, const void* kv_layer_dev, in
     be->plan = *plan;
   }
   return Report(
-      be->impl->Attention(*be->plan, Bf16(q_dev, {q_begin, heads, head_dim}),
+      be->impl->Attention(*be->plan, Bf16(q_dev, {rows, heads, head_dim}),
                           Bf16(kv_layer_dev, {num_blocks * 2, block_tokens, kv_heads, head_dim}), 0,
-                          Bf16(out_dev, {q_begin, heads, head_dim})));
+                          Bf16(out_dev, {rows, heads, head_dim})));
+}
+
+int ss_tokenselect_attention(ss_backend* be, const void* q_dev, const void* kv_layer_dev,
+                             int64_t num_blocks, int block_tokens, int heads, int kv_heads,
+                             int head_dim, int num_seqs, const int32_t* q_lens,
+                             const int32_t* kv_lens, const int32_t* block_tables, float scale,
+                             int k, int initial, int local, float theta, int32_t* state_dev,
+                             int64_t slot_words, void* out_dev) {
+  sparseserve::kernels::AttentionBatch batch =
+      PackedBatch(block_tokens, scale, num_seqs, q_lens, kv_lens, block_tables);
+  for (int s = 0; s < num_seqs; ++s) {
+    sparseserve::kernels::SequenceAttention& sa = batch.sequences[s];
+    sa.pattern.kind = sparseserve::kernels::AttentionMethodKind::kTokenSelect;
+    sa.pattern.tokenselect = {k, initial, local, theta};
+    sa.state_slot = s;
+  }
+  batch.sequence_state = I32(state_dev, {num_seqs, slot_words});
+  const int32_t rows =
+      batch.sequences.empty() ? 0 : batch.sequences.back().q_begin + batch.sequences.back().q_len;
+  const sparseserve::kernels::AttentionShape shape{heads, kv_heads, head_dim, rows, num_blocks};
+  if (!be->ts_plan.has_value() || !SameShape(be->ts_shape, shape) ||
+      !SameBatch(be->ts_batch, batch)) {
+    be->ts_plan.reset();
+    be->ts_batch = std::move(batch);
+    be->ts_shape = shape;
+    absl::StatusOr<sparseserve::kernels::AttentionPlan> plan =
+        be->impl->PlanAttention(be->ts_batch, be->ts_shape, be->ts_workspace);
+    if (!plan.ok()) return Report(plan.status());
+    be->ts_plan = *plan;
+  }
+  const Tensor q = Bf16(q_dev, {rows, heads, head_dim});
+  const Tensor kv = Bf16(kv_layer_dev, {num_blocks * 2, block_tokens, kv_heads, head_dim});
+  if (int rc = Report(be->impl->BuildAttentionIndex(*be->ts_plan, q, kv, 0)); rc != 0) return rc;
+  return Report(
+      be->impl->Attention(*be->ts_plan, q, kv, 0, Bf16(out_dev, {rows, heads, head_dim})));
+}
+
+int ss_tokenselect_stats(ss_backend* be, float* selection_host, float* pairs_host) {
+  if (!be->ts_plan.has_value()) {
+    return Report(absl::FailedPreconditionError("ss_tokenselect_stats: no TokenSelect plan yet"));
+  }
+  const int64_t n = 2 * static_cast<int64_t>(be->ts_batch.sequences.size());
+  const std::pair<float*, const Tensor*> copies[2] = {
+      {selection_host, &be->ts_workspace.selection_stats},
+      {pairs_host, &be->ts_workspace.sparse_stats}};
+  for (const auto& [host, dev] : copies) {
+    if (host == nullptr) continue;
+    Tensor staged = Tensor::Zeros(DType::kF32, {dev->numel()});
+    if (int rc = Report(be->impl->CopyToHost(*dev, staged)); rc != 0) return rc;
+    std::copy(staged.data<float>(), staged.data<float>() + n, host);
+  }
+  return 0;
 }
 
 }  // extern "C"

@@ -68,6 +68,26 @@ int ss_attention(ss_backend* be, const void* q_dev, const void* kv_layer_dev, in
                  const int32_t* q_lens, const int32_t* kv_lens, const int32_t* block_tables,
                  float scale, void* out_dev);
 
+/* TokenSelect (kernels/tokenselect_index.h) over paged KV for a batch of sequences: one layer's
+ * BuildAttentionIndex (select or reuse, per the selection cache) then Attention. Arguments as
+ * ss_attention, plus the TokenSelect parameters (k selected tokens, `initial` leading and `local`
+ * trailing cached tokens always attended, selection-cache threshold theta: > 1 never reuses,
+ * -1 always reuses a valid selection at most `local` tokens old) and the state:
+ * state_dev i32 [num_seqs, slot_words] (sequence s uses row s; a fresh row is zeros), with
+ * slot_words >= 4 + heads * head_dim + k (tokenselect::StateWordsPerLayer; layer 0 is used).
+ * Sequences with at most k candidates attend every key. Reuses its plan like ss_attention (the
+ * selection-cache counters then add up over the calls with one plan). */
+int ss_tokenselect_attention(ss_backend* be, const void* q_dev, const void* kv_layer_dev,
+                             int64_t num_blocks, int block_tokens, int heads, int kv_heads,
+                             int head_dim, int num_seqs, const int32_t* q_lens,
+                             const int32_t* kv_lens, const int32_t* block_tables, float scale,
+                             int k, int initial, int local, float theta, int32_t* state_dev,
+                             int64_t slot_words, void* out_dev);
+/* Copies the TokenSelect counters of the current ss_tokenselect_attention plan into host arrays
+ * of 2 * num_seqs floats each (either may be NULL): selection (hits, queries) and pairs
+ * (computed, causal), summed since that plan was made. Waits for queued work. */
+int ss_tokenselect_stats(ss_backend* be, float* selection_host, float* pairs_host);
+
 #ifdef __cplusplus
 }
 #endif

@@ -376,8 +376,11 @@ TEST_F(CudaBackendTest, BadInputsAreRejected) {
   EXPECT_EQ(kernels::RunAttention(*gpu_, batch, q, kv, q).code(),
             absl::StatusCode::kInvalidArgument);
   batch.sequences[0].block_table = {0, 1};
-  batch.sequences[0].pattern.kind = kernels::AttentionMethodKind::kTokenSelect;
-  EXPECT_EQ(kernels::RunAttention(*gpu_, batch, q, kv, q).code(), absl::StatusCode::kUnimplemented);
+  batch.sequences[0].pattern.kind = kernels::AttentionMethodKind::kTokenSelect;  // no state slot
+  EXPECT_EQ(kernels::RunAttention(*gpu_, batch, q, kv, q).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu_->SupportsAttention(batch.sequences[0].pattern, 96).code(),
+            absl::StatusCode::kUnimplemented);
   batch.sequences[0].pattern = {};
   batch.sequences[0].mask = {3};  // not 0/1
   EXPECT_EQ(kernels::RunAttention(*gpu_, batch, q, kv, q).code(),
