@@ -5,7 +5,8 @@
 #       build/kernels/libsparseserve_cuda_ops.so
 # and run `bash scripts/gpu_check.sh` there with .devbundle and models/ beside the tree.
 # Stages (default: all): tests sanitizer golden services eval (long-context accuracy) minference
-# (MInference's accuracy, issue 12) kernels attention peer bench baseline
+# (MInference's accuracy, issue 12) tokenselect tokenselect_eval tokenselect_bench (issue 13)
+# kernels attention peer bench baseline
 # (this binary against an older one, when packed) graphs (the
 # decode cases with CUDA graphs off, for the A/B) shadow (the shadow-dense monitor's cost on
 # sliding-window decode: rate 0 against 0.01) profile cublas (decode GEMMs through cuBLASLt
@@ -22,7 +23,7 @@ rm -rf "$out" && mkdir -p "$out"
 source .devbundle/env.sh
 export SPARSESERVE_TEST_DATA_DIR=$root/tests/data SPARSESERVE_MODEL_MIRROR=$root/models
 export PYTHONUNBUFFERED=1
-stages=${*:-tests sanitizer golden services eval minference kernels attention peer bench baseline graphs shadow profile cublas ncu}
+stages=${*:-tests sanitizer golden services eval minference tokenselect tokenselect_eval kernels attention tokenselect_bench peer bench baseline graphs shadow profile cublas ncu}
 summary=()
 run() {  # run NAME CMD... — logs to $out/NAME.log, records ok/FAIL
   local name=$1; shift
@@ -68,7 +69,24 @@ if has minference_speed; then
   run minference_racecheck compute-sanitizer --tool racecheck --error-exitcode 1 \
     cuda_backend_test --gtest_filter='*MInferenceSmall*'
 fi
+# Issue 13: TokenSelect's CUDA tests under the sanitizers, its golden run, its accuracy beside
+# dense at 8K and 16K (density and hit rate in every cell), and its per-layer attention against
+# SDPA/cuDNN (bench/cuda/tokenselect_bench.py).
+if has tokenselect; then
+  run tokenselect_tests cuda_backend_test --gtest_filter='CudaTokenSelectTest.*'
+  run tokenselect_racecheck compute-sanitizer --tool racecheck --error-exitcode 1 \
+    cuda_backend_test --gtest_filter='*TokenSelectSmall*'
+  run tokenselect_memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
+    cuda_backend_test --gtest_filter='*TokenSelectSmall*:*TokenSelect*Replay*'
+  run golden_tokenselect bash -c "sparseserve generate --device cuda \
+    --model models/stories260K/stories260K.gguf --prompt 'Once upon a time' --max-tokens 60 \
+    --temperature 0 --prefill-attention tokenselect --decode-attention tokenselect \
+    >$out/golden_tokenselect.txt && cmp $out/golden_tokenselect.txt tests/data/golden_once_upon_a_time.txt"
+fi
+has tokenselect_eval && run tokenselect_eval bash bench/longctx/tokenselect_check.sh "$out"
 lib=.devbundle/lib/libsparseserve_cuda_ops.so
+has tokenselect_bench && run tokenselect_bench python3 bench/cuda/tokenselect_bench.py \
+  --lib "$lib" --out "$out/tokenselect_bench.json" ${TOKENSELECT_BENCH_FLAGS:-}
 has kernels && [ -f bench/cuda/kernel_check.py ] &&
   run kernels python3 bench/cuda/kernel_check.py --lib "$lib" --out "$out/kernel_check.json"
 has attention && [ -f bench/cuda/attention_bench.py ] &&

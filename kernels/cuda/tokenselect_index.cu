@@ -172,13 +172,15 @@ __global__ void __launch_bounds__(kThreads)
     const float cosine = query_norm > 0 && selecting_norm > 0
                              ? static_cast<float>(dot / sqrt(query_norm * selecting_norm))
                              : 0.0f;
-    const bool reuse = tokenselect::SelectionReusable(params, state, regions.prefix, cosine);
+    const bool reuse =
+        tokenselect::SelectionReusable(params, state, seq.q_len, regions.prefix, cosine);
     atomicAdd(&p.cache_stats[2 * seq.seq + 1], 1.0f);
     if (reuse) {
       atomicAdd(&p.cache_stats[2 * seq.seq], 1.0f);
       state[tokenselect::kLastHit] = 1;
     } else {
-      state[tokenselect::kValid] = 1;
+      state[tokenselect::kValid] =
+          seq.q_len == 1 ? tokenselect::kReusable : tokenselect::kChunkSelection;
       state[tokenselect::kPrefix] = regions.prefix;
       state[tokenselect::kSelected] = seq.k;
       state[tokenselect::kLastHit] = 0;
