@@ -69,19 +69,16 @@ if has minference_speed; then
   run minference_racecheck compute-sanitizer --tool racecheck --error-exitcode 1 \
     cuda_backend_test --gtest_filter='*MInferenceSmall*'
 fi
-# Issue 13: TokenSelect's CUDA tests under the sanitizers, its golden run, its accuracy beside
-# dense at 8K and 16K (density and hit rate in every cell), and its per-layer attention against
-# SDPA/cuDNN (bench/cuda/tokenselect_bench.py).
+# Issue 13: TokenSelect's CUDA tests under the sanitizers (stories260K's head_dim 8 has no CUDA
+# TokenSelect kernel, so its golden run is the covering config of tokenselect_check.sh), its
+# accuracy beside dense at 8K and 16K (density and hit rate in every cell), and its per-layer
+# attention against SDPA/cuDNN (bench/cuda/tokenselect_bench.py).
 if has tokenselect; then
   run tokenselect_tests cuda_backend_test --gtest_filter='CudaTokenSelectTest.*'
   run tokenselect_racecheck compute-sanitizer --tool racecheck --error-exitcode 1 \
     cuda_backend_test --gtest_filter='*TokenSelectSmall*'
   run tokenselect_memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
     cuda_backend_test --gtest_filter='*TokenSelectSmall*:*TokenSelect*Replay*'
-  run golden_tokenselect bash -c "sparseserve generate --device cuda \
-    --model models/stories260K/stories260K.gguf --prompt 'Once upon a time' --max-tokens 60 \
-    --temperature 0 --prefill-attention tokenselect --decode-attention tokenselect \
-    >$out/golden_tokenselect.txt && cmp $out/golden_tokenselect.txt tests/data/golden_once_upon_a_time.txt"
 fi
 has tokenselect_eval && run tokenselect_eval bash bench/longctx/tokenselect_check.sh "$out"
 lib=.devbundle/lib/libsparseserve_cuda_ops.so

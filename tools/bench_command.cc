@@ -50,6 +50,10 @@ ABSL_FLAG(int64_t, interleave_prompt, 0,
           "prefill.");
 ABSL_FLAG(int, decode_window, 0,
           "Decode cases attend with a sliding window of this many keys (4 sinks); 0 = dense.");
+ABSL_FLAG(bool, tokenselect_reselect, false,
+          "With --decode-attention tokenselect: every decode step selects afresh (the selection "
+          "cache never hits) instead of reusing the first step's selection (the bench repeats "
+          "one query, so every later step hits).");
 ABSL_FLAG(std::string, shadow_dense_rates, "",
           "Comma-separated rates in [0, 1] of the shadow-dense quality monitor "
           "(--shadow-dense-rate of the serving commands): each decode case runs once per rate and "
@@ -133,6 +137,14 @@ absl::StatusOr<ModelBenchOptions> ModelBenchOptionsFromFlags() {
                 runner_options.minference_planted ? " (issue 16's; random weights)" : "");
   }
   if (o.decode_window < 0) return absl::InvalidArgumentError("--decode-window must be >= 0");
+  if (request_options.decode.method == engine::AttentionMethod::kTokenSelect) {
+    kernels::TokenSelectParams p = engine::AttentionPatternOf(request_options.decode).tokenselect;
+    if (absl::GetFlag(FLAGS_tokenselect_reselect)) p.theta = 2.0f;  // cosines never reach it
+    o.decode_tokenselect = p;
+    std::printf("decode attention: tokenselect k=%d initial=%d local=%d, %s\n", p.k, p.initial,
+                p.local,
+                p.theta > 1 ? "every step selects" : "every step after the first reuses (hits)");
+  }
   const std::string rates = absl::GetFlag(FLAGS_shadow_dense_rates);
   if (!rates.empty()) {
     for (absl::string_view item : absl::StrSplit(rates, ',')) {

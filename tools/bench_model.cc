@@ -336,11 +336,23 @@ class ModelBench {
                             batch, " sequences");
     }
     std::vector<model::ForwardSequence> seqs(batch);
+    if (o_.decode_tokenselect.has_value()) {  // fresh (zeroed) state slots for this case
+      const int64_t words = kernels::tokenselect::StateWords(
+          o_.config.num_layers, int64_t{o_.config.num_heads} * o_.config.head_dim,
+          o_.decode_tokenselect->k);
+      SS_ASSIGN_OR_RETURN(Tensor state, backend_.Allocate(DType::kI32, {batch, words}));
+      model_.set_sequence_state(std::move(state));
+    }
     kernels::SamplingBatch greedy;
     greedy.rows.resize(batch);  // default rows: temperature 0, no penalty
     for (int64_t s = 0; s < batch; ++s) {
       seqs[s].tokens = {SyntheticToken(s, o_.config.vocab_size)};
       seqs[s].start_pos = static_cast<int32_t>(context);
+      if (o_.decode_tokenselect.has_value()) {
+        seqs[s].pattern.kind = kernels::AttentionMethodKind::kTokenSelect;
+        seqs[s].pattern.tokenselect = *o_.decode_tokenselect;
+        seqs[s].state_slot = static_cast<int32_t>(s);
+      }
       if (o_.decode_window > 0) {
         seqs[s].pattern.kind = kernels::AttentionMethodKind::kSlidingWindow;
         seqs[s].pattern.window = o_.decode_window;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "common/model/model_config.h"
 #include "common/tensor/tensor.h"
 #include "kernels/minference_index.h"
+#include "kernels/tokenselect_index.h"
 
 namespace sparseserve::tools {
 
@@ -45,6 +47,11 @@ struct ModelBenchOptions {
   // Decode cases attend with a sliding window of this many keys (4 sinks) instead of densely;
   // 0 = dense. The shadow-dense monitor only shadows sparse steps, so its overhead needs one.
   int decode_window = 0;
+  // Decode cases attend under TokenSelect with these parameters (--decode-attention tokenselect)
+  // instead; every sequence gets a state slot. Each step feeds the same token at the same
+  // position, so its query repeats: with theta <= 1 every step after the first reuses the
+  // selection (a cache hit), and --tokenselect-reselect (theta above 1) makes every step select.
+  std::optional<kernels::TokenSelectParams> decode_tokenselect;
   // Prefill under MInference with these patterns (--prefill-attention minference; with random
   // weights only --minference-index planted means anything), or null for dense.
   std::shared_ptr<const kernels::MInferenceConfig> prefill_minference;

@@ -193,7 +193,9 @@ def bench_step(B, q_len, L, args, ts, gen, rng):
             row["ours_dense"]["rel_vs_" + row["ref_backend"]] = rel_error(dense_out, ref_packed)
             del ref_packed
         words = ts.slot_words(H, D, args.k)
-        for mode, theta in (("reselect", 2.0), ("hit", -1.0)):
+        # Multi-row steps (prompt chunks) always select (kernels/tokenselect_index.h): no hit mode.
+        modes = (("reselect", 2.0), ("hit", -1.0)) if q_len == 1 else (("reselect", 2.0),)
+        for mode, theta in modes:
             log("B=%d q_len=%d L=%d: TokenSelect %s" % (B, q_len, L, mode))
             state = torch.zeros(B, words, dtype=torch.int32, device="cuda")
             out = torch.full_like(q, float("nan"))

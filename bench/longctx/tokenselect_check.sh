@@ -8,7 +8,7 @@
 #               (the paper's setting: every 512-token chunk selects by its mean query), k = K;
 # every run with 128 initial and 512 local tokens and theta $TOKENSELECT_THETA (default 0.9). Each
 # cell prints the measured density of the whole request and of the decode, and the selection
-# cache's hit rate. Prompts per cell: $TOKENSELECT_EVAL_NUM (default 200); $TOKENSELECT_DENSE=0
+# cache's hit rate; a covering budget must reproduce the dense outputs. Prompts per cell: $TOKENSELECT_EVAL_NUM (default 200); $TOKENSELECT_DENSE=0
 # skips the dense run; $TOKENSELECT_TASKS / $TOKENSELECT_LENGTHS narrow the grid.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -28,6 +28,21 @@ if [ "${TOKENSELECT_DENSE:-1}" = 1 ]; then
   echo "### dense"
   sparseserve eval --device cuda --model $model --tasks "$tmp/tasks.jsonl" \
     --out "$out/tokenselect_dense.json" 2>>"$out/tokenselect_progress.log" || rc=1
+fi
+# A budget covering every prompt (k = 65536) must give exactly the dense outputs, prompt chunks
+# and generated tokens alike (the GPU's golden check of TokenSelect).
+if [ "${TOKENSELECT_DENSE:-1}" = 1 ]; then
+  echo "### tokenselect covering (k 65536) == dense"
+  sparseserve eval --device cuda --model $model --tasks "$tmp/tasks.jsonl" \
+    --prefill-attention tokenselect --decode-attention tokenselect --tokenselect-k 65536 \
+    --out "$out/tokenselect_covering.json" 2>>"$out/tokenselect_progress.log" >/dev/null &&
+    python3 - "$out/tokenselect_dense.json" "$out/tokenselect_covering.json" <<'PY' || rc=1
+import json, sys
+dense, covering = (json.load(open(p))["items"] for p in sys.argv[1:])
+same = sum(a.get("output") == b.get("output") for a, b in zip(dense, covering))
+print(f"covering == dense: {same} of {len(dense)} outputs identical")
+sys.exit(0 if same == len(dense) else 1)
+PY
 fi
 for name in $configs; do
   k=${name##*_}
