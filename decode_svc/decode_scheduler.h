@@ -43,7 +43,7 @@ namespace sparseserve::decode {
 // Receives one request's output. Called on the engine thread; must return quickly.
 // The attention work of a request's generated tokens, reported when it finishes.
 struct DecodeWork {
-  double attention_density = 1.0;  // fraction of dense work its TokenSelect steps did
+  double attention_density = 1.0;   // fraction of dense work its TokenSelect steps did
   double selection_cache_hits = 0;  // TokenSelect's, summed over steps and layers
   double selection_cache_queries = 0;
 };

@@ -70,9 +70,9 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   // The state slots first: the KV pool gets the memory left after them.
   int64_t state_words = options.sequence_state_words;
   if (options.tokenselect_max_k > 0) {
-    state_words = std::max(
-        state_words, kernels::tokenselect::StateWords(
-                         c.num_layers, int64_t{c.num_heads} * c.head_dim, options.tokenselect_max_k));
+    state_words = std::max(state_words, kernels::tokenselect::StateWords(
+                                            c.num_layers, int64_t{c.num_heads} * c.head_dim,
+                                            options.tokenselect_max_k));
   }
   std::unique_ptr<SequenceStateTable> state;
   if (state_words > 0) {

@@ -198,7 +198,10 @@ absl::StatusOr<double> AttentionDensity(const RequestOptions& options, int64_t p
     return absl::InvalidArgumentError("attention density needs at least one token");
   }
   // Causal pairs of the rows [0, n): exact, one of n, n + 1 is even.
-  auto causal = [](int64_t n) { return static_cast<double>(n * (n + 1) / 2); };
+  auto causal = [](int64_t n) {
+    const int64_t pairs = n * (n + 1) / 2;
+    return static_cast<double>(pairs);
+  };
   double prefill = 0, decode = 0;
   if ((options.prefill.method == AttentionMethod::kMInference ||
        options.prefill.method == AttentionMethod::kTokenSelect) &&

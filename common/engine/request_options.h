@@ -3,11 +3,11 @@
 //
 // A request chooses a *prefill* attention method (dense | sliding-window | minference |
 // tokenselect, its chunked-prefill variant) and a *decode* attention method (dense |
-// sliding-window | tokenselect), each with its parameters, and a speculation method. The product's main path is MInference for the prompt and TokenSelect for
-// the decode of the same request (ARCHITECTURE.md). Names are the ones users type (flags, API
-// strings); parsing an unknown name is kInvalidArgument, and a known method that this build does
-// not have yet is kUnimplemented naming it (CheckImplemented) — never a silent fallback.
-// Value types; thread-safe when not mutated.
+// sliding-window | tokenselect), each with its parameters, and a speculation method. The product's
+// main path is MInference for the prompt and TokenSelect for the decode of the same request
+// (ARCHITECTURE.md). Names are the ones users type (flags, API strings); parsing an unknown name is
+// kInvalidArgument, and a known method that this build does not have yet is kUnimplemented naming
+// it (CheckImplemented) — never a silent fallback. Value types; thread-safe when not mutated.
 #ifndef SPARSESERVE_COMMON_ENGINE_REQUEST_OPTIONS_H_
 #define SPARSESERVE_COMMON_ENGINE_REQUEST_OPTIONS_H_
 
@@ -91,8 +91,8 @@ kernels::AttentionPattern AttentionPatternOf(const AttentionChoice& choice);
 // with the decode choice: 1 for dense, less for a window shorter than the context. The
 // evaluation prints it beside every accuracy. Methods that pick keys from the data cannot be
 // known ahead: MInference's (and TokenSelect's chunked) prefill uses `measured_prefill_density`
-// and TokenSelect's decode `measured_decode_density` (what the engine reported, GenerationResult::*_attention_density),
-// kUnimplemented without them.
+// and TokenSelect's decode `measured_decode_density` (what the engine reported,
+// GenerationResult::*_attention_density), kUnimplemented without them.
 absl::StatusOr<double> AttentionDensity(const RequestOptions& options, int64_t prompt_tokens,
                                         int64_t generated_tokens,
                                         std::optional<double> measured_prefill_density = {},

@@ -127,8 +127,9 @@ void ServingMetrics::Register() {
   // One series per phase: MInference's prefill and TokenSelect's decode are separate choices.
   auto& density = prometheus::BuildGauge()
                       .Name(absl::StrCat(kPrefix, "sparse_attention_density"))
-                      .Help("Fraction of the dense attention work done by sparse attention in the "
-                            "last sparse request's prefill or decode, 0 to 1.")
+                      .Help(
+                          "Fraction of the dense attention work done by sparse attention in the "
+                          "last sparse request's prefill or decode, 0 to 1.")
                       .Register(r);
   for (auto [gauge, phase] : {std::pair{&sparse_attention_density_prefill_, "prefill"},
                               {&sparse_attention_density_decode_, "decode"}}) {

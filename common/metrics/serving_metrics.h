@@ -90,9 +90,7 @@ class ServingMetrics {
   prometheus::Gauge& sparse_attention_density_prefill() {
     return *sparse_attention_density_prefill_;
   }
-  prometheus::Gauge& sparse_attention_density_decode() {
-    return *sparse_attention_density_decode_;
-  }
+  prometheus::Gauge& sparse_attention_density_decode() { return *sparse_attention_density_decode_; }
 
   // Counters.
   prometheus::Counter& prefix_cache_queries() { return *prefix_cache_queries_; }  // blocks

@@ -91,7 +91,9 @@ TEST(MetricsExporterTest, ServesRegistryOnKernelChosenPort) {
   EXPECT_THAT(text, HasSubstr("sparseserve_num_requests_running{role=\"decode\"} 3"));
   EXPECT_THAT(text, HasSubstr("sparseserve_num_requests_waiting{role=\"decode\"} 7"));
   EXPECT_THAT(text, HasSubstr("sparseserve_kv_cache_usage_ratio{role=\"decode\"} 0.5"));
-  EXPECT_THAT(text, HasSubstr("sparseserve_sparse_attention_density{phase=\"decode\",role=\"decode\"} 0.25"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("sparseserve_sparse_attention_density{phase=\"decode\",role=\"decode\"} 0.25"));
   EXPECT_THAT(text, HasSubstr("sparseserve_prefix_cache_queries_total{role=\"decode\"} 10"));
   EXPECT_THAT(text, HasSubstr("sparseserve_prefix_cache_hits_total{role=\"decode\"} 4"));
   EXPECT_THAT(text, HasSubstr("sparseserve_kv_transfer_bytes_total{role=\"decode\"} 262144"));
