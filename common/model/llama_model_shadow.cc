@@ -40,6 +40,7 @@ void LlamaModel::PlanShadow(StepInputs& in) {
     // the step; alone, or on the CPU, it is exactly 0.)
     kernels::SequenceAttention dense = sa;
     dense.pattern = kernels::AttentionPattern();
+    dense.state_slot = -1;  // dense needs no state (the shadow batch carries none)
     in.shadow_attn.sequences.push_back(std::move(dense));
     in.shadow_ranges.insert(in.shadow_ranges.end(), {sa.q_begin, sa.q_len});
     ShadowAttentionError record;
