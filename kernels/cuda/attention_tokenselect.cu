@@ -15,6 +15,7 @@
 #include "kernels/attention_visibility.h"
 #include "kernels/cuda/cuda_async_copy.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/decode_tile.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/tokenselect_index.h"
 
@@ -182,24 +183,7 @@ __global__ void __launch_bounds__(kThreads)
       float dots[kScoreHeads];
 #pragma unroll
       for (int h = 0; h < kScoreHeads; ++h) dots[h] = 0.0f;
-#pragma unroll 4
-      for (int c = 0; c < kChunks; ++c) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(k_s + token * kStride + c * 8);
-        const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
-        float kf[8];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float2 f = __bfloat1622float2(pairs[i]);
-          kf[2 * i] = f.x;
-          kf[2 * i + 1] = f.y;
-        }
-#pragma unroll
-        for (int h = 0; h < kScoreHeads; ++h) {
-          const float* qh = q_s + (hs0 + kScoreStride * h) * D + c * 8;
-#pragma unroll
-          for (int i = 0; i < 8; ++i) dots[h] += qh[i] * kf[i];
-        }
-      }
+      AddQueryKeyDots<D, kScoreHeads, kScoreStride>(k_s + token * kStride, q_s, hs0, dots);
       const bool valid = keys_s[stage * kTile + token] >= 0;
 #pragma unroll
       for (int h = 0; h < kScoreHeads; ++h) {
@@ -209,49 +193,9 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     __syncthreads();
-    // Online softmax per head: warp w takes heads w, w + 8, ...; two positions per lane.
-    {
-      const int warp = threadIdx.x / 32;
-      const int lane = threadIdx.x % 32;
-      for (int head = warp; head < G; head += kThreads / 32) {
-        float* ps = p_s + head * kTile;
-        const float s0 = ps[lane];
-        const float s1 = ps[lane + 32];
-        float m = fmaxf(s0, s1);
-        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        const float old_max = max_s[head];
-        const float new_max = fmaxf(old_max, m);
-        // -inf while no position of the chunk was visible yet: exponentiate against 0 so that
-        // masked scores give 0 (exp(-inf - -inf) would be NaN).
-        const float safe_max = new_max == -INFINITY ? 0.0f : new_max;
-        const float e0 = __expf(s0 - safe_max);
-        const float e1 = __expf(s1 - safe_max);
-        float sum = e0 + e1;
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        ps[lane] = e0;
-        ps[lane + 32] = e1;
-        __syncwarp();
-        if (lane == 0) {
-          const float corr = __expf(old_max - safe_max);
-          corr_s[head] = corr;
-          sum_s[head] = sum_s[head] * corr + sum;
-          max_s[head] = new_max;
-        }
-      }
-    }
+    OnlineSoftmaxTile<kThreads>(p_s, max_s, sum_s, corr_s, G, /*empty_tiles=*/true);
     __syncthreads();
-    if (owns) {
-#pragma unroll
-      for (int j = 0; j < kOwned; ++j) acc[j] *= corr_s[h0 + j * kHeadStride];
-#pragma unroll 8
-      for (int token = 0; token < kTile; ++token) {
-        const float v = __bfloat162float(v_s[token * kStride + d]);
-#pragma unroll
-        for (int j = 0; j < kOwned; ++j) {
-          acc[j] += p_s[(h0 + j * kHeadStride) * kTile + token] * v;
-        }
-      }
-    }
+    if (owns) AccumulateValuesTile<kStride, kOwned, kHeadStride>(acc, corr_s, p_s, v_s, d, h0);
     __syncthreads();  // the stage is refilled by the next iteration's prefetch
   }
 

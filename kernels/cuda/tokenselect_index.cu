@@ -25,6 +25,7 @@
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_async_copy.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/decode_tile.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/tokenselect_index.h"
 
@@ -280,24 +281,7 @@ __global__ void __launch_bounds__(kThreads)
     float dots[kHeadsPerThread];
 #pragma unroll
     for (int j = 0; j < kHeadsPerThread; ++j) dots[j] = 0.0f;
-#pragma unroll 4
-    for (int c = 0; c < kChunks; ++c) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(key + c * 8);
-      const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
-      float kf[8];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 f = __bfloat1622float2(pairs[i]);
-        kf[2 * i] = f.x;
-        kf[2 * i + 1] = f.y;
-      }
-#pragma unroll
-      for (int j = 0; j < kHeadsPerThread; ++j) {
-        const float* qh = q_s + (slot + kSlots * j) * D + c * 8;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) dots[j] += qh[i] * kf[i];
-      }
-    }
+    AddQueryKeyDots<D, kHeadsPerThread, kSlots>(key, q_s, slot, dots);
     const int32_t candidate = first + t * kTile + token;
     if (candidate < end) {
 #pragma unroll
