@@ -32,6 +32,8 @@ function(sparseserve_library name)
 endfunction()
 
 # sparseserve_test(NAME SRCS... DEPS ... [LABELS ...]) — one gtest binary registered with ctest.
+# Tests are labelled "unit" (the sanitizer build runs those again) unless LABELS says "slow":
+# minutes of model runs that the normal build runs once.
 function(sparseserve_test name)
   cmake_parse_arguments(ARG "" "" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SRCS})
@@ -40,6 +42,11 @@ function(sparseserve_test name)
   target_compile_definitions(${name} PRIVATE
       SPARSESERVE_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data"
       SPARSESERVE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
-  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES LABELS "unit;${ARG_LABELS}")
+  if("slow" IN_LIST ARG_LABELS)
+    set(labels "${ARG_LABELS}")
+  else()
+    set(labels "unit;${ARG_LABELS}")
+  endif()
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES LABELS "${labels}")
 endfunction()
 include(GoogleTest)

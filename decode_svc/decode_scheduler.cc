@@ -7,6 +7,7 @@
 #include "common/core/status.h"
 #include "common/engine/kv_block_copy.h"
 #include "common/engine/request_options.h"
+#include "common/engine/speculative_sequence.h"
 #include "common/sampling/sampler.h"
 #include "kernels/sampling_plan.h"
 
@@ -31,6 +32,9 @@ struct DecodeScheduler::Running {
   // random stream does not depend on pool pressure.
   std::optional<kernels::SamplingRow> pending_row;
   std::vector<int32_t> pending_penalized_ids;
+  // Its speculative decoding (job.options.spec), or null for plain decoding. Decode steps go
+  // through it (it takes the draws; pending_row is for the prompt's first token only).
+  std::unique_ptr<engine::SpeculativeSequence> spec;
 
   const kernels::SamplingRow& PendingRow() {
     if (!pending_row.has_value()) {
@@ -102,6 +106,12 @@ absl::Status DecodeScheduler::Submit(DecodeJob job) {
   if (!decode_pattern.ok()) return decode_pattern.status();
   r->prefill_pattern = *std::move(prefill_pattern);
   r->decode_pattern = *std::move(decode_pattern);
+  if (job.options.spec.method != engine::SpecMethod::kNone) {
+    absl::StatusOr<std::unique_ptr<engine::SpeculativeSequence>> spec =
+        engine::SpeculativeSequence::Create(job.options.spec, runner_->config());
+    if (!spec.ok()) return spec.status();
+    r->spec = *std::move(spec);
+  }
   r->sampler = std::make_unique<sampling::Sampler>(job.sampling);
   r->history = job.prompt;
   r->job = std::move(job);
@@ -301,7 +311,9 @@ bool DecodeScheduler::Emit(Running& r, int32_t token) {
     Finish(r, absl::OkStatus(), engine::FinishReason::kLength);
     return false;
   }
-  if (static_cast<int>(r.seq.tokens.size()) + 1 >= runner_->max_context()) {
+  // Every token but the last is in the KV cache when decoding plainly; counted on the history,
+  // since a speculative step commits the KV of tokens not emitted yet.
+  if (static_cast<int>(r.history.size()) >= runner_->max_context()) {
     Finish(r, absl::OkStatus(), engine::FinishReason::kContextFull);
     return false;
   }
@@ -310,9 +322,12 @@ bool DecodeScheduler::Emit(Running& r, int32_t token) {
 }
 
 void DecodeScheduler::EngineStep() {
-  // Decode rows first (every decoding sequence, one row each), then prefill chunks in admission
-  // order while the budget lasts. Each row that ends a prompt, and every decode row, gets its
-  // next token sampled on the backend with the sequence's pending sampling row.
+  // Decode rows first (every decoding sequence's root row, and the drafts of those that
+  // speculate), then prefill chunks in admission order while the budget lasts. Each row that ends
+  // a prompt, and every decode row, gets its token sampled on the backend with the sequence's own
+  // draws. Drafts take what the roots and chunks leave of the budget, of the context and of the
+  // free KV blocks, so speculation never delays a prompt or preempts a sequence.
+  const absl::Time step_start = absl::Now();
   int budget = options_.max_step_tokens;
   std::vector<engine::StepRows> rows;
   std::vector<Running*> owners;
@@ -324,39 +339,58 @@ void DecodeScheduler::EngineStep() {
                                   r.pending_penalized_ids.end());
     sampling.penalized_begin.push_back(static_cast<int32_t>(sampling.penalized_ids.size()));
   };
-  bool has_decode = false, has_prefill = false;
+  std::vector<Running*> decoders;
   for (auto& r : running_) {
-    if (r->prefilling || budget == 0) continue;
-    engine::StepRows row;
-    row.seq = &r->seq;
-    row.tokens = {r->next_token};
-    row.pattern = r->decode_pattern;
-    rows.push_back(std::move(row));
-    owners.push_back(r.get());
-    add_sampling_row(*r);
-    --budget;
-    has_decode = true;
+    if (!r->prefilling && static_cast<int>(decoders.size()) < budget) decoders.push_back(r.get());
   }
+  budget -= static_cast<int>(decoders.size());
+  // The prompt chunks this step takes (planned first: drafts get what they leave).
+  std::vector<std::pair<Running*, int>> chunks;
   for (auto& r : running_) {
     if (!r->prefilling || budget == 0) continue;
     const int done = static_cast<int>(r->seq.tokens.size());
-    const int remaining = static_cast<int>(r->input.size()) - done;
-    const int len =
-        engine::PrefillChunkLength(done, done + remaining, options_.prefill_chunk, budget);
+    const int total = static_cast<int>(r->input.size());
+    const int len = engine::PrefillChunkLength(done, total, options_.prefill_chunk, budget);
+    chunks.emplace_back(r.get(), len);
+    budget -= len;
+  }
+  const std::vector<int> depths = DraftDepths(decoders, chunks, budget);
+  bool has_decode = false, has_prefill = false;
+  std::vector<Running*> planned;  // speculating sequences whose step was planned
+  for (size_t i = 0; i < decoders.size(); ++i) {
+    Running& r = *decoders[i];
+    engine::StepRows row;
+    if (r.spec != nullptr) {
+      r.spec->Plan(depths[i], r.history, &r.seq, r.decode_pattern, *r.sampler, &row, &sampling);
+      planned.push_back(&r);
+    } else {
+      row.seq = &r.seq;
+      row.tokens = {r.next_token};
+      row.pattern = r.decode_pattern;
+      add_sampling_row(r);
+    }
+    rows.push_back(std::move(row));
+    owners.push_back(&r);
+    has_decode = true;
+  }
+  for (auto [r, len] : chunks) {
+    const int done = static_cast<int>(r->seq.tokens.size());
     engine::StepRows row;
     row.seq = &r->seq;
     row.tokens.assign(r->input.begin() + done, r->input.begin() + done + len);
     row.pattern = r->prefill_pattern;
     row.prompt = true;
-    const bool last_chunk = len == remaining;
+    const bool last_chunk = done + len == static_cast<int>(r->input.size());
     row.sample = last_chunk ? model::LogitRows::kLast : model::LogitRows::kNone;
     if (last_chunk) add_sampling_row(*r);
     rows.push_back(std::move(row));
-    owners.push_back(r.get());
-    budget -= len;
+    owners.push_back(r);
     has_prefill = true;
   }
   absl::StatusOr<std::vector<int32_t>> next = runner_->Step(rows, sampling);
+  if (!next.ok()) {
+    for (Running* r : planned) r->spec->Abandon(*r->sampler);
+  }
   if (next.status().code() == absl::StatusCode::kResourceExhausted && running_.size() > 1) {
     Preempt(*running_.back());  // newest first, as vLLM does; retried next iteration
     running_.pop_back();
@@ -380,11 +414,33 @@ void DecodeScheduler::EngineStep() {
       counted_selection_ = counts;
     }
     size_t k = 0;
+    int total_rows = 0;
     std::vector<Running*> finished;
     for (size_t i = 0; i < rows.size(); ++i) {
       Running& r = *owners[i];
+      total_rows += static_cast<int>(rows[i].tokens.size());
       if (rows[i].sample == model::LogitRows::kNone) continue;  // a prompt's middle chunk
-      const int32_t token = (*next)[k++];
+      const size_t sampled = rows[i].sample == model::LogitRows::kAll ? rows[i].tokens.size() : 1;
+      const absl::Span<const int32_t> tokens = absl::MakeConstSpan(*next).subspan(k, sampled);
+      k += sampled;
+      if (!r.prefilling && r.spec != nullptr) {
+        absl::StatusOr<engine::SpecStepResult> done =
+            r.spec->Finish(tokens, *runner_, r.seq, *r.sampler);
+        if (!done.ok()) {
+          Finish(r, done.status(), engine::FinishReason::kAborted);
+          finished.push_back(&r);
+          continue;
+        }
+        CountSpeculation(r, *done);
+        for (const int32_t token : done->emitted) {
+          if (!Emit(r, token)) {
+            finished.push_back(&r);
+            break;
+          }
+        }
+        continue;
+      }
+      const int32_t token = tokens.front();
       r.pending_row.reset();
       if (r.prefilling) {  // the prompt is done: this is its first token
         r.prefilling = false;
@@ -398,12 +454,77 @@ void DecodeScheduler::EngineStep() {
       }
       if (!Emit(r, token)) finished.push_back(&r);
     }
+    step_cost_.Record(total_rows, absl::ToDoubleSeconds(absl::Now() - step_start));
     std::erase_if(running_, [&](const std::unique_ptr<Running>& r) {
       return std::find(finished.begin(), finished.end(), r.get()) != finished.end();
     });
   }
   absl::MutexLock lock(&mu_);
   num_running_ = static_cast<int>(running_.size());
+}
+
+std::vector<int> DecodeScheduler::DraftDepths(absl::Span<Running* const> decoders,
+                                              absl::Span<const std::pair<Running*, int>> chunks,
+                                              int budget) const {
+  std::vector<int> depths(decoders.size(), 0);
+  // Blocks the step may take beyond what the running sequences have reserved.
+  const int bt = runner_->block_tokens();
+  int spare_blocks = runner_->pool().num_free_blocks() - BlocksReserved();
+  int base_rows = static_cast<int>(decoders.size());
+  for (const auto& [r, len] : chunks) base_rows += len;
+  std::vector<size_t> which;  // decoders[which[j]] has options[j]
+  std::vector<spec::DraftOption> options;
+  std::vector<int> fixed;
+  bool any_controlled = false;
+  for (size_t i = 0; i < decoders.size(); ++i) {
+    const Running& r = *decoders[i];
+    if (r.spec == nullptr) continue;
+    const int committed = static_cast<int>(r.seq.tokens.size());
+    const int room = std::min(budget, runner_->max_context() - committed - 1);
+    const int wanted = r.job.max_tokens - static_cast<int>(r.generated.size()) - 1;
+    which.push_back(i);
+    options.push_back(r.spec->Option(room, wanted));
+    fixed.push_back(r.job.options.spec.controller ? -1 : r.spec->FixedDepth(room, wanted));
+    any_controlled |= r.job.options.spec.controller;
+  }
+  if (which.empty()) return depths;
+  std::vector<int> chosen(which.size(), 0);
+  if (any_controlled) chosen = spec::ChooseDraftDepths(step_cost_, options, base_rows);
+  // Within the budget and the spare blocks, in admission order.
+  for (size_t j = 0; j < which.size(); ++j) {
+    int depth = fixed[j] >= 0 ? fixed[j] : chosen[j];
+    const Running& r = *decoders[which[j]];
+    const int committed = static_cast<int>(r.seq.tokens.size());
+    const int have =
+        std::max(static_cast<int>(r.seq.block_ids.size()), (committed + 1 + bt - 1) / bt);
+    while (depth > 0) {
+      const int rows = options[j].rows_at[depth - 1];
+      const int blocks = (committed + 1 + rows + bt - 1) / bt - have;
+      if (rows <= budget && blocks <= spare_blocks) {
+        budget -= rows;
+        spare_blocks -= blocks;
+        break;
+      }
+      --depth;
+    }
+    depths[which[j]] = depth;
+  }
+  return depths;
+}
+
+void DecodeScheduler::CountSpeculation(const Running& r, const engine::SpecStepResult& step) {
+  if (options_.metrics == nullptr || step.drafted == 0) return;
+  const absl::string_view method = engine::SpecMethodName(r.spec->method());
+  metrics::ServingMetrics& m = *options_.metrics;
+  m.spec_decode_draft_tokens(method).Increment(step.drafted);
+  prometheus::Counter& accepted = m.spec_decode_accepted_tokens(method);
+  accepted.Increment(step.accepted);
+  for (int p = 0; p < step.accepted; ++p) {
+    m.spec_decode_accepted_tokens_per_position(method, p).Increment();
+  }
+  prometheus::Counter& steps = m.spec_decode_verify_steps(method);
+  steps.Increment();
+  m.spec_decode_mean_accepted_length(method).Set(accepted.Value() / steps.Value());
 }
 
 void DecodeScheduler::Preempt(Running& r) {

@@ -34,8 +34,10 @@
 #include "common/engine/generator.h"
 #include "common/engine/model_runner.h"
 #include "common/engine/request_options.h"
+#include "common/engine/speculative_sequence.h"
 #include "common/metrics/serving_metrics.h"
 #include "common/sampling/sampling_params.h"
+#include "common/spec/draft_length_controller.h"
 #include "decode_svc/kv_staging_area.h"
 
 namespace sparseserve::decode {
@@ -138,6 +140,13 @@ class DecodeScheduler {
   // Blocks the running sequences may still take: the rest of the prompts being prefilled, and
   // one per decoding sequence.
   int BlocksReserved() const;
+  // The draft depth of each of `decoders` this step (0 for those that do not speculate, or
+  // where the controller chose plain decoding), within the rows `budget` the roots and `chunks`
+  // left, the context and the KV blocks not reserved.
+  std::vector<int> DraftDepths(absl::Span<Running* const> decoders,
+                               absl::Span<const std::pair<Running*, int>> chunks, int budget) const;
+  // Adds a speculative step's drafts and acceptance to the spec_decode metrics.
+  void CountSpeculation(const Running& r, const engine::SpecStepResult& step);
   // Emits `token` for `r` and applies the stop rules; false when `r` has finished.
   bool Emit(Running& r, int32_t token);
   void Finish(Running& r, const absl::Status& status, engine::FinishReason reason);
@@ -158,6 +167,8 @@ class DecodeScheduler {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
   std::vector<std::unique_ptr<Running>> running_;  // engine thread only, in admission order
+  // Measured step times by rows, for the speculation controller (engine thread only).
+  spec::StepCostModel step_cost_;
   std::thread engine_;  // the one thread that drives `runner_` (see header comment)
 };
 

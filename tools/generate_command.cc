@@ -171,6 +171,20 @@ absl::Status Generate() {
                  result.decode_attention_density, result.selection_cache_hits,
                  result.selection_cache_queries);
   }
+  if (request.options.spec.method != engine::SpecMethod::kNone) {
+    // Steps compression: generated tokens after the first per decode step (1 = plain decoding).
+    std::fprintf(stderr,
+                 "speculation (%s): %d decode steps, %.2f tokens per step, %lld draft tokens, "
+                 "%lld accepted (%.1f%%)\n",
+                 std::string(engine::SpecMethodName(request.options.spec.method)).c_str(),
+                 result.decode_steps,
+                 result.decode_steps > 0 ? static_cast<double>(decoded) / result.decode_steps : 0.0,
+                 static_cast<long long>(result.spec_draft_tokens),
+                 static_cast<long long>(result.spec_accepted_tokens),
+                 result.spec_draft_tokens > 0
+                     ? 100.0 * result.spec_accepted_tokens / result.spec_draft_tokens
+                     : 0.0);
+  }
   if (options.shadow_dense_rate > 0) PrintShadowSummary(shadow_errors);
   return absl::OkStatus();
 }

@@ -52,6 +52,10 @@ ABSL_FLAG(std::string, spec, "none",
           "sparse-self. On a server: the default of requests that choose none.");
 ABSL_FLAG(int, spec_max_draft, 0,
           "Speculation: draft tokens verified per step at most; 0 = the method's default.");
+ABSL_FLAG(bool, spec_controller, true,
+          "Speculation: let the controller pick each step's draft length from measured acceptance "
+          "and step cost (down to plain decoding, so speculation is never slower); false = always "
+          "draft --spec-max-draft tokens (measuring acceptance, testing exactness).");
 ABSL_FLAG(int, lookahead_window, 0,
           "lookahead: window W (parallel Jacobi positions); 0 = scaled to the model (paper: 15).");
 ABSL_FLAG(int, lookahead_ngram, 0, "lookahead: n-gram size N; 0 = default (paper: 5).");
@@ -86,6 +90,7 @@ absl::StatusOr<engine::RequestOptions> OptionsOfFlags() {
   if (!spec.ok()) return AnnotateStatus(spec.status(), "--spec");
   options.spec.method = *spec;
   options.spec.max_draft = absl::GetFlag(FLAGS_spec_max_draft);
+  options.spec.controller = absl::GetFlag(FLAGS_spec_controller);
   options.spec.lookahead_window = absl::GetFlag(FLAGS_lookahead_window);
   options.spec.lookahead_ngram = absl::GetFlag(FLAGS_lookahead_ngram);
   options.spec.lookahead_guesses = absl::GetFlag(FLAGS_lookahead_guesses);
@@ -147,6 +152,7 @@ absl::Status SetRequestOptionsFromChangedFlags(v1::GenerateRequest* request) {
   v1::Speculation* s = request->mutable_speculation();
   if (Changed("spec")) s->set_method(std::string(engine::SpecMethodName(options.spec.method)));
   if (Changed("spec_max_draft")) s->set_max_draft(options.spec.max_draft);
+  if (Changed("spec_controller")) s->set_controller(options.spec.controller);
   if (Changed("lookahead_window")) s->set_lookahead_window(options.spec.lookahead_window);
   if (Changed("lookahead_ngram")) s->set_lookahead_ngram(options.spec.lookahead_ngram);
   if (Changed("lookahead_guesses")) s->set_lookahead_guesses(options.spec.lookahead_guesses);
@@ -168,6 +174,7 @@ const std::vector<const char*>& RequestOptionFlagNames() {
                                                  "tokenselect_theta",
                                                  "spec",
                                                  "spec_max_draft",
+                                                 "spec_controller",
                                                  "lookahead_window",
                                                  "lookahead_ngram",
                                                  "lookahead_guesses"};

@@ -1,9 +1,12 @@
 #include "common/engine/generator.h"
 
 #include <chrono>
+#include <deque>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "common/core/status.h"
+#include "common/engine/speculative_sequence.h"
 #include "common/sampling/sampler.h"
 #include "common/tokenizer/streaming_decoder.h"
 #include "kernels/sampling_plan.h"
@@ -72,6 +75,18 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
   result.prefill_attention_density = seq.prefill_attention_density();
   // Only generated tokens go through it: the first one keeps its leading space.
   tokenizer::StreamingDecoder decoder(*tokenizer_, /*at_sequence_start=*/false);
+  std::unique_ptr<SpeculativeSequence> spec;
+  if (request.options.spec.method != SpecMethod::kNone) {
+    absl::StatusOr<std::unique_ptr<SpeculativeSequence>> created =
+        SpeculativeSequence::Create(request.options.spec, runner_->config());
+    if (!created.ok()) {
+      runner_->Release(seq);
+      return created.status();
+    }
+    spec = std::move(*created);
+  }
+  // Tokens a speculative step emitted that are not handed out yet (the first is `token`).
+  std::deque<int32_t> emitted;
   absl::Status status;
   while (true) {
     if (result.output_tokens.empty()) result.time_to_first_token_s = seconds_since_start();
@@ -84,26 +99,71 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
     const std::string delta = decoder.Push(token);
     result.text += delta;
     if (on_token) on_token(token, delta);
-    if (static_cast<int>(result.output_tokens.size()) >= request.max_tokens) {
+    const int produced = static_cast<int>(result.output_tokens.size());
+    if (produced >= request.max_tokens) {
       result.finish_reason = FinishReason::kLength;
       break;
     }
-    if (static_cast<int>(seq.tokens.size()) + 1 > runner_->max_context()) {
+    // The context is full when every token so far but the last is in the KV cache: counted on
+    // the history, since a speculative step commits the KV of tokens not handed out yet.
+    if (static_cast<int>(history.size()) > runner_->max_context()) {
       result.finish_reason = FinishReason::kContextFull;
       break;
     }
-    next_row();
+    if (!emitted.empty()) {
+      token = emitted.front();
+      emitted.pop_front();
+      continue;
+    }
+    const int committed = static_cast<int>(seq.tokens.size());
     StepRows rows;
-    rows.seq = &seq;
-    rows.tokens = {token};
-    rows.pattern = decode_pattern;
+    ++result.decode_steps;
+    if (spec == nullptr) {
+      next_row();
+      rows.seq = &seq;
+      rows.tokens = {token};
+      rows.pattern = decode_pattern;
+      absl::StatusOr<std::vector<int32_t>> next =
+          runner_->Step(absl::MakeConstSpan(&rows, 1), next_sampling);
+      if (!next.ok()) {
+        status = next.status();
+        break;
+      }
+      token = next->front();
+      continue;
+    }
+    // Speculative: the draft rows must fit the context beside the root, and no deeper draft
+    // than the tokens still wanted after the root's.
+    const int room = runner_->max_context() - committed - 1;
+    const int wanted = request.max_tokens - produced - 1;
+    int depth = 0;
+    if (request.options.spec.controller) {
+      const spec::DraftOption option = spec->Option(room, wanted);
+      depth = spec::ChooseDraftDepths(step_cost_, absl::MakeConstSpan(&option, 1), 1)[0];
+    } else {
+      depth = spec->FixedDepth(room, wanted);
+    }
+    const Clock::time_point step_start = Clock::now();
+    kernels::SamplingBatch sampling;
+    spec->Plan(depth, history, &seq, decode_pattern, sampler, &rows, &sampling);
     absl::StatusOr<std::vector<int32_t>> next =
-        runner_->Step(absl::MakeConstSpan(&rows, 1), next_sampling);
+        runner_->Step(absl::MakeConstSpan(&rows, 1), sampling);
     if (!next.ok()) {
+      spec->Abandon(sampler);
       status = next.status();
       break;
     }
-    token = next->front();
+    absl::StatusOr<SpecStepResult> done = spec->Finish(*next, *runner_, seq, sampler);
+    if (!done.ok()) {
+      status = done.status();
+      break;
+    }
+    step_cost_.Record(static_cast<int>(rows.tokens.size()),
+                      std::chrono::duration<double>(Clock::now() - step_start).count());
+    result.spec_draft_tokens += done->drafted;
+    result.spec_accepted_tokens += done->accepted;
+    emitted.assign(done->emitted.begin() + 1, done->emitted.end());
+    token = done->emitted.front();
   }
   result.decode_attention_density = seq.decode_attention_density();
   result.selection_cache_hits = seq.selection_cache_hits;

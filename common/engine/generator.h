@@ -15,6 +15,7 @@
 #include "common/engine/model_runner.h"
 #include "common/engine/request_options.h"
 #include "common/sampling/sampling_params.h"
+#include "common/spec/draft_length_controller.h"
 #include "common/tokenizer/tokenizer.h"
 
 namespace sparseserve::engine {
@@ -45,6 +46,10 @@ struct GenerationResult {
   double decode_attention_density = 1.0;
   double selection_cache_hits = 0;
   double selection_cache_queries = 0;
+  // Speculative decoding (options.spec): decode steps run, draft tokens verified and accepted.
+  int decode_steps = 0;
+  int64_t spec_draft_tokens = 0;
+  int64_t spec_accepted_tokens = 0;
   double time_to_first_token_s = 0;  // from the call to the first sampled token
   double total_s = 0;
 };
@@ -67,6 +72,8 @@ class Generator {
  private:
   ModelRunner* runner_;
   const tokenizer::Tokenizer* tokenizer_;
+  // Measured step times by rows, for the speculation controller: kept across requests.
+  spec::StepCostModel step_cost_;
 };
 
 }  // namespace sparseserve::engine

@@ -131,13 +131,27 @@ absl::Status Validate(const RequestOptions& options) {
       spec.lookahead_guesses < 0) {
     return absl::InvalidArgumentError("speculation parameters must be >= 0");
   }
+  if (spec.lookahead_window == 1 || spec.lookahead_ngram == 1) {
+    return absl::InvalidArgumentError(
+        "lookahead: the window (--lookahead-window) and n-gram size (--lookahead-ngram) must be "
+        ">= 2 (0 = default)");
+  }
+  // Bounds that keep one sequence's step within reason (the paper's largest setting is W = 15,
+  // N = 5, G = 15: 120 rows).
+  if (spec.max_draft > 64 || spec.lookahead_window > 64 || spec.lookahead_ngram > 16 ||
+      spec.lookahead_guesses > 64) {
+    return absl::InvalidArgumentError(
+        "speculation parameters too large: max_draft, lookahead window and guesses <= 64, "
+        "n-gram <= 16");
+  }
   return absl::OkStatus();
 }
 
 absl::Status CheckImplemented(const RequestOptions& options) {
-  // The methods whose issues have not landed yet (speculation: issues 14 and 15) are refused by
-  // name; attention methods a backend lacks are refused by Backend::SupportsAttention.
-  if (options.spec.method != SpecMethod::kNone) {
+  // The speculation methods whose issue has not landed yet (issue 15) are refused by name;
+  // attention methods a backend lacks are refused by Backend::SupportsAttention.
+  const SpecMethod m = options.spec.method;
+  if (m == SpecMethod::kTokenSwift || m == SpecMethod::kKangaroo || m == SpecMethod::kSparseSelf) {
     return absl::UnimplementedError(absl::StrCat("speculation method '",
                                                  SpecMethodName(options.spec.method),
                                                  "' is not implemented in this build yet"));

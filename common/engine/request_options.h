@@ -50,6 +50,10 @@ struct SpeculationChoice {
   int lookahead_window = 0;   // Lookahead W; 0 = scaled to the model (papers/lookahead.md)
   int lookahead_ngram = 0;    // Lookahead N; 0 = default
   int lookahead_guesses = 0;  // Lookahead G; 0 = default
+  // The controller (spec/draft_length_controller.h) picks each step's draft length from measured
+  // acceptance and step cost, down to plain decoding; false = always draft max_draft (or the
+  // method's default) tokens, for measuring acceptance and testing exactness (--spec-controller).
+  bool controller = true;
 };
 
 struct RequestOptions {

@@ -150,11 +150,25 @@ void ServingMetrics::Register() {
                                         "KV block reservations that expired unused.", labels);
   request_migrations_ = AddCounter(r, "request_migrations_total",
                                    "Requests moved to another worker after a failure.", labels);
-  spec_decode_draft_tokens_ = AddCounter(r, "spec_decode_draft_tokens_total",
-                                         "Draft tokens proposed by speculative decoding.", labels);
-  spec_decode_accepted_tokens_ =
-      AddCounter(r, "spec_decode_accepted_tokens_total",
-                 "Draft tokens accepted by speculative decoding.", labels);
+  spec_draft_family_ =
+      &AddCounterFamily(r, "spec_decode_draft_tokens_total",
+                        "Draft tokens verified by speculative decoding, by method.");
+  spec_accepted_family_ =
+      &AddCounterFamily(r, "spec_decode_accepted_tokens_total",
+                        "Draft tokens accepted by speculative decoding, by method.");
+  spec_position_family_ = &AddCounterFamily(
+      r, "spec_decode_accepted_tokens_per_position_total",
+      "Draft tokens accepted by speculative decoding, by method and draft position (0 = the "
+      "first draft token of a step).");
+  spec_steps_family_ =
+      &AddCounterFamily(r, "spec_decode_verify_steps_total",
+                        "Decode steps that verified a draft, by speculation method.");
+  spec_mean_family_ = &prometheus::BuildGauge()
+                           .Name(absl::StrCat(kPrefix, "spec_decode_mean_accepted_length"))
+                           .Help(
+                               "Mean accepted draft tokens per verify step since the start, by "
+                               "speculation method.")
+                           .Register(r);
   selection_cache_hits_ = AddCounter(r, "tokenselect_selection_cache_hits_total",
                                      "TokenSelect selection cache hits.", labels);
   selection_cache_queries_ = AddCounter(r, "tokenselect_selection_cache_queries_total",
@@ -183,6 +197,14 @@ void ServingMetrics::Register() {
   for (absl::string_view method : {"sliding-window", "minference", "tokenselect"}) {
     sparse_attention_error(method);
   }
+  // The part-1 speculation methods' series exist from the start, like the reasons below.
+  for (absl::string_view method : {"prompt-lookup", "lookahead"}) {
+    spec_decode_draft_tokens(method);
+    spec_decode_accepted_tokens(method);
+    spec_decode_accepted_tokens_per_position(method, 0);
+    spec_decode_verify_steps(method);
+    spec_decode_mean_accepted_length(method);
+  }
   requests_family_ = &AddCounterFamily(r, "requests_total", "Finished requests, by finish reason.");
   // Series for the standard reasons exist from the start, so rate() sees them go 0 -> 1.
   for (absl::string_view reason : {"length", "stop", "context", "aborted", "error"}) {
@@ -196,6 +218,33 @@ prometheus::Histogram& ServingMetrics::sparse_attention_error(absl::string_view 
       {{"role", std::string(ServiceRoleName(role_))}, {"method", std::string(method)}},
       prometheus::Histogram::BucketBoundaries(kAttentionErrorBuckets.begin(),
                                               kAttentionErrorBuckets.end()));
+}
+
+prometheus::Counter& ServingMetrics::spec_decode_draft_tokens(absl::string_view method) {
+  return spec_draft_family_->Add(
+      {{"role", std::string(ServiceRoleName(role_))}, {"method", std::string(method)}});
+}
+
+prometheus::Counter& ServingMetrics::spec_decode_accepted_tokens(absl::string_view method) {
+  return spec_accepted_family_->Add(
+      {{"role", std::string(ServiceRoleName(role_))}, {"method", std::string(method)}});
+}
+
+prometheus::Counter& ServingMetrics::spec_decode_accepted_tokens_per_position(
+    absl::string_view method, int position) {
+  return spec_position_family_->Add({{"role", std::string(ServiceRoleName(role_))},
+                                     {"method", std::string(method)},
+                                     {"position", absl::StrCat(position)}});
+}
+
+prometheus::Counter& ServingMetrics::spec_decode_verify_steps(absl::string_view method) {
+  return spec_steps_family_->Add(
+      {{"role", std::string(ServiceRoleName(role_))}, {"method", std::string(method)}});
+}
+
+prometheus::Gauge& ServingMetrics::spec_decode_mean_accepted_length(absl::string_view method) {
+  return spec_mean_family_->Add(
+      {{"role", std::string(ServiceRoleName(role_))}, {"method", std::string(method)}});
 }
 
 prometheus::Counter& ServingMetrics::requests_finished(absl::string_view finish_reason) {

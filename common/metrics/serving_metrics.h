@@ -99,8 +99,16 @@ class ServingMetrics {
   prometheus::Counter& kv_transfer_failures() { return *kv_transfer_failures_; }
   prometheus::Counter& kv_reservation_expiries() { return *kv_reservation_expiries_; }
   prometheus::Counter& request_migrations() { return *request_migrations_; }
-  prometheus::Counter& spec_decode_draft_tokens() { return *spec_decode_draft_tokens_; }
-  prometheus::Counter& spec_decode_accepted_tokens() { return *spec_decode_accepted_tokens_; }
+  // Speculative decoding, by method (engine::SpecMethodName's names): draft tokens verified,
+  // draft tokens accepted, accepted tokens by draft position (0 = the first draft token), verify
+  // steps (steps that verified a draft), and the mean accepted length (accepted draft tokens per
+  // verify step, since the start).
+  prometheus::Counter& spec_decode_draft_tokens(absl::string_view method);
+  prometheus::Counter& spec_decode_accepted_tokens(absl::string_view method);
+  prometheus::Counter& spec_decode_accepted_tokens_per_position(absl::string_view method,
+                                                                int position);
+  prometheus::Counter& spec_decode_verify_steps(absl::string_view method);
+  prometheus::Gauge& spec_decode_mean_accepted_length(absl::string_view method);
   prometheus::Counter& selection_cache_hits() { return *selection_cache_hits_; }
   prometheus::Counter& selection_cache_queries() { return *selection_cache_queries_; }
   prometheus::Counter& generated_tokens() { return *generated_tokens_; }
@@ -150,8 +158,11 @@ class ServingMetrics {
   prometheus::Counter* kv_transfer_failures_ = nullptr;
   prometheus::Counter* kv_reservation_expiries_ = nullptr;
   prometheus::Counter* request_migrations_ = nullptr;
-  prometheus::Counter* spec_decode_draft_tokens_ = nullptr;
-  prometheus::Counter* spec_decode_accepted_tokens_ = nullptr;
+  prometheus::Family<prometheus::Counter>* spec_draft_family_ = nullptr;
+  prometheus::Family<prometheus::Counter>* spec_accepted_family_ = nullptr;
+  prometheus::Family<prometheus::Counter>* spec_position_family_ = nullptr;
+  prometheus::Family<prometheus::Counter>* spec_steps_family_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* spec_mean_family_ = nullptr;
   prometheus::Counter* selection_cache_hits_ = nullptr;
   prometheus::Counter* selection_cache_queries_ = nullptr;
   prometheus::Counter* generated_tokens_ = nullptr;

@@ -69,6 +69,7 @@ absl::StatusOr<engine::RequestOptions> RequestOptionsFromProto(
   if (speculation.has_lookahead_window()) s.lookahead_window = speculation.lookahead_window();
   if (speculation.has_lookahead_ngram()) s.lookahead_ngram = speculation.lookahead_ngram();
   if (speculation.has_lookahead_guesses()) s.lookahead_guesses = speculation.lookahead_guesses();
+  if (speculation.has_controller()) s.controller = speculation.controller();
 
   SS_RETURN_IF_ERROR(engine::Validate(options));
   SS_RETURN_IF_ERROR(engine::CheckImplemented(options));

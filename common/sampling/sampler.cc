@@ -45,6 +45,18 @@ kernels::SamplingRow Sampler::NextRow(absl::Span<const int32_t> history,
   return row;
 }
 
+double Sampler::DrawUniform() {
+  return params_.temperature != 0.0f ? NextUniform() : 0.0;
+}
+
+kernels::SamplingRow Sampler::RowWithDraw(absl::Span<const int32_t> history, double uniform,
+                                          std::vector<int32_t>* penalized_ids) {
+  AppendPenalizedIds(history, penalized_ids);
+  kernels::SamplingRow row = Row();
+  if (params_.temperature != 0.0f) row.uniform = uniform;
+  return row;
+}
+
 void Sampler::SkipDraw() {
   if (params_.temperature != 0.0f) NextUniform();
 }

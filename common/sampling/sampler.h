@@ -47,6 +47,18 @@ class Sampler {
   // REQUIRES: vocab_size > 0; every id in the penalty window is in [0, vocab_size).
   int32_t Sample(const float* logits, int vocab_size, absl::Span<const int32_t> history);
 
+  // Speculative decoding (common/spec/draft.h) samples several rows of one step, each with the
+  // draw plain decoding would give its token, then keeps the draws of the tokens it emitted:
+  // DrawUniform takes the next draw (0 without touching the stream when greedy), RowWithDraw
+  // builds a row from a given draw and history, and stream/set_stream save and rewind the
+  // random stream.
+  double DrawUniform();
+  kernels::SamplingRow RowWithDraw(absl::Span<const int32_t> history, double uniform,
+                                   std::vector<int32_t>* penalized_ids);
+  using Stream = std::mt19937_64;
+  const Stream& stream() const { return rng_; }
+  void set_stream(const Stream& stream) { rng_ = stream; }
+
   // Advances the random stream exactly as one Sample call would (no-op when greedy), without
   // sampling: for a sequence whose first token was drawn elsewhere from the same seed (the
   // prefill worker), so that its later draws match a single-process run.

@@ -310,6 +310,54 @@ TEST_F(DecodeSchedulerTest, SeededSamplingIsReproducibleBatchedAndUnderPreemptio
   }
 }
 
+// Speculative decoding inside continuous batching (issue 14): sequences of different modes (none,
+// prompt lookup and Lookahead at a fixed draft length, prompt lookup under the controller) share
+// steps, greedy and seeded, in a roomy pool and in one so small that sequences are preempted;
+// each gets exactly the tokens a lone plain run with its seed gets, drafts are counted in the
+// spec_decode metrics, and every block comes back.
+TEST_F(DecodeSchedulerTest, SpeculativeSequencesBatchedWithPlainOnesEqualPlainDecoding) {
+  const auto prompts = Prompts(4);
+  const engine::SpecMethod modes[] = {engine::SpecMethod::kNone, engine::SpecMethod::kPromptLookup,
+                                      engine::SpecMethod::kLookahead,
+                                      engine::SpecMethod::kPromptLookup};
+  for (const bool seeded : {false, true}) {
+    for (const int kv_tokens : {0, 128}) {
+      auto runner = Runner(kv_tokens);
+      auto registry = std::make_shared<prometheus::Registry>();
+      auto metrics = metrics::ServingMetrics::Create(registry, metrics::ServiceRole::kDecode);
+      ASSERT_TRUE(metrics.ok()) << metrics.status();
+      std::vector<std::shared_ptr<CollectingSink>> sinks;
+      {
+        DecodeSchedulerOptions options;
+        options.metrics = metrics->get();
+        DecodeScheduler scheduler(runner.get(), options);
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          sinks.push_back(std::make_shared<CollectingSink>());
+          DecodeJob job = Job("s" + std::to_string(i), prompts[i], 60, sinks[i],
+                              seeded ? Seeded(static_cast<int>(i)) : Greedy());
+          job.options.spec.method = modes[i];
+          job.options.spec.controller = i == 3;
+          job.options.spec.lookahead_window = 4;
+          job.options.spec.lookahead_ngram = 4;
+          job.options.spec.lookahead_guesses = 4;
+          ASSERT_TRUE(scheduler.Submit(std::move(job)).ok());
+        }
+        for (auto& sink : sinks) ASSERT_TRUE(sink->Wait());
+      }
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        ASSERT_TRUE(sinks[i]->status_.ok()) << sinks[i]->status_;
+        EXPECT_EQ(sinks[i]->tokens_,
+                  Reference(prompts[i], 60, seeded ? Seeded(static_cast<int>(i)) : Greedy()))
+            << "request " << i << " (" << engine::SpecMethodName(modes[i]) << "), pool "
+            << kv_tokens << (seeded ? ", seeded" : ", greedy");
+      }
+      EXPECT_EQ(runner->pool().num_used_blocks(), 0);
+      EXPECT_GT((*metrics)->spec_decode_draft_tokens("lookahead").Value(), 0);
+      EXPECT_GT((*metrics)->spec_decode_draft_tokens("prompt-lookup").Value(), 0);
+    }
+  }
+}
+
 TEST_F(DecodeSchedulerTest, PromptLargerThanThePoolFailsCleanly) {
   auto runner = Runner(32);
   DecodeScheduler scheduler(runner.get(), {});

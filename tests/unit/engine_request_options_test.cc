@@ -54,7 +54,17 @@ TEST(RequestOptionsTest, ValidateChecksPhasesAndParameters) {
   EXPECT_TRUE(Validate(o).ok());
   EXPECT_TRUE(CheckImplemented(o).ok());  // the backend decides (Backend::SupportsAttention)
   o.spec.method = SpecMethod::kLookahead;
+  EXPECT_TRUE(CheckImplemented(o).ok());
+  o.spec.method = SpecMethod::kPromptLookup;
+  EXPECT_TRUE(CheckImplemented(o).ok());
+  o.spec.method = SpecMethod::kTokenSwift;  // issue 15
   EXPECT_EQ(CheckImplemented(o).code(), absl::StatusCode::kUnimplemented);
+  o.spec.method = SpecMethod::kLookahead;
+  o.spec.lookahead_ngram = 1;
+  EXPECT_EQ(Validate(o).code(), absl::StatusCode::kInvalidArgument);
+  o.spec.lookahead_ngram = 0;
+  o.spec.max_draft = 1000;
+  EXPECT_EQ(Validate(o).code(), absl::StatusCode::kInvalidArgument);
 }
 
 RequestOptions Apply(absl::string_view attention, absl::string_view prefill,

@@ -131,9 +131,7 @@ TEST(RequestOptionsFromProtoTest, ValidateErrorsAreInvalidArgument) {
 }
 
 TEST(RequestOptionsFromProtoTest, MethodsNotBuiltYetAreUnimplementedNamingThem) {
-  for (const auto& [field, method] : {std::pair<std::string, std::string>{"spec", "lookahead"},
-                                      {"spec", "prompt-lookup"},
-                                      {"spec", "tokenswift"},
+  for (const auto& [field, method] : {std::pair<std::string, std::string>{"spec", "tokenswift"},
                                       {"spec", "kangaroo"},
                                       {"spec", "sparse-self"}}) {
     v1::GenerateRequest r;
@@ -144,8 +142,8 @@ TEST(RequestOptionsFromProtoTest, MethodsNotBuiltYetAreUnimplementedNamingThem) 
     EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << method;
     EXPECT_THAT(s.message(), HasSubstr("'" + method + "'"));
   }
-  // Explicit "none" and "dense" are fine, and so are minference (issue 12) and tokenselect
-  // (issue 13).
+  // Explicit "none" and "dense" are fine, and so are minference (issue 12), tokenselect
+  // (issue 13), prompt-lookup and lookahead (issue 14).
   v1::GenerateRequest r;
   r.mutable_prefill_attention()->set_method("minference");
   r.mutable_speculation()->set_method("none");
@@ -153,6 +151,14 @@ TEST(RequestOptionsFromProtoTest, MethodsNotBuiltYetAreUnimplementedNamingThem) 
   EXPECT_TRUE(Convert(r).ok());
   r.mutable_decode_attention()->set_method("tokenselect");
   EXPECT_TRUE(Convert(r).ok());
+  for (const std::string method : {"prompt-lookup", "lookahead"}) {
+    r.mutable_speculation()->set_method(method);
+    r.mutable_speculation()->set_controller(false);
+    absl::StatusOr<engine::RequestOptions> o = Convert(r);
+    ASSERT_TRUE(o.ok()) << o.status();
+    EXPECT_EQ(engine::SpecMethodName(o->spec.method), method);
+    EXPECT_FALSE(o->spec.controller);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,180 @@
+#include "common/engine/speculative_sequence.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/core/check.h"
+#include "common/core/status.h"
+#include "common/spec/lookahead.h"
+#include "common/spec/prompt_lookup.h"
+
+namespace sparseserve::engine {
+
+namespace {
+
+// Weights of a Llama-style model: attention, MLP and the embeddings (norms are negligible).
+int64_t ParameterCount(const model::ModelConfig& c) {
+  const int64_t d = c.hidden_size, kv = int64_t{c.num_kv_heads} * c.head_dim;
+  const int64_t q = int64_t{c.num_heads} * c.head_dim;
+  const int64_t layer = d * q * 2 + d * kv * 2 + 3 * d * c.intermediate_size;
+  return c.num_layers * layer + int64_t{c.vocab_size} * d * (c.tie_word_embeddings ? 1 : 2);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SpeculativeSequence>> SpeculativeSequence::Create(
+    const SpeculationChoice& choice, const model::ModelConfig& config) {
+  const int64_t num_parameters = ParameterCount(config);
+  std::unique_ptr<spec::DraftProposer> proposer;
+  int depth = choice.max_draft;
+  switch (choice.method) {
+    case SpecMethod::kNone:
+      return absl::InvalidArgumentError("speculation method 'none' has no drafter");
+    case SpecMethod::kPromptLookup:
+      if (depth == 0) depth = spec::kDefaultPromptLookupDepth;
+      proposer = std::make_unique<spec::PromptLookupProposer>(depth);
+      break;
+    case SpecMethod::kLookahead: {
+      spec::LookaheadParams params = spec::DefaultLookaheadParams(num_parameters);
+      if (choice.lookahead_window > 0) params.window = choice.lookahead_window;
+      if (choice.lookahead_ngram > 0) params.ngram = choice.lookahead_ngram;
+      if (choice.lookahead_guesses > 0) params.guesses = choice.lookahead_guesses;
+      proposer = std::make_unique<spec::LookaheadProposer>(params);
+      break;
+    }
+    default:
+      return absl::UnimplementedError(absl::StrCat("speculation method '",
+                                                   SpecMethodName(choice.method),
+                                                   "' is not implemented in this build yet"));
+  }
+  depth = depth == 0 ? proposer->max_depth() : std::min(depth, proposer->max_depth());
+  return std::unique_ptr<SpeculativeSequence>(
+      new SpeculativeSequence(choice, std::move(proposer), depth));
+}
+
+SpeculativeSequence::SpeculativeSequence(const SpeculationChoice& choice,
+                                         std::unique_ptr<spec::DraftProposer> proposer,
+                                         int max_depth)
+    : choice_(choice),
+      proposer_(std::move(proposer)),
+      max_depth_(max_depth),
+      acceptance_(max_depth) {}
+
+spec::DraftOption SpeculativeSequence::Option(int room, int wanted) const {
+  spec::DraftOption option;
+  option.stats = &acceptance_;
+  for (int k = 1; k <= std::min(max_depth_, wanted); ++k) {
+    const int rows = proposer_->RowsAt(k);
+    if (rows > room) break;
+    option.rows_at.push_back(rows);
+  }
+  return option;
+}
+
+int SpeculativeSequence::FixedDepth(int room, int wanted) const {
+  int depth = 0;
+  while (depth < std::min(max_depth_, wanted) && proposer_->RowsAt(depth + 1) <= room) ++depth;
+  return depth;
+}
+
+void SpeculativeSequence::Plan(int depth, absl::Span<const int32_t> history, SequenceKv* seq,
+                               const kernels::AttentionPattern& pattern, sampling::Sampler& sampler,
+                               StepRows* rows, kernels::SamplingBatch* sampling) {
+  SS_CHECK(!history.empty() && !planned_);
+  planned_ = true;
+  stream_before_ = sampler.stream();
+  draft_.Clear();
+  if (depth > 0) proposer_->Propose(history, depth, /*verify_only=*/false, &draft_);
+  if (draft_.empty() && shadow_.empty() && shadow_actual_.empty()) {
+    // A plain step: keep measuring what a draft would have had accepted.
+    proposer_->Propose(history, max_depth_, /*verify_only=*/true, &shadow_);
+  }
+  const int n = draft_.size() + 1;
+  const int32_t base = static_cast<int32_t>(seq->tokens.size());
+  *rows = StepRows();
+  rows->seq = seq;
+  rows->pattern = pattern;
+  rows->tokens.push_back(history.back());
+  if (draft_.empty()) {
+    rows->sample = model::LogitRows::kLast;
+  } else {
+    rows->tokens.insert(rows->tokens.end(), draft_.tokens.begin(), draft_.tokens.end());
+    rows->positions.push_back(base);
+    for (const int32_t offset : draft_.offsets) rows->positions.push_back(base + offset);
+    bool chain = draft_.mask.empty();
+    for (int r = 1; r < n && chain; ++r) chain = draft_.parents[r - 1] == r - 1;
+    if (!chain) rows->mask = draft_.FullMask();  // a chain is the causal default
+    rows->sample = model::LogitRows::kAll;
+    rows->speculative = true;
+  }
+  // One draw per depth: a verification row at depth d samples the token plain decoding would
+  // draw d tokens from now, with that token's draw.
+  const int depth_drawn = draft_.MaxDepth();
+  std::vector<double> uniforms(static_cast<size_t>(depth_drawn) + 1);
+  for (double& u : uniforms) u = sampler.DrawUniform();
+  if (sampling->penalized_begin.empty()) sampling->penalized_begin.push_back(0);
+  for (int r = 0; r < n; ++r) {
+    if (r > 0 && draft_.parents[r - 1] < 0) {  // auxiliary: greedy, unpenalised
+      sampling->rows.push_back(kernels::SamplingRow{});
+    } else {
+      scratch_.assign(history.begin(), history.end());
+      const size_t at = scratch_.size();
+      for (int32_t a = r; a != 0; a = draft_.parents[a - 1]) {
+        scratch_.insert(scratch_.begin() + static_cast<std::ptrdiff_t>(at), draft_.tokens[a - 1]);
+      }
+      const int depth_of_row = static_cast<int>(scratch_.size() - at);
+      sampling->rows.push_back(
+          sampler.RowWithDraw(scratch_, uniforms[depth_of_row], &sampling->penalized_ids));
+    }
+    sampling->penalized_begin.push_back(static_cast<int32_t>(sampling->penalized_ids.size()));
+  }
+}
+
+void SpeculativeSequence::Abandon(sampling::Sampler& sampler) {
+  if (!planned_) return;
+  planned_ = false;
+  sampler.set_stream(stream_before_);
+  draft_.Clear();
+}
+
+void SpeculativeSequence::FeedShadow(absl::Span<const int32_t> emitted) {
+  if (shadow_.empty()) return;
+  shadow_actual_.insert(shadow_actual_.end(), emitted.begin(), emitted.end());
+  const int depth = shadow_.MaxDepth();
+  const int matched = spec::MatchedDepth(shadow_, shadow_actual_);
+  // Decided once a token failed to match or the deepest path matched.
+  if (matched < static_cast<int>(shadow_actual_.size()) || matched == depth) {
+    acceptance_.Record(depth, matched);
+    shadow_.Clear();
+    shadow_actual_.clear();
+  }
+}
+
+absl::StatusOr<SpecStepResult> SpeculativeSequence::Finish(absl::Span<const int32_t> sampled,
+                                                           ModelRunner& runner, SequenceKv& seq,
+                                                           sampling::Sampler& sampler) {
+  SS_CHECK(planned_);
+  planned_ = false;
+  SS_CHECK(sampled.size() == static_cast<size_t>(draft_.size()) + 1);
+  SpecStepResult result;
+  if (draft_.empty()) {
+    result.emitted = {sampled[0]};
+    // The one draw taken is the one plain decoding takes.
+  } else {
+    spec::AcceptedDraft accepted = verifier_(draft_, sampled);
+    SS_RETURN_IF_ERROR(runner.Commit(seq, accepted.kept));
+    result.emitted = std::move(accepted.emitted);
+    result.drafted = draft_.NumVerificationRows();
+    result.depth = draft_.MaxDepth();
+    result.accepted = static_cast<int>(result.emitted.size()) - 1;
+    acceptance_.Record(result.depth, result.accepted);
+    sampler.set_stream(stream_before_);
+    for (size_t i = 0; i < result.emitted.size(); ++i) sampler.SkipDraw();
+  }
+  proposer_->Observe(draft_, sampled, result.emitted);
+  FeedShadow(result.emitted);
+  draft_.Clear();
+  return result;
+}
+
+}  // namespace sparseserve::engine

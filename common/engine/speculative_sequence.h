@@ -1,0 +1,107 @@
+// SpeculativeSequence: one sequence's speculative decoding in the engine — its drafter
+// (spec::DraftProposer), its measured acceptance and the bookkeeping that turns a drafted step
+// into emitted tokens, for every speculation method (issue 14; papers/lookahead.md).
+//
+// The decode loop (DecodeScheduler for serving, Generator offline) keeps one beside each
+// sequence that speculates and, per step: offers the controller its Option (rows per draft depth,
+// within the context and the tokens still wanted), Plans the step at the depth the controller
+// chose — the root (the current token) and the draft rows with explicit positions and mask, all
+// sampled on the backend, verification rows with the sequence's own next draws (draft.h) — runs
+// the step with every other sequence's rows, then Finishes it: walks the draft, commits the
+// accepted rows' KV (ModelRunner::Commit), rewinds the sampler to the draws of the emitted tokens
+// and returns those tokens. A step at depth 0 is a plain decode row; the draft the proposer
+// would have made is then matched against the tokens that come, so acceptance stays measured.
+// If the step fails, Abandon rewinds the sampler; the step can be planned again.
+// Not thread-safe: the engine thread drives it.
+#ifndef SPARSESERVE_COMMON_ENGINE_SPECULATIVE_SEQUENCE_H_
+#define SPARSESERVE_COMMON_ENGINE_SPECULATIVE_SEQUENCE_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/engine/model_runner.h"
+#include "common/engine/request_options.h"
+#include "common/model/model_config.h"
+#include "common/sampling/sampler.h"
+#include "common/spec/draft.h"
+#include "common/spec/draft_length_controller.h"
+#include "common/spec/draft_proposer.h"
+#include "kernels/sampling_plan.h"
+
+namespace sparseserve::engine {
+
+// What one finished step drafted and accepted, for the spec_decode metrics.
+struct SpecStepResult {
+  std::vector<int32_t> emitted;  // the tokens the step emitted, in order
+  int drafted = 0;               // verification rows (draft tokens) it ran; 0 = a plain step
+  int depth = 0;                 // the draft's depth (longest chain)
+  int accepted = 0;              // draft tokens accepted: emitted.size() - 1
+};
+
+class SpeculativeSequence {
+ public:
+  // kInvalidArgument for SpecMethod::kNone, kUnimplemented for a method this build lacks.
+  // The model's size (`config`) scales Lookahead's defaults. Validate(choice) must have passed.
+  static absl::StatusOr<std::unique_ptr<SpeculativeSequence>> Create(
+      const SpeculationChoice& choice, const model::ModelConfig& config);
+
+  SpecMethod method() const { return choice_.method; }
+  // Deepest draft: choice.max_draft or the method's default, within what the proposer makes.
+  int max_depth() const { return max_depth_; }
+  const spec::AcceptanceStats& acceptance() const { return acceptance_; }
+
+  // The controller's choices for this step: `room` is the most rows the sequence may add after
+  // its root (context left, KV blocks the step may take), `wanted` the tokens it still wants
+  // after the root's (no draft deeper than that pays off). Without the controller (choice.
+  // controller false) ChooseDepth does not need it.
+  spec::DraftOption Option(int room, int wanted) const;
+  // The depth to run when the controller is off: max_depth() within `room` and `wanted`.
+  int FixedDepth(int room, int wanted) const;
+
+  // Builds the step at `depth` (0 = a plain row): `rows` for seq (whose last emitted token,
+  // history.back(), is the root) under `pattern`, and its sampling rows appended to `sampling`
+  // (history: prompt + emitted tokens, for the penalty window and the drafter).
+  void Plan(int depth, absl::Span<const int32_t> history, SequenceKv* seq,
+            const kernels::AttentionPattern& pattern, sampling::Sampler& sampler, StepRows* rows,
+            kernels::SamplingBatch* sampling);
+  // After the step ran: `sampled` holds its sampled tokens (one per row, root first). Commits
+  // the accepted rows on `runner` and leaves `sampler` after the emitted tokens' draws. Errors
+  // from ModelRunner::Commit (the sequence should be finished then).
+  absl::StatusOr<SpecStepResult> Finish(absl::Span<const int32_t> sampled, ModelRunner& runner,
+                                        SequenceKv& seq, sampling::Sampler& sampler);
+  // The step did not run: rewinds `sampler` to before Plan.
+  void Abandon(sampling::Sampler& sampler);
+
+  // The walk Finish verifies drafts with: spec::AcceptDraft; tests swap in a deliberately biased
+  // one to show that the lossless-sampling check can fail.
+  using Verifier = spec::AcceptedDraft (*)(const spec::StepDraft& draft,
+                                           absl::Span<const int32_t> sampled);
+  void set_verifier(Verifier verifier) { verifier_ = verifier; }
+
+ private:
+  SpeculativeSequence(const SpeculationChoice& choice,
+                      std::unique_ptr<spec::DraftProposer> proposer, int max_depth);
+  // Adds the emitted tokens to a pending shadow draft and records it once it is decided.
+  void FeedShadow(absl::Span<const int32_t> emitted);
+
+  SpeculationChoice choice_;
+  std::unique_ptr<spec::DraftProposer> proposer_;
+  int max_depth_;
+  spec::AcceptanceStats acceptance_;
+  // The planned step: its draft (empty: a plain row) and the sampler's stream before it.
+  spec::StepDraft draft_;
+  sampling::Sampler::Stream stream_before_;
+  bool planned_ = false;
+  // A draft made at a plain step and the tokens that came after its root so far.
+  spec::StepDraft shadow_;
+  std::vector<int32_t> shadow_actual_;
+  std::vector<int32_t> scratch_;  // a row's history
+  Verifier verifier_ = &spec::AcceptDraft;
+};
+
+}  // namespace sparseserve::engine
+
+#endif  // SPARSESERVE_COMMON_ENGINE_SPECULATIVE_SEQUENCE_H_

@@ -1,0 +1,213 @@
+// The speculation library without a model: draft trees and the verification walk, prompt
+// lookup's n-gram index, Lookahead's mask and window against the paper's rules, and the
+// controller's arithmetic.
+#include <map>
+#include <set>
+#include <vector>
+
+#include "common/spec/draft.h"
+#include "common/spec/draft_length_controller.h"
+#include "common/spec/lookahead.h"
+#include "common/spec/prompt_lookup.h"
+#include "gtest/gtest.h"
+
+namespace sparseserve::spec {
+namespace {
+
+using ::testing::Test;
+
+TEST(StepDraftTest, ChainsShareTheirPrefixAndTheWalkFollowsTheSampledTokens) {
+  StepDraft d;
+  EXPECT_EQ(d.AddChain({5, 6, 7}), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(d.AddChain({5, 8}), (std::vector<int32_t>{1, 4}));  // shares row 1
+  EXPECT_EQ(d.size(), 4);
+  EXPECT_EQ(d.MaxDepth(), 3);
+  EXPECT_EQ(d.offsets, (std::vector<int32_t>{1, 2, 3, 2}));
+  const std::vector<uint8_t> mask = d.FullMask();
+  // Row 4 (token 8) sees the root, row 1 and itself only.
+  EXPECT_EQ(std::vector<uint8_t>(mask.begin() + 20, mask.begin() + 25),
+            (std::vector<uint8_t>{1, 1, 0, 0, 1}));
+  // Sampled per row (root first): the root says 5, row 1 says 8, row 4 says 9.
+  AcceptedDraft a = AcceptDraft(d, {5, 8, 0, 0, 9});
+  EXPECT_EQ(a.emitted, (std::vector<int32_t>{5, 8, 9}));
+  EXPECT_EQ(a.kept, (std::vector<int32_t>{0, 1, 4}));
+  EXPECT_EQ(a.accepted(), 2);
+  a = AcceptDraft(d, {4, 8, 0, 0, 9});  // the first draft token is rejected
+  EXPECT_EQ(a.emitted, (std::vector<int32_t>{4}));
+  EXPECT_EQ(a.kept, (std::vector<int32_t>{0}));
+  a = AcceptDraft(d, {5, 6, 7, 1, 0});  // the whole chain, then the bonus token
+  EXPECT_EQ(a.emitted, (std::vector<int32_t>{5, 6, 7, 1}));
+  EXPECT_EQ(MatchedDepth(d, {5, 6, 7, 1}), 3);
+  EXPECT_EQ(MatchedDepth(d, {5, 8}), 2);
+  EXPECT_EQ(MatchedDepth(d, {6}), 0);
+}
+
+TEST(NgramIndexTest, FindsTheLatestEarlierOccurrenceButNeverTheSuffixItself) {
+  NgramIndex index;
+  const std::vector<int32_t> h = {1, 2, 3, 9, 1, 2, 3, 7, 1, 2, 3};
+  index.Update(h);
+  EXPECT_EQ(index.Find({1, 2, 3}), 7);  // ends at index 6, not at the suffix (10)
+  EXPECT_EQ(index.Find({3}), 7);
+  EXPECT_EQ(index.Find({9}), 4);
+  EXPECT_EQ(index.Find({4}), -1);
+  EXPECT_EQ(index.indexed(), 10);
+}
+
+TEST(PromptLookupTest, ProposesWhatFollowedTheLongestMatchingNgram) {
+  PromptLookupProposer p(3);
+  StepDraft d;
+  p.Propose({1, 2, 3, 9, 8, 5, 2, 3}, 3, false, &d);  // "2 3" matched: 9 8 5
+  EXPECT_EQ(d.tokens, (std::vector<int32_t>{9, 8, 5}));
+  p.Propose({1, 2, 3, 9, 8, 5, 2, 3, 9}, 2, false, &d);  // "2 3 9": 8 5
+  EXPECT_EQ(d.tokens, (std::vector<int32_t>{8, 5}));
+  PromptLookupProposer q(4);
+  q.Propose({4, 5, 6}, 4, false, &d);  // nothing repeats
+  EXPECT_TRUE(d.empty());
+  q.Propose({4, 5, 6, 4}, 4, false, &d);  // the continuation stops at the history's end
+  EXPECT_EQ(d.tokens, (std::vector<int32_t>{5, 6, 4}));
+}
+
+TEST(NgramPoolTest, KeepsTheMostRecentGuessesPerFirstToken) {
+  NgramPool pool(3, 2);
+  pool.Add({1, 2, 3});
+  pool.Add({1, 4, 5});
+  pool.Add({1, 2, 3});  // moves to the front
+  pool.Add({1, 6, 7});  // drops {4, 5}
+  const auto* list = pool.Find(1);
+  ASSERT_NE(list, nullptr);
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0], (std::vector<int32_t>{6, 7}));
+  EXPECT_EQ((*list)[1], (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(pool.Find(2), nullptr);
+}
+
+// A "model" whose next token depends on the current token only: every row predicts f(its token).
+int32_t F(int32_t t) {
+  return (t * 7 + 3) % 61;
+}
+
+TEST(LookaheadTest, MaskIsThePapersAndTheWindowLearnsTheTrajectory) {
+  const LookaheadParams params{5, 4, 5};  // W, N, G
+  LookaheadProposer p(params);
+  std::vector<int32_t> history = {1, 2, 3, 4, 5, 6, 7, 8};
+  int steps = 0, emitted_total = 0;
+  while (steps < 200) {
+    StepDraft d;
+    p.Propose(history, 3, false, &d);
+    const int n = d.size() + 1;
+    ASSERT_EQ(d.mask.size(), static_cast<size_t>(n) * n);
+    // Window rows: level l column i at offset i + l, seeing exactly the root, level-0 columns
+    // 1..i and column i of levels 1..l (papers/lookahead.md §1).
+    const int levels = p.levels();
+    std::map<std::pair<int, int>, int> cell;  // (level, column) -> row
+    cell[{0, 0}] = 0;
+    int row = 1;
+    for (int i = 1; i < params.window; ++i) cell[{0, i}] = row++;
+    for (int l = 1; l < levels; ++l) {
+      for (int i = 0; i < params.window; ++i) cell[{l, i}] = row++;
+    }
+    for (const auto& [lc, r] : cell) {
+      if (r == 0) continue;
+      const auto [l, i] = lc;
+      EXPECT_EQ(d.offsets[r - 1], i + l);
+      EXPECT_EQ(d.parents[r - 1], -1);
+      std::set<int> sees = {0};
+      for (int j = 1; j <= i; ++j) sees.insert(cell[{0, j}]);
+      for (int k = 1; k <= l; ++k) sees.insert(cell[{k, i}]);
+      for (int c = 0; c < n; ++c) {
+        EXPECT_EQ(d.mask[static_cast<size_t>(r) * n + c], sees.count(c) ? 1 : 0)
+            << "level " << l << " column " << i << " key row " << c;
+      }
+    }
+    // Candidate rows see the root and their ancestors only.
+    for (int r = row; r < n; ++r) {
+      ASSERT_GE(d.parents[r - 1], 0);
+      std::set<int> sees = {0};
+      for (int a = r; a != 0; a = d.parents[a - 1]) sees.insert(a);
+      for (int c = 0; c < n; ++c) {
+        EXPECT_EQ(d.mask[static_cast<size_t>(r) * n + c], sees.count(c) ? 1 : 0);
+      }
+    }
+    // The step: each row's output is F of its token; the root's is F(root).
+    std::vector<int32_t> sampled = {F(history.back())};
+    for (int32_t t : d.tokens) sampled.push_back(F(t));
+    const AcceptedDraft a = AcceptDraft(d, sampled);
+    for (size_t j = 0; j < a.emitted.size(); ++j) {
+      EXPECT_EQ(a.emitted[j], F(j == 0 ? history.back() : a.emitted[j - 1]));  // lossless
+    }
+    p.Observe(d, sampled, a.emitted);
+    history.insert(history.end(), a.emitted.begin(), a.emitted.end());
+    ++steps;
+    emitted_total += static_cast<int>(a.emitted.size());
+  }
+  EXPECT_EQ(p.levels(), params.ngram - 1);
+  // Once the window has converged onto F's trajectory its n-grams are right: most steps accept
+  // all N-1 drafts.
+  EXPECT_GT(emitted_total, 3 * steps) << "steps compression " << double(emitted_total) / steps;
+}
+
+TEST(LookaheadTest, VerifyOnlyProposalsHoldThePoolsGuessesAndNoWindow) {
+  LookaheadProposer p({4, 3, 2});
+  StepDraft d;
+  // The prompt's 3-grams seed the pool: 1 2 1, 2 1 3, 1 3 1. The root 1 has two guesses, most
+  // recent first.
+  p.Propose({1, 2, 1, 3, 1}, 2, true, &d);
+  EXPECT_TRUE(d.mask.empty());
+  EXPECT_EQ(d.tokens, (std::vector<int32_t>{3, 1, 2, 1}));
+  EXPECT_EQ(d.parents, (std::vector<int32_t>{0, 1, 0, 3}));
+  EXPECT_EQ(p.levels(), 1);
+  p.Propose({1, 2, 1, 3, 1}, 1, false, &d);  // with the window: 3 level-0 rows, then guesses
+  EXPECT_EQ(d.size(), 3 + 2);
+  EXPECT_FALSE(d.mask.empty());
+}
+
+TEST(AcceptanceStatsTest, ExpectedAcceptedFollowsTheMeasuredRates) {
+  AcceptanceStats s(4, 1.0);                            // no decay
+  EXPECT_DOUBLE_EQ(s.ExpectedAccepted(2), 0.5 + 0.25);  // the Beta(1, 1) prior
+  for (int i = 0; i < 98; ++i) s.Record(4, 4);          // always accepted
+  EXPECT_NEAR(s.Alpha(1), 99.0 / 100, 1e-12);
+  EXPECT_GT(s.ExpectedAccepted(4), 3.8);
+  AcceptanceStats z(4, 1.0);
+  for (int i = 0; i < 98; ++i) z.Record(4, 0);  // never
+  EXPECT_NEAR(z.Alpha(1), 1.0 / 100, 1e-12);
+  EXPECT_NEAR(z.Alpha(2), 0.5, 1e-12);  // never reached: the prior
+  EXPECT_LT(z.ExpectedAccepted(4), 0.02);
+}
+
+TEST(StepCostModelTest, InterpolatesAndExtrapolatesMeasuredBuckets) {
+  StepCostModel m;
+  EXPECT_EQ(m.Estimate(7), 1.0);
+  m.Record(1, 2.0);
+  EXPECT_EQ(m.Estimate(64), 2.0);  // one bucket: assumed flat
+  m.Record(5, 6.0);
+  EXPECT_DOUBLE_EQ(m.Estimate(3), 4.0);
+  EXPECT_DOUBLE_EQ(m.Estimate(7), 8.0);  // the slope of 1 per row
+  EXPECT_DOUBLE_EQ(m.Estimate(1), 2.0);
+  EXPECT_EQ(StepCostModel::Bucket(8), 8);
+  EXPECT_EQ(StepCostModel::Bucket(13), 12);
+  EXPECT_EQ(StepCostModel::Bucket(100), 96);
+}
+
+TEST(ChooseDraftDepthsTest, SpeculatesOnlyWhereTheExpectedTokensPayForTheRows) {
+  AcceptanceStats good(4, 1.0), bad(4, 1.0);
+  for (int i = 0; i < 200; ++i) {
+    good.Record(4, 4);
+    bad.Record(4, 0);
+  }
+  const DraftOption g{&good, {1, 2, 3, 4}}, b{&bad, {1, 2, 3, 4}};
+  StepCostModel flat;  // extra rows cost nothing
+  flat.Record(1, 1.0);
+  flat.Record(64, 1.0);
+  EXPECT_EQ(ChooseDraftDepths(flat, std::vector<DraftOption>{g, b}, 2), (std::vector<int>{4, 0}));
+  StepCostModel linear;  // every row costs as much as the first
+  linear.Record(1, 1.0);
+  linear.Record(8, 8.0);
+  EXPECT_EQ(ChooseDraftDepths(linear, std::vector<DraftOption>{g}, 1), (std::vector<int>{0}));
+  StepCostModel mild;  // a row costs a tenth of a step
+  mild.Record(1, 1.0);
+  mild.Record(8, 1.7);
+  EXPECT_EQ(ChooseDraftDepths(mild, std::vector<DraftOption>{g, b}, 2), (std::vector<int>{4, 0}));
+}
+
+}  // namespace
+}  // namespace sparseserve::spec
