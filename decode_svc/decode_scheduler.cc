@@ -454,7 +454,9 @@ void DecodeScheduler::EngineStep() {
       }
       if (!Emit(r, token)) finished.push_back(&r);
     }
-    step_cost_.Record(total_rows, absl::ToDoubleSeconds(absl::Now() - step_start));
+    bool speculative = false;
+    for (const engine::StepRows& r : rows) speculative |= r.speculative;
+    step_cost_.Record(total_rows, absl::ToDoubleSeconds(absl::Now() - step_start), speculative);
     std::erase_if(running_, [&](const std::unique_ptr<Running>& r) {
       return std::find(finished.begin(), finished.end(), r.get()) != finished.end();
     });

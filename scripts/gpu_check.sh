@@ -6,6 +6,8 @@
 # and run `bash scripts/gpu_check.sh` there with .devbundle and models/ beside the tree.
 # Stages (default: all): tests sanitizer golden services eval (long-context accuracy) minference
 # (MInference's accuracy, issue 12) tokenselect tokenselect_eval tokenselect_bench (issue 13)
+# spec (speculative decoding against plain CUDA decoding on stories260K, issue 14: exactness,
+# acceptance, tokens/s with the controller and at a fixed draft length)
 # kernels attention peer bench baseline
 # (this binary against an older one, when packed) graphs (the
 # decode cases with CUDA graphs off, for the A/B) shadow (the shadow-dense monitor's cost on
@@ -23,7 +25,7 @@ rm -rf "$out" && mkdir -p "$out"
 source .devbundle/env.sh
 export SPARSESERVE_TEST_DATA_DIR=$root/tests/data SPARSESERVE_MODEL_MIRROR=$root/models
 export PYTHONUNBUFFERED=1
-stages=${*:-tests sanitizer golden services eval minference tokenselect tokenselect_eval kernels attention tokenselect_bench peer bench baseline graphs shadow profile cublas ncu}
+stages=${*:-tests sanitizer golden services eval minference tokenselect tokenselect_eval spec kernels attention tokenselect_bench peer bench baseline graphs shadow profile cublas ncu}
 summary=()
 run() {  # run NAME CMD... — logs to $out/NAME.log, records ok/FAIL
   local name=$1; shift
@@ -82,6 +84,17 @@ if has tokenselect; then
 fi
 has tokenselect_eval && run tokenselect_eval bash bench/longctx/tokenselect_check.sh "$out"
 lib=.devbundle/lib/libsparseserve_cuda_ops.so
+# Speculative decoding (issue 14): `bench spec` on the CUDA backend — every mode's greedy output
+# against plain CUDA greedy (the table's last column), acceptance, steps compression and tokens/s
+# under the controller and at a fixed draft length (the verify steps' cost per draft and batch).
+if has spec; then
+  for controller in true false; do
+    run "spec_controller_$controller" sparseserve bench spec --device cuda \
+      --model models/stories260K/stories260K.gguf --kv-cache-tokens 200000 \
+      --spec-batches "${SPEC_BATCHES:-1,8,64}" --spec-tokens "${SPEC_TOKENS:-400}" \
+      --spec-controller=$controller ${SPEC_FLAGS:-}
+  done
+fi
 has tokenselect_bench && run tokenselect_bench python3 bench/cuda/tokenselect_bench.py \
   --lib "$lib" --out "$out/tokenselect_bench.json" ${TOKENSELECT_BENCH_FLAGS:-}
 has kernels && [ -f bench/cuda/kernel_check.py ] &&

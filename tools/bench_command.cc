@@ -15,6 +15,7 @@
 #include "common/engine/minference_config.h"
 #include "common/model/model_presets.h"
 #include "tools/bench_model.h"
+#include "tools/bench_spec.h"
 #include "tools/command.h"
 #include "tools/model_flags.h"
 #include "tools/request_options_flags.h"
@@ -175,8 +176,13 @@ absl::StatusOr<ModelBenchOptions> ModelBenchOptionsFromFlags() {
 }  // namespace
 
 int RunBenchCommand(const std::vector<char*>& positional) {
+  if (positional.size() == 2 && std::string(positional[1]) == "spec") {
+    return RunSpecBenchCommand();
+  }
   if (positional.size() < 2 || std::string(positional[1]) != "model") {
-    std::fprintf(stderr, "error: %s; valid: model (sparseserve bench model --synthetic PRESET)\n",
+    std::fprintf(stderr,
+                 "error: %s; valid: model (sparseserve bench model --synthetic PRESET), spec "
+                 "(sparseserve bench spec --model PATH)\n",
                  positional.size() < 2
                      ? "bench needs a target"
                      : absl::StrCat("unknown bench target '", positional[1], "'").c_str());

@@ -109,9 +109,12 @@ const std::vector<Command>& Commands() {
         "prefill_chunk,max_step_tokens"},
        &RunSearchPatternsCommand},
       {"bench",
-       "time prefill and decode of a synthetic model against the device's roofline",
+       "time prefill and decode of a synthetic model against the device's roofline, or\n"
+       "speculative decoding against plain decoding on a real model",
        "sparseserve bench model --synthetic PRESET [--device cuda|cpu] [--prefill-lengths L,..]\n"
-       "       [--decode-batches B,..] [--decode-contexts C,..] [--iters N] [--warmup N] ...",
+       "       [--decode-batches B,..] [--decode-contexts C,..] [--iters N] [--warmup N] ...\n"
+       "sparseserve bench spec --model PATH [--spec-batches B,..] [--spec-modes M,..]\n"
+       "       [--spec-tokens N] [--spec-max-draft K] [--spec-controller=false] ...",
        "Builds a model of a real shape with random weights made on the device (no checkpoint;\n"
        "presets llama3-8b, llama3-70b-layer = one layer of Llama-3.1-70B, qwen2-7b, tiny) and\n"
        "one KV cache sized for the largest case that fits the free device memory (10% kept\n"
@@ -128,9 +131,17 @@ const std::vector<Command>& Commands() {
        "'% roofline' = the larger floor / the measured time (100% = at the hardware limit).\n"
        "Progress goes to stderr, the table to stdout. Exit code 2 for bad flags or an unknown\n"
        "preset; 1 when the run fails (e.g. --device cuda in a build without CUDA) or a case\n"
-       "does (its row reads 'failed: ...'; the other cases still run).",
-       {"tools/bench_command.cc",
-        "tools/model_flags.cc:device,block_tokens,prefill_chunk,max_step_tokens"},
+       "does (its row reads 'failed: ...'; the other cases still run).\n"
+       "bench spec prefills --spec-batches prompts of a real model and decodes them in lockstep\n"
+       "(greedy, --spec-tokens each), plainly and under each --spec-modes mode: prompt-lookup,\n"
+       "lookahead, or oracle:A, a drafter that knows the plain output and gets each draft token\n"
+       "right with probability A (what the controller makes of acceptance A). Its table: tokens/s\n"
+       "and the ratio to plain, steps compression (tokens per step), accepted/drafted, acceptance\n"
+       "by draft position, and whether the greedy output equals plain decoding's.",
+       {"tools/bench_command.cc", "tools/bench_spec.cc",
+        "tools/request_options_flags.cc:spec_max_draft,spec_controller,lookahead_window,"
+        "lookahead_ngram,lookahead_guesses",
+        "tools/model_flags.cc:model,device,block_tokens,prefill_chunk,max_step_tokens"},
        &RunBenchCommand},
   };
   return commands;

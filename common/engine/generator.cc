@@ -159,7 +159,8 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
       break;
     }
     step_cost_.Record(static_cast<int>(rows.tokens.size()),
-                      std::chrono::duration<double>(Clock::now() - step_start).count());
+                      std::chrono::duration<double>(Clock::now() - step_start).count(),
+                      rows.speculative);
     result.spec_draft_tokens += done->drafted;
     result.spec_accepted_tokens += done->accepted;
     emitted.assign(done->emitted.begin() + 1, done->emitted.end());

@@ -52,6 +52,15 @@ absl::StatusOr<std::unique_ptr<SpeculativeSequence>> SpeculativeSequence::Create
       new SpeculativeSequence(choice, std::move(proposer), depth));
 }
 
+std::unique_ptr<SpeculativeSequence> SpeculativeSequence::CreateWithProposer(
+    const SpeculationChoice& choice, std::unique_ptr<spec::DraftProposer> proposer) {
+  SS_CHECK(proposer != nullptr);
+  const int max_depth = choice.max_draft > 0 ? std::min(choice.max_draft, proposer->max_depth())
+                                             : proposer->max_depth();
+  return std::unique_ptr<SpeculativeSequence>(
+      new SpeculativeSequence(choice, std::move(proposer), max_depth));
+}
+
 SpeculativeSequence::SpeculativeSequence(const SpeculationChoice& choice,
                                          std::unique_ptr<spec::DraftProposer> proposer,
                                          int max_depth)
@@ -113,18 +122,26 @@ void SpeculativeSequence::Plan(int depth, absl::Span<const int32_t> history, Seq
   std::vector<double> uniforms(static_cast<size_t>(depth_drawn) + 1);
   for (double& u : uniforms) u = sampler.DrawUniform();
   if (sampling->penalized_begin.empty()) sampling->penalized_begin.push_back(0);
+  // A row's penalty window: the history's tail and the row's path. Only built when the request
+  // penalises (the whole history would otherwise be copied per row).
+  const sampling::SamplingParams& params = sampler.params();
+  const bool penalised = params.repetition_penalty != 1.0f;
+  const size_t tail = params.penalty_window > 0
+                          ? std::min(history.size(), static_cast<size_t>(params.penalty_window))
+                          : history.size();
   for (int r = 0; r < n; ++r) {
     if (r > 0 && draft_.parents[r - 1] < 0) {  // auxiliary: greedy, unpenalised
       sampling->rows.push_back(kernels::SamplingRow{});
     } else {
-      scratch_.assign(history.begin(), history.end());
-      const size_t at = scratch_.size();
-      for (int32_t a = r; a != 0; a = draft_.parents[a - 1]) {
-        scratch_.insert(scratch_.begin() + static_cast<std::ptrdiff_t>(at), draft_.tokens[a - 1]);
+      path_.clear();
+      for (int32_t a = r; a != 0; a = draft_.parents[a - 1]) path_.push_back(draft_.tokens[a - 1]);
+      scratch_.clear();
+      if (penalised) {
+        scratch_.assign(history.end() - static_cast<std::ptrdiff_t>(tail), history.end());
+        scratch_.insert(scratch_.end(), path_.rbegin(), path_.rend());
       }
-      const int depth_of_row = static_cast<int>(scratch_.size() - at);
       sampling->rows.push_back(
-          sampler.RowWithDraw(scratch_, uniforms[depth_of_row], &sampling->penalized_ids));
+          sampler.RowWithDraw(scratch_, uniforms[path_.size()], &sampling->penalized_ids));
     }
     sampling->penalized_begin.push_back(static_cast<int32_t>(sampling->penalized_ids.size()));
   }

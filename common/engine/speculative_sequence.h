@@ -48,6 +48,11 @@ class SpeculativeSequence {
   static absl::StatusOr<std::unique_ptr<SpeculativeSequence>> Create(
       const SpeculationChoice& choice, const model::ModelConfig& config);
 
+  // With a drafter of the caller's (benchmarks: an oracle with a forced acceptance rate);
+  // choice.method names it in metrics. REQUIRES: proposer non-null.
+  static std::unique_ptr<SpeculativeSequence> CreateWithProposer(
+      const SpeculationChoice& choice, std::unique_ptr<spec::DraftProposer> proposer);
+
   SpecMethod method() const { return choice_.method; }
   // Deepest draft: choice.max_draft or the method's default, within what the proposer makes.
   int max_depth() const { return max_depth_; }
@@ -98,7 +103,7 @@ class SpeculativeSequence {
   // A draft made at a plain step and the tokens that came after its root so far.
   spec::StepDraft shadow_;
   std::vector<int32_t> shadow_actual_;
-  std::vector<int32_t> scratch_;  // a row's history
+  std::vector<int32_t> path_, scratch_;  // a row's draft path (leaf first) and penalty window
   Verifier verifier_ = &spec::AcceptDraft;
 };
 

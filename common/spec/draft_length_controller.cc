@@ -1,6 +1,7 @@
 #include "common/spec/draft_length_controller.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 
 #include "common/core/check.h"
@@ -41,71 +42,156 @@ double AcceptanceStats::ExpectedAccepted(int depth) const {
 }
 
 int StepCostModel::Bucket(int rows) {
-  // Exact up to 8 rows, then four buckets per doubling.
-  if (rows <= 8) return std::max(rows, 1);
-  int base = 8;
+  // Exact up to 64 rows (a speculating sequence's first draft rows must not share a bucket with
+  // the plain step they extend), then eight buckets per doubling.
+  if (rows <= 64) return std::max(rows, 1);
+  int base = 64;
   while (base * 2 <= rows) base *= 2;
-  const int step = base / 4;
+  const int step = base / 8;
   return base + (rows - base) / step * step;
 }
 
-void StepCostModel::Record(int rows, double seconds) {
-  constexpr double kWeight = 0.2;  // of the newest measurement
-  const auto [it, inserted] = mean_.try_emplace(Bucket(rows), seconds);
-  if (!inserted) it->second += kWeight * (seconds - it->second);
-}
-
-double StepCostModel::Estimate(int rows) const {
-  if (mean_.empty()) return 1.0;
+double StepCostModel::Shape(int rows, bool speculative) const {
   const int b = Bucket(rows);
-  const auto hi = mean_.lower_bound(b);
-  if (hi != mean_.end() && hi->first == b) return hi->second;
-  if (hi == mean_.begin()) return hi->second;  // below every measurement
+  const std::map<int, double>& shapes = speculative && !spec_shape_.empty() ? spec_shape_ : shape_;
+  const auto hi = shapes.lower_bound(b);
+  if (hi != shapes.end() && hi->first == b) return hi->second;
+  if (hi == shapes.begin()) return hi->second;  // below every measurement: no cheaper
   const auto lo = std::prev(hi);
-  if (hi != mean_.end()) {
+  if (hi != shapes.end()) {
     const double t = static_cast<double>(b - lo->first) / (hi->first - lo->first);
     return lo->second + t * (hi->second - lo->second);
   }
-  if (lo == mean_.begin()) return lo->second;  // one bucket measured: assume the same
+  if (lo == shapes.begin()) {  // the prior (see header)
+    return lo->second * (1 + 0.25 * std::log2(static_cast<double>(b) / lo->first));
+  }
   const auto before = std::prev(lo);
   const double slope = std::max(0.0, (lo->second - before->second) / (lo->first - before->first));
   return lo->second + slope * (b - lo->first);
 }
 
+void StepCostModel::Record(int rows, double seconds, bool speculative) {
+  constexpr double kLevelWeight = 0.2, kShapeWeight = 0.2;  // of the newest measurement
+  constexpr int64_t kStaleSteps = 64;
+  const int b = Bucket(rows);
+  ++steps_;
+  if (shape_.empty()) {
+    if (speculative) return;  // the level starts from a plain step
+    reference_ = b;
+    shape_[b] = 1;
+    level_ = seconds;
+    reference_seen_ = steps_;
+    return;
+  }
+  // The level is learned from the reference bucket alone (its shape stays 1), so drift goes to
+  // the level, never into the shape of whatever bucket recent steps had. When the steps have
+  // left the reference bucket (the batch changed), the current bucket becomes the reference.
+  if (!speculative && b != reference_ && steps_ - reference_seen_ > kStaleSteps &&
+      shape_.contains(b)) {
+    const double scale = shape_[b];
+    for (auto& [bucket, shape] : shape_) shape /= scale;
+    for (auto& [bucket, shape] : spec_shape_) shape /= scale;
+    level_ *= scale;
+    reference_ = b;
+  }
+  if (!speculative && b == reference_) {
+    level_ += kLevelWeight * (seconds - level_);
+    reference_seen_ = steps_;
+    return;
+  }
+  const double measured = seconds / level_;
+  std::map<int, double>& shapes = speculative ? spec_shape_ : shape_;
+  const auto [it, inserted] = shapes.try_emplace(b, measured);
+  if (!inserted) it->second += kShapeWeight * (measured - it->second);
+}
+
+double StepCostModel::Estimate(int rows, bool speculative) const {
+  if (shape_.empty()) return 1.0;
+  return level_ * Shape(rows, speculative);
+}
+
 std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const DraftOption> options,
                                    int base_rows) {
-  std::vector<int> depth(options.size(), 0);
-  double tokens = static_cast<double>(options.size());  // every root emits one
-  int rows = base_rows;
+  // Tables first: E_s(k) per option, and the cost of every row count a choice can reach (the
+  // search below evaluates thousands of configurations at batch 64; each must be a lookup).
+  int max_depth = 0, max_rows = base_rows;
+  std::vector<std::vector<double>> expected(options.size());
+  for (size_t s = 0; s < options.size(); ++s) {
+    const int depths = static_cast<int>(options[s].rows_at.size());
+    max_depth = std::max(max_depth, depths);
+    if (depths > 0) max_rows += options[s].rows_at.back();
+    for (int k = 0; k <= depths; ++k) expected[s].push_back(options[s].stats->ExpectedAccepted(k));
+  }
+  std::vector<int> best_depth(options.size(), 0);
+  if (max_depth == 0) return best_depth;
+  std::vector<double> plain_cost, spec_cost;
+  for (int r = base_rows; r <= max_rows; ++r) {
+    plain_cost.push_back(cost.Estimate(r, false));
+    spec_cost.push_back(cost.Estimate(r, true));
+  }
   auto rows_of = [&](size_t s, int k) { return k == 0 ? 0 : options[s].rows_at[k - 1]; };
-  auto expected = [&](size_t s, int k) { return options[s].stats->ExpectedAccepted(k); };
-  double best = tokens / cost.Estimate(rows);
-  for (int pass = 0; pass < 3; ++pass) {
-    bool changed = false;
+  auto rate = [&](double tokens, int rows, int drafting) {
+    return tokens / (drafting > 0 ? spec_cost : plain_cost)[static_cast<size_t>(rows - base_rows)];
+  };
+  const double plain_rate = rate(static_cast<double>(options.size()), base_rows, 0);
+  double best_rate = plain_rate, best_speculative_rate = 0;
+  std::vector<int> best_speculative;
+  for (int start = 0; start <= max_depth; ++start) {
+    std::vector<int> depth(options.size());
+    double tokens = static_cast<double>(options.size());  // every root emits one
+    int rows = base_rows, drafting = 0;
     for (size_t s = 0; s < options.size(); ++s) {
-      const int now = depth[s];
-      const double tokens_without = tokens - expected(s, now);
-      const int rows_without = rows - rows_of(s, now);
-      int pick = now;
-      for (int k = 0; k <= static_cast<int>(options[s].rows_at.size()); ++k) {
-        const double rate =
-            (tokens_without + expected(s, k)) / cost.Estimate(rows_without + rows_of(s, k));
-        // A change must gain 1% (measurement noise must not flip depths every step).
-        if (k != pick && rate > best * 1.01) {
-          best = rate;
-          pick = k;
+      depth[s] = std::min(start, static_cast<int>(options[s].rows_at.size()));
+      tokens += expected[s][depth[s]];
+      rows += rows_of(s, depth[s]);
+      drafting += depth[s] > 0;
+    }
+    double current = rate(tokens, rows, drafting);
+    for (int pass = 0; pass < 3; ++pass) {
+      bool changed = false;
+      for (size_t s = 0; s < options.size(); ++s) {
+        const int now = depth[s];
+        const double tokens_without = tokens - expected[s][now];
+        const int rows_without = rows - rows_of(s, now);
+        const int drafting_without = drafting - (now > 0);
+        int pick = now;
+        for (int k = 0; k <= static_cast<int>(options[s].rows_at.size()); ++k) {
+          const double r = rate(tokens_without + expected[s][k], rows_without + rows_of(s, k),
+                                drafting_without + (k > 0));
+          // A change must gain 1% (measurement noise must not flip depths every step).
+          if (k != pick && r > current * 1.01) {
+            current = r;
+            pick = k;
+          }
+        }
+        if (pick != now) {
+          depth[s] = pick;
+          tokens = tokens_without + expected[s][pick];
+          rows = rows_without + rows_of(s, pick);
+          drafting = drafting_without + (pick > 0);
+          changed = true;
         }
       }
-      if (pick != now) {
-        depth[s] = pick;
-        tokens = tokens_without + expected(s, pick);
-        rows = rows_without + rows_of(s, pick);
-        changed = true;
-      }
+      if (!changed) break;
     }
-    if (!changed) break;
+    if (current > best_rate * 1.01) {
+      best_rate = current;
+      best_depth = depth;
+    }
+    if (start > 0 && current > best_speculative_rate) {
+      best_speculative_rate = current;
+      best_speculative = depth;
+    }
   }
-  return depth;
+  // Now and then a plain decision is checked by running the best speculative one: a cost or
+  // acceptance measured once, badly (a first launch, a cold cache), must not keep speculation
+  // off for good.
+  // Only choices priced within 2x of plain are retried (a CPU's linear rows are measured well).
+  if (best_rate == plain_rate && cost.ExploreDue() && !best_speculative.empty() &&
+      best_speculative_rate >= 0.5 * plain_rate) {
+    return best_speculative;
+  }
+  return best_depth;
 }
 
 }  // namespace sparseserve::spec

@@ -10,17 +10,28 @@
 // against the tokens that came (draft.h MatchedDepth), so a sequence that stopped speculating
 // starts again when its drafts start matching.
 //
-// StepCostModel, one per engine: the wall time of a whole step (forward pass, sampling and host
-// work) by its total rows, as an exponential average per row bucket; between measured buckets it
-// interpolates, past the largest it extends the last two measured buckets' slope, and with one
-// measured bucket it assumes the same cost (optimistic: the next step measures it).
-//
-// ChooseDraftDepths maximises the step's expected emitted tokens per second:
-// Σ_s (1 + E_s(k_s)) / cost(base + Σ_s rows_s(k_s)), by coordinate ascent from all zeros. At
+// StepCostModel, one per engine: the wall time of a whole step (forward pass, sampling, commits
+// and host work) as level × shape(rows). The level follows the cost as contexts grow (an
+// exponential average of the steps in a reference bucket: the plain steps' row count, re-anchored
+// when the batch moves); the shape, 1 at the reference, is an exponential average per row bucket
+// (exact up to 64 rows) of each step's time over the level — so a speculative step measured at a
+// short context still prices its rows right at a long one. Between measured buckets the shape is
+// interpolated; past the largest it extends the last two buckets' slope, and with one bucket
+// measured a step of r rows against r0 is assumed to cost 1 + log2(r / r0) / 4 times as much
+// (optimistic where rows are nearly free, as on a GPU, so that the first speculative steps get to
+// measure the truth). Speculative steps have their own shape, which falls back to the plain one
+// until measured. ChooseDraftDepths maximises the step's expected emitted tokens per second: Σ_s (1
+// + E_s(k_s)) / cost(base + Σ_s rows_s(k_s)), by coordinate ascent from all zeros and from every
+// uniform depth (a GPU's jump from plain to speculative steps is paid once per step, so one
+// sequence alone may not pay for it where all of them do), keeping the best; once every
+// StepCostModel::kExploreSteps steps a plain decision becomes the best speculative one, so a bad
+// first measurement cannot keep speculation off for good (≤ 1/64 of the steps, and only a choice
+// estimated at no worse than half plain's rate). At
 // acceptance 0, every E is 0 and every depth stays 0: plain decoding. Not thread-safe.
 #ifndef SPARSESERVE_COMMON_SPEC_DRAFT_LENGTH_CONTROLLER_H_
 #define SPARSESERVE_COMMON_SPEC_DRAFT_LENGTH_CONTROLLER_H_
 
+#include <cstdint>
 #include <map>
 #include <vector>
 
@@ -48,14 +59,25 @@ class AcceptanceStats {
 
 class StepCostModel {
  public:
-  void Record(int rows, double seconds);
+  // `speculative`: some sequence in the step verified a draft (multi-row sequences: on a GPU such
+  // a step cannot replay a decode graph and takes other kernels, a jump in cost that rows alone
+  // do not show), so those steps have a shape of their own.
+  void Record(int rows, double seconds, bool speculative = false);
   // Estimated seconds of a step of `rows` rows; 1 when nothing was measured.
-  double Estimate(int rows) const;
+  double Estimate(int rows, bool speculative = false) const;
   // The bucket `rows` is measured in (its smallest row count).
   static int Bucket(int rows);
+  // True once every kExploreSteps recorded steps: ChooseDraftDepths then runs its best
+  // speculative choice even where plain decoding looks better, to measure it again.
+  static constexpr int kExploreSteps = 64;
+  bool ExploreDue() const { return steps_ % kExploreSteps == kExploreSteps - 1; }
 
  private:
-  std::map<int, double> mean_;  // bucket -> exponential average of seconds
+  double Shape(int rows, bool speculative) const;
+  double level_ = 0;
+  int reference_ = 0;  // the plain bucket whose shape is 1 (see Record)
+  int64_t steps_ = 0, reference_seen_ = 0;
+  std::map<int, double> shape_, spec_shape_;  // bucket -> step time / level (plain, speculative)
 };
 
 // One speculating sequence's choices for a step.

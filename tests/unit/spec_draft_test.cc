@@ -174,18 +174,27 @@ TEST(AcceptanceStatsTest, ExpectedAcceptedFollowsTheMeasuredRates) {
   EXPECT_LT(z.ExpectedAccepted(4), 0.02);
 }
 
-TEST(StepCostModelTest, InterpolatesAndExtrapolatesMeasuredBuckets) {
+TEST(StepCostModelTest, PricesRowsByTheirShapeWhileTheLevelFollowsGrowingContexts) {
   StepCostModel m;
   EXPECT_EQ(m.Estimate(7), 1.0);
-  m.Record(1, 2.0);
-  EXPECT_EQ(m.Estimate(64), 2.0);  // one bucket: assumed flat
-  m.Record(5, 6.0);
-  EXPECT_DOUBLE_EQ(m.Estimate(3), 4.0);
-  EXPECT_DOUBLE_EQ(m.Estimate(7), 8.0);  // the slope of 1 per row
-  EXPECT_DOUBLE_EQ(m.Estimate(1), 2.0);
-  EXPECT_EQ(StepCostModel::Bucket(8), 8);
-  EXPECT_EQ(StepCostModel::Bucket(13), 12);
+  for (int i = 0; i < 20; ++i) m.Record(4, 2.0);
+  EXPECT_NEAR(m.Estimate(4), 2.0, 1e-9);
+  EXPECT_NEAR(m.Estimate(8), 2.5, 1e-9);          // the prior: 1 + log2(8 / 4) / 4
+  for (int i = 0; i < 40; ++i) m.Record(8, 4.0);  // twice the rows, twice the time
+  EXPECT_NEAR(m.Estimate(8) / m.Estimate(4), 2.0, 0.05);
+  EXPECT_NEAR(m.Estimate(6) / m.Estimate(4), 1.5, 0.05);  // interpolated
+  // Plain steps while the cost grows (longer contexts): the level follows, and 8 rows still cost
+  // twice 4, though they were last measured when everything was cheaper.
+  for (int i = 0; i < 200; ++i) m.Record(4, 2.0 + 0.01 * i);
+  EXPECT_NEAR(m.Estimate(4), 3.99, 0.1);
+  EXPECT_NEAR(m.Estimate(8) / m.Estimate(4), 2.0, 0.1);
+  // Speculative steps have their own shape: here a jump of 50% whatever the rows.
+  EXPECT_NEAR(m.Estimate(8, true), m.Estimate(8), 1e-9);  // none measured: the plain shape
+  for (int i = 0; i < 40; ++i) m.Record(5, 1.5 * m.Estimate(4), true);
+  EXPECT_NEAR(m.Estimate(5, true) / m.Estimate(4), 1.5, 0.05);
+  EXPECT_EQ(StepCostModel::Bucket(13), 13);
   EXPECT_EQ(StepCostModel::Bucket(100), 96);
+  EXPECT_EQ(StepCostModel::Bucket(1000), 960);
 }
 
 TEST(ChooseDraftDepthsTest, SpeculatesOnlyWhereTheExpectedTokensPayForTheRows) {
@@ -196,17 +205,29 @@ TEST(ChooseDraftDepthsTest, SpeculatesOnlyWhereTheExpectedTokensPayForTheRows) {
   }
   const DraftOption g{&good, {1, 2, 3, 4}}, b{&bad, {1, 2, 3, 4}};
   StepCostModel flat;  // extra rows cost nothing
-  flat.Record(1, 1.0);
-  flat.Record(64, 1.0);
+  for (int rows : {2, 6, 2, 6}) flat.Record(rows, 1.0);
   EXPECT_EQ(ChooseDraftDepths(flat, std::vector<DraftOption>{g, b}, 2), (std::vector<int>{4, 0}));
   StepCostModel linear;  // every row costs as much as the first
-  linear.Record(1, 1.0);
-  linear.Record(8, 8.0);
+  for (int rows : {1, 8, 1, 8}) linear.Record(rows, rows);
   EXPECT_EQ(ChooseDraftDepths(linear, std::vector<DraftOption>{g}, 1), (std::vector<int>{0}));
   StepCostModel mild;  // a row costs a tenth of a step
-  mild.Record(1, 1.0);
-  mild.Record(8, 1.7);
+  for (int rows : {2, 6, 2, 6}) mild.Record(rows, 1.0 + 0.1 * (rows - 2));
   EXPECT_EQ(ChooseDraftDepths(mild, std::vector<DraftOption>{g, b}, 2), (std::vector<int>{4, 0}));
+  // A jump of 30% for any speculative step, rows free: one draft token of one good sequence of
+  // eight does not pay for it (+12% tokens), of all eight it does, and so do four of one.
+  StepCostModel jump;
+  for (int i = 0; i < 4; ++i) {
+    jump.Record(8, 1.0);
+    jump.Record(12, 1.3, true);
+    jump.Record(40, 1.3, true);
+  }
+  const DraftOption g1{&good, {1}};
+  EXPECT_EQ(ChooseDraftDepths(jump, std::vector<DraftOption>(8, g1), 8), std::vector<int>(8, 1));
+  std::vector<DraftOption> one_good(8, b);
+  one_good[0] = g1;
+  EXPECT_EQ(ChooseDraftDepths(jump, one_good, 8), std::vector<int>(8, 0));
+  one_good[0] = g;
+  EXPECT_EQ(ChooseDraftDepths(jump, one_good, 8), (std::vector<int>{4, 0, 0, 0, 0, 0, 0, 0}));
 }
 
 }  // namespace

@@ -1,0 +1,336 @@
+// `sparseserve bench spec`: speculative decoding against plain decoding on a real model, in
+// batches — tokens/s, steps compression, acceptance per draft position and exactness (greedy
+// outputs must equal plain decoding's) — for the real drafters and for an oracle drafter whose
+// every draft token is right with a forced probability, which measures the controller: with
+// acceptance 0 speculation must cost nothing (>= 0.95x plain), and it should gain where the
+// step cost allows (issue 14).
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/core/status.h"
+#include "common/engine/model_runner.h"
+#include "common/engine/model_source.h"
+#include "common/engine/speculative_sequence.h"
+#include "common/spec/draft_length_controller.h"
+#include "common/spec/draft_proposer.h"
+#include "kernels/backend.h"
+#include "tools/bench_spec.h"
+#include "tools/model_flags.h"
+#include "tools/request_options_flags.h"
+
+ABSL_FLAG(std::string, spec_batches, "1,8,64", "bench spec: batch sizes, comma-separated.");
+ABSL_FLAG(
+    std::string, spec_modes, "prompt-lookup,lookahead,oracle:0,oracle:0.3,oracle:0.7",
+    "bench spec: modes set against plain decoding, comma-separated: prompt-lookup, "
+    "lookahead, or oracle:A (a drafter that knows plain decoding's output and gets each draft "
+    "token right with probability A). --spec-max-draft, --spec-controller and the "
+    "--lookahead-* flags apply to all.");
+ABSL_FLAG(int, spec_tokens, 256, "bench spec: tokens generated per sequence (EOS ignored).");
+ABSL_FLAG(std::string, spec_prompts, "",
+          "bench spec: a file of prompts, one per line (sequence i takes line i mod lines); "
+          "empty = eight story openings.");
+
+namespace sparseserve::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Drafts plain decoding's own continuation, each token right with probability `accept`
+// (independently), wrong (the right token + 1) otherwise.
+class OracleProposer : public spec::DraftProposer {
+ public:
+  OracleProposer(std::vector<int32_t> truth, double accept, int depth, int vocab, uint64_t seed)
+      : truth_(std::move(truth)), accept_(accept), depth_(depth), vocab_(vocab), rng_(seed) {}
+  int max_depth() const override { return depth_; }
+  int RowsAt(int depth) const override { return depth; }
+  void Propose(absl::Span<const int32_t> history, int depth, bool /*verify_only*/,
+               spec::StepDraft* draft) override {
+    draft->Clear();
+    std::vector<int32_t> chain;
+    for (size_t i = history.size(); i < truth_.size() && static_cast<int>(chain.size()) < depth;
+         ++i) {
+      const bool right = std::uniform_real_distribution<double>(0, 1)(rng_) < accept_;
+      chain.push_back(right ? truth_[i] : (truth_[i] + 1) % vocab_);
+    }
+    if (!chain.empty()) draft->AddChain(chain);
+  }
+
+ private:
+  std::vector<int32_t> truth_;  // prompt + plain output
+  double accept_;
+  int depth_, vocab_;
+  std::mt19937_64 rng_;
+};
+
+struct Mode {
+  std::string name;
+  engine::SpecMethod method = engine::SpecMethod::kNone;
+  double oracle = -1;  // >= 0: the oracle's acceptance
+};
+
+struct RunResult {
+  std::vector<std::vector<int32_t>> outputs;  // per sequence
+  double seconds = 0;                         // the decode loop
+  int64_t steps = 0, tokens = 0;
+  int64_t sequence_steps = 0;             // steps summed over the sequences in them
+  std::vector<double> reached, accepted;  // per draft position
+  int64_t drafted = 0, accepted_total = 0;
+};
+
+absl::StatusOr<std::vector<int>> ParseBatches(const std::string& text) {
+  std::vector<int> out;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    int v = 0;
+    if (!absl::SimpleAtoi(item, &v) || v < 1 || v > 4096) {
+      return absl::InvalidArgumentError(absl::StrCat("--spec-batches: bad batch '", item, "'"));
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<Mode>> ParseModes(const std::string& text) {
+  std::vector<Mode> out;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    Mode m;
+    m.name = std::string(item);
+    if (absl::ConsumePrefix(&item, "oracle:")) {
+      if (!absl::SimpleAtod(item, &m.oracle) || m.oracle < 0 || m.oracle > 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--spec-modes: oracle acceptance '", item, "' is not in [0, 1]"));
+      }
+      m.method = engine::SpecMethod::kPromptLookup;  // the label its steps count under
+    } else {
+      SS_ASSIGN_OR_RETURN(m.method, engine::ParseSpecMethod(item));
+      if (m.method != engine::SpecMethod::kPromptLookup &&
+          m.method != engine::SpecMethod::kLookahead) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--spec-modes: '", item, "' (prompt-lookup, lookahead or oracle:A)"));
+      }
+    }
+    out.push_back(m);
+  }
+  return out;
+}
+
+class SpecBench {
+ public:
+  SpecBench(engine::ModelRunner* runner, engine::SpeculationChoice choice, int tokens)
+      : runner_(runner), choice_(choice), tokens_(tokens) {}
+
+  // Prefills every prompt, then decodes all of them in lockstep (one engine step per iteration,
+  // greedy) under `mode` (method kNone = plain) until each has `tokens_` tokens.
+  absl::StatusOr<RunResult> Run(const std::vector<std::vector<int32_t>>& prompts, const Mode& mode,
+                                const RunResult* plain) {
+    const int n = static_cast<int>(prompts.size());
+    std::vector<engine::SequenceKv> seqs(static_cast<size_t>(n));
+    std::vector<std::vector<int32_t>> history(prompts);
+    std::vector<std::unique_ptr<sampling::Sampler>> samplers;
+    std::vector<std::unique_ptr<engine::SpeculativeSequence>> spec(static_cast<size_t>(n));
+    RunResult result;
+    result.outputs.resize(static_cast<size_t>(n));
+    sampling::SamplingParams greedy;
+    greedy.temperature = 0;
+    kernels::SamplingBatch one;
+    one.rows.resize(1);
+    for (int i = 0; i < n; ++i) {
+      samplers.push_back(std::make_unique<sampling::Sampler>(greedy));
+      SS_ASSIGN_OR_RETURN(const int32_t first, runner_->PrefillSampled(prompts[i], seqs[i], one));
+      history[i].push_back(first);
+      result.outputs[i].push_back(first);
+      if (mode.method == engine::SpecMethod::kNone) continue;
+      engine::SpeculationChoice choice = choice_;
+      choice.method = mode.method;
+      if (mode.oracle >= 0) {
+        std::vector<int32_t> truth = prompts[i];
+        truth.insert(truth.end(), plain->outputs[i].begin(), plain->outputs[i].end());
+        const int depth = choice.max_draft > 0 ? choice.max_draft : 4;
+        spec[i] = engine::SpeculativeSequence::CreateWithProposer(
+            choice, std::make_unique<OracleProposer>(std::move(truth), mode.oracle, depth,
+                                                     runner_->config().vocab_size, 77 + i));
+      } else {
+        SS_ASSIGN_OR_RETURN(spec[i],
+                            engine::SpeculativeSequence::Create(choice, runner_->config()));
+      }
+    }
+    const Clock::time_point start = Clock::now();
+    while (true) {
+      std::vector<int> live;
+      for (int i = 0; i < n; ++i) {
+        if (static_cast<int>(result.outputs[i].size()) < tokens_) live.push_back(i);
+      }
+      if (live.empty()) break;
+      // Depths: the controller over every speculating sequence, or the fixed depth.
+      std::vector<int> depth(live.size(), 0);
+      if (mode.method != engine::SpecMethod::kNone) {
+        std::vector<spec::DraftOption> options;
+        for (size_t j = 0; j < live.size(); ++j) {
+          const int i = live[j];
+          const int room = runner_->max_context() - static_cast<int>(seqs[i].tokens.size()) - 1;
+          const int wanted = tokens_ - static_cast<int>(result.outputs[i].size()) - 1;
+          options.push_back(spec[i]->Option(room, wanted));
+          depth[j] = spec[i]->FixedDepth(room, wanted);
+        }
+        if (choice_.controller) {
+          depth = spec::ChooseDraftDepths(cost_, options, static_cast<int>(live.size()));
+        }
+      }
+      const Clock::time_point step_start = Clock::now();
+      result.sequence_steps += static_cast<int64_t>(live.size());
+      std::vector<engine::StepRows> rows(live.size());
+      kernels::SamplingBatch sampling;
+      sampling.penalized_begin.push_back(0);
+      for (size_t j = 0; j < live.size(); ++j) {
+        const int i = live[j];
+        if (spec[i] != nullptr) {
+          spec[i]->Plan(depth[j], history[i], &seqs[i], {}, *samplers[i], &rows[j], &sampling);
+        } else {
+          rows[j].seq = &seqs[i];
+          rows[j].tokens = {history[i].back()};
+          sampling.rows.emplace_back();
+          sampling.penalized_begin.push_back(0);
+        }
+      }
+      SS_ASSIGN_OR_RETURN(const std::vector<int32_t> next, runner_->Step(rows, sampling));
+      size_t k = 0;
+      int total_rows = 0;
+      for (size_t j = 0; j < live.size(); ++j) {
+        const int i = live[j];
+        const size_t count = rows[j].sample == model::LogitRows::kAll ? rows[j].tokens.size() : 1;
+        total_rows += static_cast<int>(rows[j].tokens.size());
+        std::vector<int32_t> emitted = {next[k]};
+        if (spec[i] != nullptr) {
+          SS_ASSIGN_OR_RETURN(const engine::SpecStepResult done,
+                              spec[i]->Finish(absl::MakeConstSpan(next).subspan(k, count), *runner_,
+                                              seqs[i], *samplers[i]));
+          emitted = done.emitted;
+          result.drafted += done.drafted;
+          result.accepted_total += done.accepted;
+          if (result.reached.size() < static_cast<size_t>(done.depth)) {
+            result.reached.resize(static_cast<size_t>(done.depth));
+            result.accepted.resize(static_cast<size_t>(done.depth));
+          }
+          for (int p = 0; p < done.depth && p <= done.accepted; ++p) {
+            result.reached[p] += 1;
+            if (p < done.accepted) result.accepted[p] += 1;
+          }
+        }
+        k += count;
+        for (const int32_t t : emitted) {
+          if (static_cast<int>(result.outputs[i].size()) == tokens_) break;
+          result.outputs[i].push_back(t);
+          history[i].push_back(t);
+          ++result.tokens;
+        }
+      }
+      bool speculative = false;
+      for (const engine::StepRows& r : rows) speculative |= r.speculative;
+      cost_.Record(total_rows, std::chrono::duration<double>(Clock::now() - step_start).count(),
+                   speculative);
+      ++result.steps;
+    }
+    result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    for (engine::SequenceKv& s : seqs) runner_->Release(s);
+    return result;
+  }
+
+ private:
+  engine::ModelRunner* runner_;
+  engine::SpeculationChoice choice_;
+  int tokens_;
+  spec::StepCostModel cost_;  // shared by the runs, as the scheduler's is by its steps
+};
+
+std::vector<std::string> DefaultPrompts() {
+  return {"Once upon a time",       "One day, a little girl named Lily",
+          "Tom had a big red ball", "The little bird",
+          "There was a boy who",    "Sam liked to play",
+          "In the park, a dog",     "Mom said"};
+}
+
+absl::Status RunSpecBench() {
+  SS_ASSIGN_OR_RETURN(const std::vector<int> batches,
+                      ParseBatches(absl::GetFlag(FLAGS_spec_batches)));
+  SS_ASSIGN_OR_RETURN(const std::vector<Mode> modes, ParseModes(absl::GetFlag(FLAGS_spec_modes)));
+  const int tokens = absl::GetFlag(FLAGS_spec_tokens);
+  if (tokens < 2) return absl::InvalidArgumentError("--spec-tokens must be >= 2");
+  SS_ASSIGN_OR_RETURN(const engine::RequestOptions request, RequestOptionsFromFlags());
+  SS_ASSIGN_OR_RETURN(const Device device, DeviceFromFlags());
+  SS_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend, kernels::CreateBackend(device));
+  SS_ASSIGN_OR_RETURN(engine::ModelSource source, engine::OpenModelSource(ModelPathFromFlags()));
+  SS_ASSIGN_OR_RETURN(engine::ModelRunnerOptions runner_options, RunnerOptionsFromFlags());
+  SS_ASSIGN_OR_RETURN(std::unique_ptr<engine::ModelRunner> runner,
+                      engine::ModelRunner::Create(source, backend.get(), runner_options));
+  std::vector<std::string> texts = DefaultPrompts();
+  if (const std::string file = absl::GetFlag(FLAGS_spec_prompts); !file.empty()) {
+    std::FILE* f = std::fopen(file.c_str(), "r");
+    if (f == nullptr)
+      return absl::NotFoundError(absl::StrCat("--spec-prompts: cannot open ", file));
+    texts.clear();
+    std::string all;
+    char buf[4096];
+    size_t got = 0;
+    while ((got = std::fread(buf, 1, sizeof(buf), f)) > 0) all.append(buf, got);
+    std::fclose(f);
+    for (absl::string_view line : absl::StrSplit(all, '\n', absl::SkipEmpty())) {
+      texts.emplace_back(line);
+    }
+    if (texts.empty()) return absl::InvalidArgumentError("--spec-prompts: no prompts");
+  }
+  std::printf(
+      "| batch | mode | tokens/s | vs plain | steps compression | accepted / drafted | "
+      "acceptance by position | greedy output |\n|---|---|---|---|---|---|---|---|\n");
+  for (const int batch : batches) {
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < batch; ++i) {
+      SS_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
+                          source.tokenizer->Encode(texts[i % texts.size()], true));
+      prompts.push_back(std::move(ids));
+    }
+    SpecBench bench(runner.get(), request.spec, tokens);
+    std::fprintf(stderr, "batch %d: plain (a warm-up run, then the timed one)\n", batch);
+    SS_RETURN_IF_ERROR(bench.Run(prompts, Mode{"plain"}, nullptr).status());
+    SS_ASSIGN_OR_RETURN(const RunResult plain, bench.Run(prompts, Mode{"plain"}, nullptr));
+    const double plain_rate = plain.tokens / plain.seconds;
+    std::printf("| %d | plain | %.1f | 1.00 | 1.00 | - | - | - |\n", batch, plain_rate);
+    for (const Mode& mode : modes) {
+      std::fprintf(stderr, "batch %d: %s\n", batch, mode.name.c_str());
+      SS_ASSIGN_OR_RETURN(const RunResult r, bench.Run(prompts, mode, &plain));
+      std::string by_position;
+      for (size_t p = 0; p < r.reached.size(); ++p) {
+        absl::StrAppendFormat(&by_position, "%s%.2f", p ? " " : "",
+                              r.reached[p] > 0 ? r.accepted[p] / r.reached[p] : 0.0);
+      }
+      const double rate = r.tokens / r.seconds;
+      std::printf("| %d | %s | %.1f | %.2f | %.2f | %lld / %lld | %s | %s |\n", batch,
+                  mode.name.c_str(), rate, rate / plain_rate,
+                  static_cast<double>(r.tokens) / r.sequence_steps,
+                  static_cast<long long>(r.accepted_total), static_cast<long long>(r.drafted),
+                  by_position.empty() ? "-" : by_position.c_str(),
+                  r.outputs == plain.outputs ? "= plain" : "DIFFERS");
+      std::fflush(stdout);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int RunSpecBenchCommand() {
+  if (absl::Status s = RunSpecBench(); !s.ok()) {
+    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return 0;
+}
+
+}  // namespace sparseserve::tools
