@@ -7,7 +7,10 @@
 # Stages (default: all): tests sanitizer golden services eval (long-context accuracy) minference
 # (MInference's accuracy, issue 12) tokenselect tokenselect_eval tokenselect_bench (issue 13)
 # spec (speculative decoding against plain CUDA decoding on stories260K, issue 14: exactness,
-# acceptance, tokens/s with the controller and at a fixed draft length)
+# acceptance, tokens/s with the controller and at a fixed draft length) spec_eval (the same on
+# the long-context test model's long-generation task, bench/longctx/spec_check.sh) spec_verify
+# (the synthetic Llama-3-8B's verify-step cost per draft length and batch: `bench model
+# --decode-draft K`, K in $SPEC_DRAFTS)
 # kernels attention peer bench baseline
 # (this binary against an older one, when packed) graphs (the
 # decode cases with CUDA graphs off, for the A/B) shadow (the shadow-dense monitor's cost on
@@ -25,7 +28,7 @@ rm -rf "$out" && mkdir -p "$out"
 source .devbundle/env.sh
 export SPARSESERVE_TEST_DATA_DIR=$root/tests/data SPARSESERVE_MODEL_MIRROR=$root/models
 export PYTHONUNBUFFERED=1
-stages=${*:-tests sanitizer golden services eval minference tokenselect tokenselect_eval spec kernels attention tokenselect_bench peer bench baseline graphs shadow profile cublas ncu}
+stages=${*:-tests sanitizer golden services eval minference tokenselect tokenselect_eval spec spec_eval spec_verify kernels attention tokenselect_bench peer bench baseline graphs shadow profile cublas ncu}
 summary=()
 run() {  # run NAME CMD... — logs to $out/NAME.log, records ok/FAIL
   local name=$1; shift
@@ -93,6 +96,14 @@ if has spec; then
       --model models/stories260K/stories260K.gguf --kv-cache-tokens 200000 \
       --spec-batches "${SPEC_BATCHES:-1,8,64}" --spec-tokens "${SPEC_TOKENS:-400}" \
       --spec-controller=$controller ${SPEC_FLAGS:-}
+  done
+fi
+has spec_eval && run spec_eval bash bench/longctx/spec_check.sh "$out"
+if has spec_verify; then
+  for draft in ${SPEC_DRAFTS:-0 1 3 7}; do
+    run "spec_verify_$draft" sparseserve bench model --synthetic llama3-8b --device cuda \
+      --prefill-lengths "" --decode-batches 1,8,64 --decode-contexts 1024,32768 --iters 10 \
+      --decode-draft "$draft"
   done
 fi
 has tokenselect_bench && run tokenselect_bench python3 bench/cuda/tokenselect_bench.py \

@@ -49,6 +49,10 @@ ABSL_FLAG(int64_t, interleave_prompt, 0,
           "prefilled in chunks beside --interleave-batch running sequences (each step at most "
           "--max-step-tokens rows): the running streams' inter-token latency during a long "
           "prefill.");
+ABSL_FLAG(int, decode_draft, 0,
+          "Decode cases run speculative decoding's verify step instead: each sequence feeds its "
+          "token and this many draft rows (a chain) and every row is sampled; tokens/s counts one "
+          "token per sequence per step (multiply by the steps compression a drafter reaches).");
 ABSL_FLAG(int, decode_window, 0,
           "Decode cases attend with a sliding window of this many keys (4 sinks); 0 = dense.");
 ABSL_FLAG(bool, tokenselect_reselect, false,
@@ -127,6 +131,10 @@ absl::StatusOr<ModelBenchOptions> ModelBenchOptionsFromFlags() {
         "and --max-step-tokens larger than --interleave-batch");
   }
   o.decode_window = absl::GetFlag(FLAGS_decode_window);
+  o.decode_draft = absl::GetFlag(FLAGS_decode_draft);
+  if (o.decode_draft < 0 || o.decode_draft > 64) {
+    return absl::InvalidArgumentError("--decode-draft must be in [0, 64]");
+  }
   SS_ASSIGN_OR_RETURN(const engine::RequestOptions request_options, RequestOptionsFromFlags());
   if (request_options.prefill.method == engine::AttentionMethod::kMInference) {
     SS_ASSIGN_OR_RETURN(o.prefill_minference,

@@ -313,17 +313,19 @@ class ModelBench {
   absl::StatusOr<CaseResult> RunDecode(int64_t batch, int64_t context, double shadow_rate) {
     CaseResult r;
     r.label = DecodeLabel(batch, context, shadow_rate);
+    const int64_t rows = 1 + o_.decode_draft;  // per sequence
+    if (o_.decode_draft > 0) absl::StrAppend(&r.label, " draft=", o_.decode_draft);
     r.batch = batch;
     r.context = context;
     r.shadow_rate = shadow_rate;
     r.floor = FloorOf(DecodeStepCost(o_.config, backend_.compute_dtype(), batch, context),
                       bandwidth_gbps_, peak_tflops_);
-    if (context + 1 > o_.config.max_position_embeddings) {  // the new token sits at position C
+    if (context + rows > o_.config.max_position_embeddings) {  // the new token sits at position C
       r.skipped = BeyondContext();
       Progress(absl::StrCat(r.label, ": ", r.skipped));
       return r;
     }
-    const int64_t per_seq = BlocksFor(context + 1);
+    const int64_t per_seq = BlocksFor(context + rows);
     if (per_seq > plan_.num_blocks) {
       // Even one sequence does not fit (more sequences would share its blocks).
       r.skipped = SkipReason(static_cast<double>(per_seq) * plan_.block_bytes, plan_);
@@ -344,9 +346,13 @@ class ModelBench {
       model_.set_sequence_state(std::move(state));
     }
     kernels::SamplingBatch greedy;
-    greedy.rows.resize(batch);  // default rows: temperature 0, no penalty
+    greedy.rows.resize(batch * rows);  // default rows: temperature 0, no penalty
     for (int64_t s = 0; s < batch; ++s) {
       seqs[s].tokens = {SyntheticToken(s, o_.config.vocab_size)};
+      for (int64_t d = 1; d < rows; ++d) {  // a draft chain: causal, consecutive positions
+        seqs[s].tokens.push_back(SyntheticToken(s + d, o_.config.vocab_size));
+      }
+      if (rows > 1) seqs[s].logits = model::LogitRows::kAll;
       seqs[s].start_pos = static_cast<int32_t>(context);
       if (o_.decode_tokenselect.has_value()) {
         seqs[s].pattern.kind = kernels::AttentionMethodKind::kTokenSelect;

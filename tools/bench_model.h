@@ -47,6 +47,10 @@ struct ModelBenchOptions {
   // Decode cases attend with a sliding window of this many keys (4 sinks) instead of densely;
   // 0 = dense. The shadow-dense monitor only shadows sparse steps, so its overhead needs one.
   int decode_window = 0;
+  // Decode cases verify a chain of this many draft rows per sequence (speculative decoding's
+  // verify step, issue 14): each step feeds 1 + decode_draft rows per sequence at positions
+  // C .. C + decode_draft and samples every row; 0 = plain decode steps.
+  int decode_draft = 0;
   // Decode cases attend under TokenSelect with these parameters (--decode-attention tokenselect)
   // instead; every sequence gets a state slot. Each step feeds the same token at the same
   // position, so its query repeats: with theta <= 1 every step after the first reuses the

@@ -72,6 +72,8 @@ struct Outcome {
   std::optional<double> decode_density;
   double selection_hits = 0;
   double selection_queries = 0;
+  // Speculative decoding (in process only): decode steps, draft tokens verified and accepted.
+  double decode_steps = 0, spec_drafted = 0, spec_accepted = 0;
   std::string error;  // non-empty when the request failed
 };
 
@@ -179,6 +181,9 @@ absl::StatusOr<std::vector<Outcome>> RunLocal(const std::vector<Task>& tasks,
       o.decode_density = r->decode_attention_density;
       o.selection_hits = r->selection_cache_hits;
       o.selection_queries = r->selection_cache_queries;
+      o.decode_steps = r->decode_steps;
+      o.spec_drafted = static_cast<double>(r->spec_draft_tokens);
+      o.spec_accepted = static_cast<double>(r->spec_accepted_tokens);
     } else {
       o.error = r.status().ToString();
     }
@@ -242,6 +247,7 @@ struct Cell {
   double ttft_s = 0;
   double decode_tokens = 0;
   double decode_s = 0;
+  double decode_steps = 0, spec_drafted = 0, spec_accepted = 0;
 };
 
 absl::Status Evaluate() {
@@ -302,6 +308,9 @@ absl::Status Evaluate() {
     c.new_tokens += o.new_tokens;
     c.ttft_s += o.ttft_s;
     c.decode_tokens += std::max(0, o.new_tokens - 1);
+    c.decode_steps += o.decode_steps;
+    c.spec_drafted += o.spec_drafted;
+    c.spec_accepted += o.spec_accepted;
     c.decode_s += o.total_s - o.ttft_s;
     item["output"] = o.text;
     item["prompt_tokens"] = o.prompt_tokens;
@@ -315,9 +324,12 @@ absl::Status Evaluate() {
   // tokens, and the selection cache's hit rate.
   const bool tokenselect = options.prefill.method == engine::AttentionMethod::kTokenSelect ||
                            options.decode.method == engine::AttentionMethod::kTokenSelect;
-  std::printf("%-11s %7s %5s %8s %9s %11s %8s %9s %11s%s\n", "task", "length", "n", "score%",
+  // Speculation's columns (in process): steps compression (tokens per decode step) and the
+  // share of draft tokens accepted.
+  const bool speculating = options.spec.method != engine::SpecMethod::kNone && !remote;
+  std::printf("%-11s %7s %5s %8s %9s %11s %8s %9s %11s%s%s\n", "task", "length", "n", "score%",
               "density%", "prompt_tok", "new_tok", "ttft_ms", "decode_tok/s",
-              tokenselect ? "  dec_density%   hit%" : "");
+              tokenselect ? "  dec_density%   hit%" : "", speculating ? "  tok/step accept%" : "");
   for (const auto& [key, c] : cells) {
     const int ok = c.n - c.errors;
     const double per = ok > 0 ? 1.0 / ok : 0.0;
@@ -346,6 +358,15 @@ absl::Status Evaluate() {
               ? absl::StrFormat("%.1f", 100.0 * c.selection_hits / c.selection_queries)
               : "-";
       extra = absl::StrFormat(" %13.1f %6s", 100.0 * c.decode_density * per, hits);
+    }
+    if (speculating && ok > 0) {
+      row["steps_compression"] = c.decode_steps > 0 ? c.decode_tokens / c.decode_steps : 1.0;
+      row["spec_draft_tokens"] = c.spec_drafted;
+      row["spec_accepted_tokens"] = c.spec_accepted;
+      absl::StrAppendFormat(
+          &extra, " %9.2f %8s", c.decode_steps > 0 ? c.decode_tokens / c.decode_steps : 1.0,
+          c.spec_drafted > 0 ? absl::StrFormat("%.1f", 100.0 * c.spec_accepted / c.spec_drafted)
+                             : "-");
     }
     std::printf("%-11s %7d %5d %8s %9s %11.0f %8.1f %9.1f %11.1f%s%s\n", key.first.c_str(),
                 key.second, c.n, score.c_str(), density.c_str(), c.prompt_tokens * per,

@@ -99,7 +99,9 @@ void StepCostModel::Record(int rows, double seconds, bool speculative) {
     reference_seen_ = steps_;
     return;
   }
-  const double measured = seconds / level_;
+  // A measurement counts for at most 4x the estimate: a first launch or a stall must not price a
+  // bucket out of reach for good.
+  const double measured = std::min(seconds / level_, 4 * Shape(rows, speculative));
   std::map<int, double>& shapes = speculative ? spec_shape_ : shape_;
   const auto [it, inserted] = shapes.try_emplace(b, measured);
   if (!inserted) it->second += kShapeWeight * (measured - it->second);
@@ -123,15 +125,15 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
     for (int k = 0; k <= depths; ++k) expected[s].push_back(options[s].stats->ExpectedAccepted(k));
   }
   std::vector<int> best_depth(options.size(), 0);
-  if (max_depth == 0) return best_depth;
-  std::vector<double> plain_cost, spec_cost;
-  for (int r = base_rows; r <= max_rows; ++r) {
-    plain_cost.push_back(cost.Estimate(r, false));
-    spec_cost.push_back(cost.Estimate(r, true));
-  }
+  if (max_depth == 0 || !cost.measured()) return best_depth;
+  // Costs by row count, filled as the search reaches them (0 = not yet).
+  std::vector<double> plain_cost(static_cast<size_t>(max_rows - base_rows) + 1, 0.0);
+  std::vector<double> spec_cost(plain_cost.size(), 0.0);
   auto rows_of = [&](size_t s, int k) { return k == 0 ? 0 : options[s].rows_at[k - 1]; };
   auto rate = [&](double tokens, int rows, int drafting) {
-    return tokens / (drafting > 0 ? spec_cost : plain_cost)[static_cast<size_t>(rows - base_rows)];
+    double& c = (drafting > 0 ? spec_cost : plain_cost)[static_cast<size_t>(rows - base_rows)];
+    if (c == 0) c = cost.Estimate(rows, drafting > 0);
+    return tokens / c;
   };
   const double plain_rate = rate(static_cast<double>(options.size()), base_rows, 0);
   double best_rate = plain_rate, best_speculative_rate = 0;
@@ -186,9 +188,9 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
   // Now and then a plain decision is checked by running the best speculative one: a cost or
   // acceptance measured once, badly (a first launch, a cold cache), must not keep speculation
   // off for good.
-  // Only choices priced within 2x of plain are retried (a CPU's linear rows are measured well).
+  // Only choices priced within 4x of plain are retried (a CPU's linear rows are measured well).
   if (best_rate == plain_rate && cost.ExploreDue() && !best_speculative.empty() &&
-      best_speculative_rate >= 0.5 * plain_rate) {
+      best_speculative_rate >= 0.25 * plain_rate) {
     return best_speculative;
   }
   return best_depth;

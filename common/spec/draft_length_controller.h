@@ -26,7 +26,8 @@
 // sequence alone may not pay for it where all of them do), keeping the best; once every
 // StepCostModel::kExploreSteps steps a plain decision becomes the best speculative one, so a bad
 // first measurement cannot keep speculation off for good (≤ 1/64 of the steps, and only a choice
-// estimated at no worse than half plain's rate). At
+// estimated at no worse than a quarter of plain's rate). A measurement counts for at most 4x the
+// estimate it updates (a first launch of a kernel must not price a bucket out of reach). At
 // acceptance 0, every E is 0 and every depth stays 0: plain decoding. Not thread-safe.
 #ifndef SPARSESERVE_COMMON_SPEC_DRAFT_LENGTH_CONTROLLER_H_
 #define SPARSESERVE_COMMON_SPEC_DRAFT_LENGTH_CONTROLLER_H_
@@ -65,6 +66,8 @@ class StepCostModel {
   void Record(int rows, double seconds, bool speculative = false);
   // Estimated seconds of a step of `rows` rows; 1 when nothing was measured.
   double Estimate(int rows, bool speculative = false) const;
+  // Whether a plain step was measured (the level every estimate scales).
+  bool measured() const { return !shape_.empty(); }
   // The bucket `rows` is measured in (its smallest row count).
   static int Bucket(int rows);
   // True once every kExploreSteps recorded steps: ChooseDraftDepths then runs its best

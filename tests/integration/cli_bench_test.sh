@@ -49,11 +49,13 @@ fi
 
 # 3. --help explains the command and lists its flags (and the shared ones it uses, only those).
 if "$bin" bench model --help >"$tmp/help"; then
+  # --model and the --spec-* flags are bench spec's (a real model, speculative decoding).
   for f in --synthetic --prefill-lengths --decode-batches --decode-contexts --iters --warmup \
-           --peak-bandwidth-gbps --peak-tflops --device --block-tokens --prefill-chunk; do
+           --peak-bandwidth-gbps --peak-tflops --device --block-tokens --prefill-chunk --model \
+           --spec-batches --spec-modes --spec-tokens --spec-max-draft --spec-controller; do
     grep -q -- "$f " "$tmp/help" || fail "help lists $f"
   done
-  grep -q -- "--model " "$tmp/help" && fail "help lists --model, which bench does not use"
+  grep -q -- "--decode-workers " "$tmp/help" && fail "help lists serving flags bench does not use"
   grep -q 'roofline' "$tmp/help" && pass "bench --help" || fail "bench --help explains"
 else
   fail "bench --help exit code"

@@ -139,5 +139,25 @@ expect_error "safetensors header length" "model.safetensors" generate --model "$
 cp -r "$hf" "$tmp/bad_tok"; head -c 300 "$hf/tokenizer.json" >"$tmp/bad_tok/tokenizer.json"
 expect_error "truncated tokenizer.json" "tokenizer.json" generate --model "$tmp/bad_tok" --prompt hi
 
+
+# Speculative decoding (issue 14): `generate --spec` prints the same text as plain decoding and
+# its speculation line; `bench spec` checks exactness in its last column.
+"$bin" generate --model "$model" --prompt "Once upon a time" --max-tokens 120 --temperature 0 \
+  --spec prompt-lookup --spec-controller=false >"$tmp/spec" 2>"$tmp/spec_err"
+"$bin" generate --model "$model" --prompt "Once upon a time" --max-tokens 120 --temperature 0 \
+  >"$tmp/plain" 2>/dev/null
+if cmp -s "$tmp/spec" "$tmp/plain" && grep -q 'speculation (prompt-lookup): .* accepted' "$tmp/spec_err"; then
+  pass "generate --spec prompt-lookup = plain"
+else
+  fail "generate --spec prompt-lookup = plain"; cat "$tmp/spec_err"
+fi
+if "$bin" bench spec --model "$model" --spec-batches 3 --spec-tokens 60 \
+     --spec-modes prompt-lookup,lookahead,oracle:0.5 --lookahead-window 4 >"$tmp/bench" 2>/dev/null &&
+   [ "$(grep -c '| = plain |$' "$tmp/bench")" -eq 3 ]; then
+  pass "bench spec: every mode = plain"
+else
+  fail "bench spec: every mode = plain"; cat "$tmp/bench"
+fi
+
 [ $fails -eq 0 ] && echo "cli_generate_test: all passed" || echo "cli_generate_test: $fails failed"
 exit $((fails > 0))

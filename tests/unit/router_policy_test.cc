@@ -237,9 +237,9 @@ TEST_F(RouterTokenizerTest, PrepareRequestChecksOptionsAndForwardsThemAsGiven) {
   EXPECT_FALSE(prepared->prefill_attention.has_window());
   EXPECT_TRUE(prepared->prefill_attention.method().empty());
 
-  r.mutable_speculation()->set_method("lookahead");
+  r.mutable_speculation()->set_method("kangaroo");  // issue 15
   EXPECT_EQ(status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(status().message(), HasSubstr("lookahead"));
+  EXPECT_THAT(status().message(), HasSubstr("kangaroo"));
 }
 
 }  // namespace

@@ -204,11 +204,17 @@ TEST(ChooseDraftDepthsTest, SpeculatesOnlyWhereTheExpectedTokensPayForTheRows) {
     bad.Record(4, 0);
   }
   const DraftOption g{&good, {1, 2, 3, 4}}, b{&bad, {1, 2, 3, 4}};
+  // Nothing measured yet: plain, whose step prices every other (a speculative step first would
+  // leave the model without a level for good).
+  EXPECT_EQ(ChooseDraftDepths(StepCostModel(), std::vector<DraftOption>{g}, 1),
+            (std::vector<int>{0}));
   StepCostModel flat;  // extra rows cost nothing
   for (int rows : {2, 6, 2, 6}) flat.Record(rows, 1.0);
   EXPECT_EQ(ChooseDraftDepths(flat, std::vector<DraftOption>{g, b}, 2), (std::vector<int>{4, 0}));
   StepCostModel linear;  // every row costs as much as the first
-  for (int rows : {1, 8, 1, 8}) linear.Record(rows, rows);
+  for (int i = 0; i < 10; ++i) {
+    for (int rows : {1, 8}) linear.Record(rows, rows);
+  }
   EXPECT_EQ(ChooseDraftDepths(linear, std::vector<DraftOption>{g}, 1), (std::vector<int>{0}));
   StepCostModel mild;  // a row costs a tenth of a step
   for (int rows : {2, 6, 2, 6}) mild.Record(rows, 1.0 + 0.1 * (rows - 2));
