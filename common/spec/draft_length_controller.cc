@@ -125,7 +125,7 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
     for (int k = 0; k <= depths; ++k) expected[s].push_back(options[s].stats->ExpectedAccepted(k));
   }
   std::vector<int> best_depth(options.size(), 0);
-  if (max_depth == 0 || !cost.measured()) return best_depth;
+  if (max_depth == 0 || !cost.measured() || cost.PlainDue()) return best_depth;
   // Costs by row count, filled as the search reaches them (0 = not yet).
   std::vector<double> plain_cost(static_cast<size_t>(max_rows - base_rows) + 1, 0.0);
   std::vector<double> spec_cost(plain_cost.size(), 0.0);

@@ -26,7 +26,8 @@
 // sequence alone may not pay for it where all of them do), keeping the best; once every
 // StepCostModel::kExploreSteps steps a plain decision becomes the best speculative one, so a bad
 // first measurement cannot keep speculation off for good (≤ 1/64 of the steps, and only a choice
-// estimated at no worse than a quarter of plain's rate). A measurement counts for at most 4x the
+// estimated at no worse than a quarter of plain's rate), and a plain step runs whenever the
+// level is stale (StepCostModel::PlainDue). A measurement counts for at most 4x the
 // estimate it updates (a first launch of a kernel must not price a bucket out of reach). At
 // acceptance 0, every E is 0 and every depth stays 0: plain decoding. Not thread-safe.
 #ifndef SPARSESERVE_COMMON_SPEC_DRAFT_LENGTH_CONTROLLER_H_
@@ -74,6 +75,12 @@ class StepCostModel {
   // speculative choice even where plain decoding looks better, to measure it again.
   static constexpr int kExploreSteps = 64;
   bool ExploreDue() const { return steps_ % kExploreSteps == kExploreSteps - 1; }
+  // True when no step of the reference bucket ran for kPlainSteps steps: the level (which only
+  // plain steps of that bucket update) may be stale — contexts shrank or grew under a streak of
+  // speculative steps, which would otherwise keep pricing themselves against an old level —
+  // so ChooseDraftDepths runs one plain step.
+  static constexpr int kPlainSteps = 32;
+  bool PlainDue() const { return measured() && steps_ - reference_seen_ >= kPlainSteps; }
 
  private:
   double Shape(int rows, bool speculative) const;

@@ -234,6 +234,12 @@ TEST(ChooseDraftDepthsTest, SpeculatesOnlyWhereTheExpectedTokensPayForTheRows) {
   EXPECT_EQ(ChooseDraftDepths(jump, one_good, 8), std::vector<int>(8, 0));
   one_good[0] = g;
   EXPECT_EQ(ChooseDraftDepths(jump, one_good, 8), (std::vector<int>{4, 0, 0, 0, 0, 0, 0, 0}));
+  // A streak of speculative steps leaves the level stale: then one plain step runs.
+  for (int i = 0; i < StepCostModel::kPlainSteps; ++i) jump.Record(40, 1.3, true);
+  EXPECT_TRUE(jump.PlainDue());
+  EXPECT_EQ(ChooseDraftDepths(jump, std::vector<DraftOption>(8, g), 8), std::vector<int>(8, 0));
+  jump.Record(8, 1.0);
+  EXPECT_FALSE(jump.PlainDue());
 }
 
 }  // namespace
