@@ -94,8 +94,12 @@ void SpeculativeSequence::Plan(int depth, absl::Span<const int32_t> history, Seq
   stream_before_ = sampler.stream();
   draft_.Clear();
   if (depth > 0) proposer_->Propose(history, depth, /*verify_only=*/false, &draft_);
-  if (draft_.empty() && shadow_.empty() && shadow_actual_.empty()) {
-    // A plain step: keep measuring what a draft would have had accepted.
+  if (draft_.empty() && shadow_.empty() && shadow_actual_.empty() &&
+      ++plain_steps_since_shadow_ >= kShadowEvery) {
+    // A plain step: keep measuring what a draft would have had accepted — on every
+    // kShadowEvery-th one, which is plenty for the rates and keeps a batch of plain steps
+    // cheap (a Lookahead draft builds a trie of G guesses).
+    plain_steps_since_shadow_ = 0;
     proposer_->Propose(history, max_depth_, /*verify_only=*/true, &shadow_);
   }
   const int n = draft_.size() + 1;

@@ -103,6 +103,8 @@ class SpeculativeSequence {
   // A draft made at a plain step and the tokens that came after its root so far.
   spec::StepDraft shadow_;
   std::vector<int32_t> shadow_actual_;
+  static constexpr int kShadowEvery = 4;
+  int plain_steps_since_shadow_ = kShadowEvery - 1;  // the first plain step makes one
   std::vector<int32_t> path_, scratch_;  // a row's draft path (leaf first) and penalty window
   Verifier verifier_ = &spec::AcceptDraft;
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <limits>
 
 #include "common/core/check.h"
 
@@ -136,9 +137,24 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
     return tokens / c;
   };
   const double plain_rate = rate(static_cast<double>(options.size()), base_rows, 0);
+  // The cheap way out, every step that speculation cannot win: even every sequence's deepest
+  // draft for the price of the cheapest speculative step does not beat plain decoding.
+  double most_tokens = static_cast<double>(options.size());
+  int fewest_rows = std::numeric_limits<int>::max();
+  for (size_t s = 0; s < options.size(); ++s) {
+    most_tokens += expected[s].back();
+    if (!options[s].rows_at.empty()) fewest_rows = std::min(fewest_rows, options[s].rows_at[0]);
+  }
+  if (most_tokens / cost.Estimate(base_rows + fewest_rows, true) <= plain_rate * 1.01 &&
+      !cost.ExploreDue()) {
+    return best_depth;
+  }
   double best_rate = plain_rate, best_speculative_rate = 0;
   std::vector<int> best_speculative;
-  for (int start = 0; start <= max_depth; ++start) {
+  // Starts: all plain, every sequence at depth 1, and every sequence at its deepest.
+  const std::vector<int> starts =
+      max_depth > 1 ? std::vector<int>{0, 1, max_depth} : std::vector<int>{0, 1};
+  for (const int start : starts) {
     std::vector<int> depth(options.size());
     double tokens = static_cast<double>(options.size());  // every root emits one
     int rows = base_rows, drafting = 0;
@@ -188,9 +204,9 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
   // Now and then a plain decision is checked by running the best speculative one: a cost or
   // acceptance measured once, badly (a first launch, a cold cache), must not keep speculation
   // off for good.
-  // Only choices priced within 4x of plain are retried (a CPU's linear rows are measured well).
+  // Only choices priced within 2x of plain are retried (a CPU's linear rows are measured well).
   if (best_rate == plain_rate && cost.ExploreDue() && !best_speculative.empty() &&
-      best_speculative_rate >= 0.25 * plain_rate) {
+      best_speculative_rate >= 0.5 * plain_rate) {
     return best_speculative;
   }
   return best_depth;

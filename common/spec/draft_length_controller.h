@@ -25,8 +25,8 @@
 // uniform depth (a GPU's jump from plain to speculative steps is paid once per step, so one
 // sequence alone may not pay for it where all of them do), keeping the best; once every
 // StepCostModel::kExploreSteps steps a plain decision becomes the best speculative one, so a bad
-// first measurement cannot keep speculation off for good (≤ 1/64 of the steps, and only a choice
-// estimated at no worse than a quarter of plain's rate), and a plain step runs whenever the
+// first measurement cannot keep speculation off for good (≤ 1/128 of the steps, and only a choice
+// estimated at no worse than half of plain's rate), and a plain step runs whenever the
 // level is stale (StepCostModel::PlainDue). A measurement counts for at most 4x the
 // estimate it updates (a first launch of a kernel must not price a bucket out of reach). At
 // acceptance 0, every E is 0 and every depth stays 0: plain decoding. Not thread-safe.
@@ -73,7 +73,7 @@ class StepCostModel {
   static int Bucket(int rows);
   // True once every kExploreSteps recorded steps: ChooseDraftDepths then runs its best
   // speculative choice even where plain decoding looks better, to measure it again.
-  static constexpr int kExploreSteps = 64;
+  static constexpr int kExploreSteps = 128;
   bool ExploreDue() const { return steps_ % kExploreSteps == kExploreSteps - 1; }
   // True when no step of the reference bucket ran for kPlainSteps steps: the level (which only
   // plain steps of that bucket update) may be stale — contexts shrank or grew under a streak of
