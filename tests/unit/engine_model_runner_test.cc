@@ -264,7 +264,10 @@ class MInferenceRunnerTest : public ModelRunnerTest {
           : i % 3 == 1 ? kernels::HeadPattern{kernels::HeadPatternKind::kBlockSparse, 3, 0}
                        : kernels::HeadPattern{kernels::HeadPatternKind::kVerticalSlash, 30, 100};
     }
-    config_path_ = ::testing::TempDir() + "/minference_runner_test.json";
+    // One file per test: ctest runs this fixture's tests in parallel processes, and one of them
+    // must never read the file while another is writing it.
+    config_path_ = ::testing::TempDir() + "/minference_runner_test_" +
+                   ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".json";
     std::ofstream(config_path_) << MInferenceConfigJson(config);
     for (int i = 150; i < 450; ++i) prompt_.push_back(3 + (i * 53) % 500);
   }
