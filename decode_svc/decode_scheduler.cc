@@ -474,27 +474,22 @@ std::vector<int> DecodeScheduler::DraftDepths(absl::Span<Running* const> decoder
   int spare_blocks = runner_->pool().num_free_blocks() - BlocksReserved();
   int base_rows = static_cast<int>(decoders.size());
   for (const auto& [r, len] : chunks) base_rows += len;
-  std::vector<size_t> which;  // decoders[which[j]] has options[j]
-  std::vector<spec::DraftOption> options;
-  std::vector<int> fixed;
-  bool any_controlled = false;
+  std::vector<size_t> which;  // decoders[which[j]] is rooms[j]
+  std::vector<engine::DraftRoom> rooms;
   for (size_t i = 0; i < decoders.size(); ++i) {
     const Running& r = *decoders[i];
     if (r.spec == nullptr) continue;
     const int committed = static_cast<int>(r.seq.tokens.size());
-    const int room = std::min(budget, runner_->max_context() - committed - 1);
-    const int wanted = r.job.max_tokens - static_cast<int>(r.generated.size()) - 1;
     which.push_back(i);
-    options.push_back(r.spec->Option(room, wanted));
-    fixed.push_back(r.job.options.spec.controller ? -1 : r.spec->FixedDepth(room, wanted));
-    any_controlled |= r.job.options.spec.controller;
+    rooms.push_back({r.spec.get(), std::min(budget, runner_->max_context() - committed - 1),
+                     r.job.max_tokens - static_cast<int>(r.generated.size()) - 1});
   }
   if (which.empty()) return depths;
-  std::vector<int> chosen(which.size(), 0);
-  if (any_controlled) chosen = spec::ChooseDraftDepths(step_cost_, options, base_rows);
+  std::vector<spec::DraftOption> options;
+  const std::vector<int> chosen = engine::PickDraftDepths(step_cost_, rooms, base_rows, &options);
   // Within the budget and the spare blocks, in admission order.
   for (size_t j = 0; j < which.size(); ++j) {
-    int depth = fixed[j] >= 0 ? fixed[j] : chosen[j];
+    int depth = chosen[j];
     const Running& r = *decoders[which[j]];
     const int committed = static_cast<int>(r.seq.tokens.size());
     const int have =

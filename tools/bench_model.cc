@@ -577,7 +577,7 @@ absl::Status RunModelBench(const ModelBenchOptions& o) {
     std::printf("step graphs off: every decode step launches its ops one by one\n");
   }
   std::printf("model: %s params, %s of %s weights read per step (made in %.1f s)\n",
-              FormatCount(static_cast<double>(NumModelParams(o.config))).c_str(),
+              FormatCount(static_cast<double>(model::NumModelParams(o.config))).c_str(),
               FormatBytes(StepWeightBytes(o.config, dtype)).c_str(),
               std::string(DTypeName(dtype)).c_str(), create_s);
   std::printf("KV cache: %lld blocks x %d tokens = %s\n", static_cast<long long>(plan.num_blocks),

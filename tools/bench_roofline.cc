@@ -3,23 +3,7 @@
 namespace sparseserve::tools {
 namespace {
 
-// Parameters of one decoder layer's matrices: each multiplies every token once.
-double LayerMatrixParams(const model::ModelConfig& c) {
-  const double h = c.hidden_size;
-  const double q = double{1} * c.num_heads * c.head_dim;
-  const double kv = double{1} * c.num_kv_heads * c.head_dim;
-  return 2 * h * q + 2 * h * kv + 3 * h * c.intermediate_size;
-}
-
-// Parameters of one decoder layer's vectors: two norms and the attention biases.
-double LayerVectorParams(const model::ModelConfig& c) {
-  double n = 2.0 * c.hidden_size;
-  if (c.attention_bias) {
-    n += double{1} * (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
-    if (c.arch != model::ModelArch::kQwen2) n += c.hidden_size;  // o_proj bias (Llama)
-  }
-  return n;
-}
+using model::LayerMatrixParams;
 
 double LmHeadParams(const model::ModelConfig& c) {
   return double{1} * c.vocab_size * c.hidden_size;
@@ -33,16 +17,8 @@ double AttentionFlopsPerQuery(const model::ModelConfig& c, double num_keys) {
 
 }  // namespace
 
-int64_t NumModelParams(const model::ModelConfig& c) {
-  const double embeddings = c.tie_word_embeddings ? LmHeadParams(c) : 2 * LmHeadParams(c);
-  return static_cast<int64_t>(embeddings + c.hidden_size +
-                              c.num_layers * (LayerMatrixParams(c) + LayerVectorParams(c)));
-}
-
 double StepWeightBytes(const model::ModelConfig& c, DType dtype) {
-  const double params = c.num_layers * (LayerMatrixParams(c) + LayerVectorParams(c)) +
-                        c.hidden_size + LmHeadParams(c);
-  return params * DTypeSize(dtype);
+  return static_cast<double>(model::StepWeightParams(c)) * DTypeSize(dtype);
 }
 
 double KvBytesPerToken(const model::ModelConfig& c, DType dtype) {

@@ -18,9 +18,6 @@ struct WorkCost {
   double flops = 0;  // matmuls + attention (Q·Kᵀ and P·V)
 };
 
-// Parameters of every tensor, the embedding and lm_head counted once each (once in all if tied).
-int64_t NumModelParams(const model::ModelConfig& c);
-
 // Bytes of the weights one forward step reads: every layer tensor, the final norm and lm_head
 // (the embedding only has rows gathered, left out).
 double StepWeightBytes(const model::ModelConfig& c, DType dtype);

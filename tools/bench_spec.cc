@@ -173,17 +173,13 @@ class SpecBench {
       // Depths: the controller over every speculating sequence, or the fixed depth.
       std::vector<int> depth(live.size(), 0);
       if (mode.method != engine::SpecMethod::kNone) {
-        std::vector<spec::DraftOption> options;
-        for (size_t j = 0; j < live.size(); ++j) {
-          const int i = live[j];
-          const int room = runner_->max_context() - static_cast<int>(seqs[i].tokens.size()) - 1;
-          const int wanted = tokens_ - static_cast<int>(result.outputs[i].size()) - 1;
-          options.push_back(spec[i]->Option(room, wanted));
-          depth[j] = spec[i]->FixedDepth(room, wanted);
+        std::vector<engine::DraftRoom> rooms;
+        for (const int i : live) {
+          rooms.push_back({spec[i].get(),
+                           runner_->max_context() - static_cast<int>(seqs[i].tokens.size()) - 1,
+                           tokens_ - static_cast<int>(result.outputs[i].size()) - 1});
         }
-        if (choice_.controller) {
-          depth = spec::ChooseDraftDepths(cost_, options, static_cast<int>(live.size()));
-        }
+        depth = engine::PickDraftDepths(cost_, rooms, static_cast<int>(live.size()));
       }
       const Clock::time_point step_start = Clock::now();
       result.sequence_steps += static_cast<int64_t>(live.size());

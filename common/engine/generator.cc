@@ -136,13 +136,8 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
     // than the tokens still wanted after the root's.
     const int room = runner_->max_context() - committed - 1;
     const int wanted = request.max_tokens - produced - 1;
-    int depth = 0;
-    if (request.options.spec.controller) {
-      const spec::DraftOption option = spec->Option(room, wanted);
-      depth = spec::ChooseDraftDepths(step_cost_, absl::MakeConstSpan(&option, 1), 1)[0];
-    } else {
-      depth = spec->FixedDepth(room, wanted);
-    }
+    const DraftRoom draft_room{spec.get(), room, wanted};
+    const int depth = PickDraftDepths(step_cost_, absl::MakeConstSpan(&draft_room, 1), 1)[0];
     const Clock::time_point step_start = Clock::now();
     kernels::SamplingBatch sampling;
     spec->Plan(depth, history, &seq, decode_pattern, sampler, &rows, &sampling);

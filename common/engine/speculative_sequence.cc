@@ -10,21 +10,11 @@
 
 namespace sparseserve::engine {
 
-namespace {
-
-// Weights of a Llama-style model: attention, MLP and the embeddings (norms are negligible).
-int64_t ParameterCount(const model::ModelConfig& c) {
-  const int64_t d = c.hidden_size, kv = int64_t{c.num_kv_heads} * c.head_dim;
-  const int64_t q = int64_t{c.num_heads} * c.head_dim;
-  const int64_t layer = d * q * 2 + d * kv * 2 + 3 * d * c.intermediate_size;
-  return c.num_layers * layer + int64_t{c.vocab_size} * d * (c.tie_word_embeddings ? 1 : 2);
-}
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<SpeculativeSequence>> SpeculativeSequence::Create(
     const SpeculationChoice& choice, const model::ModelConfig& config) {
-  const int64_t num_parameters = ParameterCount(config);
+  RequestOptions options;
+  options.spec = choice;
+  SS_RETURN_IF_ERROR(CheckImplemented(options));  // the methods of issue 15, by name
   std::unique_ptr<spec::DraftProposer> proposer;
   int depth = choice.max_draft;
   switch (choice.method) {
@@ -35,17 +25,16 @@ absl::StatusOr<std::unique_ptr<SpeculativeSequence>> SpeculativeSequence::Create
       proposer = std::make_unique<spec::PromptLookupProposer>(depth);
       break;
     case SpecMethod::kLookahead: {
-      spec::LookaheadParams params = spec::DefaultLookaheadParams(num_parameters);
+      spec::LookaheadParams params = spec::DefaultLookaheadParams(model::NumModelParams(config));
       if (choice.lookahead_window > 0) params.window = choice.lookahead_window;
       if (choice.lookahead_ngram > 0) params.ngram = choice.lookahead_ngram;
       if (choice.lookahead_guesses > 0) params.guesses = choice.lookahead_guesses;
       proposer = std::make_unique<spec::LookaheadProposer>(params);
       break;
     }
-    default:
-      return absl::UnimplementedError(absl::StrCat("speculation method '",
-                                                   SpecMethodName(choice.method),
-                                                   "' is not implemented in this build yet"));
+    default:  // CheckImplemented refused it
+      return absl::InternalError(
+          absl::StrCat("no drafter for speculation method '", SpecMethodName(choice.method), "'"));
   }
   depth = depth == 0 ? proposer->max_depth() : std::min(depth, proposer->max_depth());
   return std::unique_ptr<SpeculativeSequence>(
@@ -84,6 +73,31 @@ int SpeculativeSequence::FixedDepth(int room, int wanted) const {
   int depth = 0;
   while (depth < std::min(max_depth_, wanted) && proposer_->RowsAt(depth + 1) <= room) ++depth;
   return depth;
+}
+
+std::vector<int> PickDraftDepths(const spec::StepCostModel& cost,
+                                 absl::Span<const DraftRoom> sequences, int base_rows,
+                                 std::vector<spec::DraftOption>* options) {
+  std::vector<spec::DraftOption> local;
+  std::vector<spec::DraftOption>& opts = options != nullptr ? *options : local;
+  opts.clear();
+  std::vector<int> depths(sequences.size(), 0);
+  bool controlled = false;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const DraftRoom& s = sequences[i];
+    opts.push_back(s.seq->Option(s.room, s.wanted));
+    if (s.seq->controlled()) {
+      controlled = true;
+    } else {
+      depths[i] = s.seq->FixedDepth(s.room, s.wanted);
+    }
+  }
+  if (!controlled) return depths;
+  const std::vector<int> chosen = spec::ChooseDraftDepths(cost, opts, base_rows);
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    if (sequences[i].seq->controlled()) depths[i] = chosen[i];
+  }
+  return depths;
 }
 
 void SpeculativeSequence::Plan(int depth, absl::Span<const int32_t> history, SequenceKv* seq,

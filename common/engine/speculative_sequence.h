@@ -54,6 +54,8 @@ class SpeculativeSequence {
       const SpeculationChoice& choice, std::unique_ptr<spec::DraftProposer> proposer);
 
   SpecMethod method() const { return choice_.method; }
+  // Whether the controller picks its draft depths (choice.controller), else FixedDepth.
+  bool controlled() const { return choice_.controller; }
   // Deepest draft: choice.max_draft or the method's default, within what the proposer makes.
   int max_depth() const { return max_depth_; }
   const spec::AcceptanceStats& acceptance() const { return acceptance_; }
@@ -108,6 +110,21 @@ class SpeculativeSequence {
   std::vector<int32_t> path_, scratch_;  // a row's draft path (leaf first) and penalty window
   Verifier verifier_ = &spec::AcceptDraft;
 };
+
+// One speculating sequence's room in a step: the rows it may add after its root and the tokens
+// it still wants after the root's (SpeculativeSequence::Option).
+struct DraftRoom {
+  const SpeculativeSequence* seq = nullptr;
+  int room = 0;
+  int wanted = 0;
+};
+
+// Each sequence's draft depth this step: the controller's (spec::ChooseDraftDepths over every
+// sequence that uses it, `base_rows` being the step's other rows), FixedDepth for the others.
+// `options`, when given, receives each sequence's option (its rows per depth).
+std::vector<int> PickDraftDepths(const spec::StepCostModel& cost,
+                                 absl::Span<const DraftRoom> sequences, int base_rows,
+                                 std::vector<spec::DraftOption>* options = nullptr);
 
 }  // namespace sparseserve::engine
 

@@ -324,4 +324,39 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Parameters of one decoder layer's vectors: two norms and the attention biases.
+int64_t LayerVectorParams(const ModelConfig& c) {
+  int64_t n = 2 * int64_t{c.hidden_size};
+  if (c.attention_bias) {
+    n += (int64_t{c.num_heads} + 2 * int64_t{c.num_kv_heads}) * c.head_dim;
+    if (c.arch != ModelArch::kQwen2) n += c.hidden_size;  // o_proj bias (Llama)
+  }
+  return n;
+}
+
+int64_t LmHeadParams(const ModelConfig& c) {
+  return int64_t{c.vocab_size} * c.hidden_size;
+}
+
+}  // namespace
+
+int64_t LayerMatrixParams(const ModelConfig& c) {
+  const int64_t h = c.hidden_size;
+  const int64_t q = int64_t{c.num_heads} * c.head_dim;
+  const int64_t kv = int64_t{c.num_kv_heads} * c.head_dim;
+  return 2 * h * q + 2 * h * kv + 3 * h * c.intermediate_size;
+}
+
+int64_t NumModelParams(const ModelConfig& c) {
+  const int64_t embeddings = c.tie_word_embeddings ? LmHeadParams(c) : 2 * LmHeadParams(c);
+  return embeddings + c.hidden_size + c.num_layers * (LayerMatrixParams(c) + LayerVectorParams(c));
+}
+
+int64_t StepWeightParams(const ModelConfig& c) {
+  return c.num_layers * (LayerMatrixParams(c) + LayerVectorParams(c)) + c.hidden_size +
+         LmHeadParams(c);
+}
+
 }  // namespace sparseserve::model

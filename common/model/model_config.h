@@ -74,6 +74,16 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& gguf);
 // Returns kInvalidArgument naming the offending field.
 absl::Status ValidateModelConfig(const ModelConfig& config);
 
+// Parameters of one decoder layer's matrices (q, k, v, o and the MLP): each multiplies every
+// token once.
+int64_t LayerMatrixParams(const ModelConfig& c);
+// Parameters of every tensor, the embedding and lm_head counted once each (once in all if tied):
+// the model's size (Lookahead's defaults scale with it; `bench model` prints it).
+int64_t NumModelParams(const ModelConfig& c);
+// Parameters one forward step reads: every layer tensor, the final norm and lm_head (the
+// embedding table is gathered, not read whole).
+int64_t StepWeightParams(const ModelConfig& c);
+
 }  // namespace sparseserve::model
 
 #endif  // SPARSESERVE_COMMON_MODEL_MODEL_CONFIG_H_
