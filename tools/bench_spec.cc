@@ -174,6 +174,7 @@ class SpecBench {
       std::vector<int> depth(live.size(), 0);
       if (mode.method != engine::SpecMethod::kNone) {
         std::vector<engine::DraftRoom> rooms;
+        rooms.reserve(live.size());
         for (const int i : live) {
           rooms.push_back({spec[i].get(),
                            runner_->max_context() - static_cast<int>(seqs[i].tokens.size()) - 1,
