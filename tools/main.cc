@@ -1,10 +1,14 @@
 // `sparseserve`: one binary, one subcommand per role (like `vllm serve` / `trtllm-serve`).
+#include <signal.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "absl/debugging/failure_signal_handler.h"
+#include "absl/debugging/symbolize.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "tools/command.h"
@@ -168,6 +172,12 @@ bool IsHelpFlag(const char* arg) {
 int main(int argc, char** argv) {
   using sparseserve::tools::Command;
   using sparseserve::tools::Commands;
+  // A crash (SIGSEGV, SIGABRT, ...) prints its stack to stderr before the process dies, so a
+  // worker that dies in production or CI leaves the reason in its log. SIGTERM keeps its default
+  // (serving commands catch it themselves to drain).
+  absl::InitializeSymbolizer(argv[0]);
+  absl::InstallFailureSignalHandler({});
+  signal(SIGTERM, SIG_DFL);
   if (argc < 2 || sparseserve::tools::IsHelpFlag(argv[1])) {
     sparseserve::tools::PrintTopLevelHelp();
     return argc < 2 ? 2 : 0;

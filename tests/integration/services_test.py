@@ -449,6 +449,19 @@ def _start(args):
     return proc, line
 
 
+def _stop(procs):
+    """SIGTERMs the processes last-started first; each must drain and exit 0. A failure shows
+    the process's stderr (its log and any abort message)."""
+    for proc in reversed(procs):
+        proc.send_signal(signal.SIGTERM)
+        try:
+            rc = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+        assert rc == 0, f"{proc.args[1]} exited with {rc}; stderr:\n{proc.stderr.read()[-4000:]}"
+
+
 def test_kv_layout_mismatch_is_refused_and_router_falls_back():
     model = f"--model={os.environ.get('SPARSESERVE_TEST_MODEL', 'models/stories260K/stories260K.gguf')}"
     procs = []
@@ -466,9 +479,7 @@ def test_kv_layout_mismatch_is_refused_and_router_falls_back():
         assert not last.timings.disaggregated  # the prefill worker refused the reservation
         assert metric(p[4], "sparseserve_kv_transfer_failures_total") >= 1
     finally:
-        for proc in reversed(procs):
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=30) == 0
+        _stop(procs)
 
 
 def gen_grpc_stub(address):
@@ -718,9 +729,7 @@ def test_request_options_reach_the_workers():
         assert last.timings.disaggregated and text
         assert 0 < last.usage.prefill_attention_density < 0.9, last.usage
     finally:
-        for proc in reversed(procs):
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=30) == 0
+        _stop(procs)
 
 
 def test_request_option_flags():
