@@ -208,15 +208,16 @@ void DecodeScheduler::AdmitWaiting() {
 }
 
 int DecodeScheduler::BlocksReserved() const {
-  const int bt = runner_->block_tokens();
   int blocks = 0;
   for (const auto& r : running_) {
     if (!r->prefilling) {
       ++blocks;  // a decoding sequence may start a new block next step
       continue;
     }
-    const int total = (static_cast<int>(r->input.size()) + 1 + bt - 1) / bt;
-    blocks += std::max(0, total - static_cast<int>(r->seq.block_ids.size()));
+    const int hold =
+        runner_->BlocksToHold(static_cast<int>(r->input.size()) + 1, options_.prefill_chunk);
+    const int held = static_cast<int>(r->seq.block_ids.size()) - r->seq.released_blocks;
+    blocks += std::max(0, hold - held);
   }
   return blocks;
 }
@@ -254,8 +255,8 @@ bool DecodeScheduler::AdmitOne(std::unique_ptr<Running>& r) {
   // alone.
   r->input = job.prompt;
   r->input.insert(r->input.end(), r->generated.begin(), r->generated.end());
-  const int bt = runner_->block_tokens();
-  const int needed = (static_cast<int>(r->input.size()) + 1 + bt - 1) / bt;
+  const int needed =
+      runner_->BlocksToHold(static_cast<int>(r->input.size()) + 1, options_.prefill_chunk);
   if (!running_.empty() && runner_->pool().num_free_blocks() < BlocksReserved() + needed) {
     return false;  // wait for running sequences to free blocks
   }

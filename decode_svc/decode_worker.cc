@@ -84,7 +84,8 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Start(
     SS_LOG_INFO("decode worker KV transfer: UCX {}, transports {}", ucx.ucx_version, ucx.resources);
   }
   w->reservations_ = std::make_unique<KvReservationTable>(
-      &w->runner_->mutable_pool(), w->runner_->block_tokens(), options.kv_lease, w->staging_.get());
+      &w->runner_->mutable_pool(), w->runner_->block_tokens(), options.kv_lease, w->staging_.get(),
+      w->runner_->rolling_window());
   DecodeSchedulerOptions sched = options.scheduler;
   sched.eos_ids = w->source_.tokenizer->eos_ids();
   // The runner's chunking flags shape the scheduler's steps (--max-step-tokens, --prefill-chunk).

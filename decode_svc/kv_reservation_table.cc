@@ -1,21 +1,43 @@
 #include "decode_svc/kv_reservation_table.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/kv/block_hash.h"
 
 namespace sparseserve::decode {
 
 KvReservationTable::KvReservationTable(kv::KvBlockPool* pool, int block_tokens,
-                                       absl::Duration lease, KvStagingArea* staging)
-    : pool_(pool), block_tokens_(block_tokens), lease_(lease), staging_(staging) {}
+                                       absl::Duration lease, KvStagingArea* staging,
+                                       int rolling_window)
+    : pool_(pool),
+      block_tokens_(block_tokens),
+      rolling_window_(rolling_window),
+      lease_(lease),
+      staging_(staging) {}
 
 absl::StatusOr<KvReservation> KvReservationTable::Reserve(absl::Span<const int32_t> prompt) {
   if (prompt.empty()) return absl::InvalidArgumentError("ReserveKv: empty prompt");
   const int n = static_cast<int>(prompt.size());
   const int needed = (n + block_tokens_ - 1) / block_tokens_;
   std::vector<int32_t> blocks = pool_->Match(kv::ComputeBlockHashes(prompt, block_tokens_));
-  const int cached = static_cast<int>(blocks.size());
-  absl::StatusOr<std::vector<int32_t>> fresh = pool_->Allocate(needed - cached);
+  int cached = static_cast<int>(blocks.size());
+  // Rolling KV: the first token generated after the prompt (KV index n) sees keys
+  // > n - window; blocks wholly before that are neither reserved nor sent (as
+  // ModelRunner::ReleaseOutOfWindowBlocks would release them at once).
+  const int dead =
+      rolling_window_ > 0 ? std::clamp((n - rolling_window_ + 1) / block_tokens_, 0, needed) : 0;
+  if (dead > 0) {
+    const int drop = std::min(dead, cached);
+    pool_->Release(absl::MakeConstSpan(blocks).subspan(0, drop));
+    std::fill(blocks.begin(), blocks.begin() + drop, kv::kNoBlock);
+    if (cached <= dead) {
+      blocks.resize(dead, kv::kNoBlock);
+      cached = 0;  // no hit the prompt's next tokens can use
+    }
+  }
+  const int first_remote = static_cast<int>(blocks.size());
+  absl::StatusOr<std::vector<int32_t>> fresh = pool_->Allocate(needed - first_remote);
   if (!fresh.ok()) {
     pool_->Release(blocks);
     return fresh.status();
@@ -23,7 +45,7 @@ absl::StatusOr<KvReservation> KvReservationTable::Reserve(absl::Span<const int32
   blocks.insert(blocks.end(), fresh->begin(), fresh->end());
   KvStagingLease staging;
   if (staging_ != nullptr) {
-    absl::StatusOr<KvStagingLease> leased = staging_->Allocate(needed - cached);
+    absl::StatusOr<KvStagingLease> leased = staging_->Allocate(needed - first_remote);
     if (!leased.ok()) {
       pool_->Release(blocks);
       return leased.status();
@@ -32,7 +54,7 @@ absl::StatusOr<KvReservation> KvReservationTable::Reserve(absl::Span<const int32
   }
   KvReservation r;
   r.block_ids = std::move(blocks);
-  r.first_remote_block = cached;
+  r.first_remote_block = first_remote;
   r.cached_tokens = cached * block_tokens_;
   r.num_prompt_tokens = n;
   r.staging_block_ids = staging.block_ids();

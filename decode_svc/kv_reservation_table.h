@@ -30,9 +30,13 @@ namespace sparseserve::decode {
 
 struct KvReservation {
   std::string id;
-  std::vector<int32_t> block_ids;  // KV pool blocks covering the whole prompt, in order
-  int first_remote_block = 0;      // blocks before it came from the local prefix cache
-  int cached_tokens = 0;           // = first_remote_block * block_tokens
+  // KV pool blocks covering the whole prompt, in order. Under rolling KV the blocks before the
+  // window of the prompt's next token are kv::kNoBlock: nobody reads them, so none is reserved
+  // or sent.
+  std::vector<int32_t> block_ids;
+  // Blocks before it came from the local prefix cache (or are outside the window).
+  int first_remote_block = 0;
+  int cached_tokens = 0;  // prompt tokens served by the local prefix cache
   int num_prompt_tokens = 0;
   // With staging: the staging block receiving block_ids[first_remote_block + i] is
   // staging_block_ids[i] (block_ids.size() - first_remote_block of them). Empty without staging.
@@ -49,8 +53,9 @@ struct TakenKvReservation {
 class KvReservationTable {
  public:
   // `pool` and `staging` (null: no staging) are borrowed and must outlive the table.
+  // `rolling_window` > 0: the model's every layer has that window (ModelRunner::rolling_window).
   KvReservationTable(kv::KvBlockPool* pool, int block_tokens, absl::Duration lease,
-                     KvStagingArea* staging = nullptr);
+                     KvStagingArea* staging = nullptr, int rolling_window = 0);
 
   // kResourceExhausted when the pool or the staging area cannot hold the prompt (nothing is kept
   // then); kInvalidArgument for an empty prompt.
@@ -76,6 +81,7 @@ class KvReservationTable {
   };
   kv::KvBlockPool* pool_;
   const int block_tokens_;
+  const int rolling_window_;
   const absl::Duration lease_;
   KvStagingArea* staging_;
   mutable absl::Mutex mu_;

@@ -137,11 +137,12 @@ void PrefillEngine::ApplyAborts() {
 }
 
 int PrefillEngine::BlocksReserved() const {
-  const int bt = runner_->block_tokens();
   int blocks = 0;
   for (const auto& r : running_) {
-    const int total = (static_cast<int>(r->task.prompt.size()) + bt - 1) / bt;
-    blocks += std::max(0, total - static_cast<int>(r->seq.block_ids.size()));
+    const int hold =
+        runner_->BlocksToHold(static_cast<int>(r->task.prompt.size()), options_.prefill_chunk);
+    const int held = static_cast<int>(r->seq.block_ids.size()) - r->seq.released_blocks;
+    blocks += std::max(0, hold - held);
   }
   return blocks;
 }
@@ -195,7 +196,10 @@ bool PrefillEngine::AdmitOne(std::unique_ptr<Running>& r) {
   // Admitted while the pool can hold the whole prompt beside what the running prompts will still
   // take, so a step never runs out of blocks half-way through the batch; when nothing runs the
   // prompt either fits or fails alone.
-  if (!running_.empty() && runner_->pool().num_free_blocks() < BlocksReserved() + needed) {
+  if (!running_.empty() &&
+      runner_->pool().num_free_blocks() <
+          BlocksReserved() + runner_->BlocksToHold(static_cast<int>(task.prompt.size()),
+                                                   options_.prefill_chunk)) {
     return false;
   }
   if (target != nullptr) {

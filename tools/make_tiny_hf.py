@@ -13,8 +13,15 @@ It writes, from text this script owns (CORPUS below) and fixed seeds:
   tiny_qwen2/   Qwen2 with q/k/v biases, tied embeddings, byte-level BPE with Qwen2's pattern
   tokenizers/   gpt2_style.json and llama3_style.json (byte-level BPE with those patterns) and
                 tokenizers_golden.json with the ids of TEST_STRINGS for every tokenizer
+  tiny_mistral/     Mistral (Llama blocks) with a 64-token sliding window on every layer, the
+                    tiny_llama tokenizer (rolling KV, issue 17)
+  tiny_qwen2_swa/   Qwen2 with use_sliding_window: a 64-token window on layer 1 only
+                    (max_window_layers = 1), the tiny_qwen2 tokenizer
 golden.json holds, per prompt: the token ids, the top-5 logits at every prompt position, and
-16 greedy continuation tokens (no EOS stop), computed by transformers in float32.
+16 greedy continuation tokens (no EOS stop), computed by transformers in float32. The windowed
+models' golden.json also has "long": a prompt several windows long with the top-5 logits at every
+position and 200 greedy tokens after it (transformers' eager attention with its sliding-window
+mask is the brute-force reference). `--models tiny_mistral,tiny_qwen2_swa` writes only those.
 """
 import argparse
 import json
@@ -157,7 +164,33 @@ def golden(model, tok, eos_id):
     return out
 
 
-def save(model, tok, dirname, eos_id):
+def long_golden(model, tok, steps=200):
+    """A prompt of about five 64-token windows and its greedy continuation, one forward pass per
+    token over the whole sequence (no KV cache: nothing but the mask decides what is seen)."""
+    text = " ".join(CORPUS_LINES[i % len(CORPUS_LINES)] for i in range(12))
+    ids = tok.encode(text).ids[:300]
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0]
+        top5 = [{"ids": row.topk(5).indices.tolist(), "logits": row.topk(5).values.tolist()}
+                for row in logits]
+        seq = list(ids)
+        for _ in range(steps):
+            seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
+        # The window must matter: the same weights with full attention give other logits.
+        window = model.config.sliding_window
+        try:
+            model.config.sliding_window = None
+            full = model(torch.tensor([ids])).logits[0]
+            print(f"{model.config.model_type}: window {window}, last-row logits differ from full "
+                  f"attention by {float((full[-1] - logits[-1]).abs().max()):.4f}")
+        except Exception as e:  # the check is informative only
+            print(f"{model.config.model_type}: full-attention comparison skipped: {e}")
+        finally:
+            model.config.sliding_window = window
+    return {"ids": ids, "top5": top5, "greedy": seq[len(ids):]}
+
+
+def save(model, tok, dirname, eos_id, long=False):
     os.makedirs(dirname, exist_ok=True)
     model.save_pretrained(dirname, safe_serialization=True)
     tok.save(os.path.join(dirname, "tokenizer.json"))
@@ -165,17 +198,29 @@ def save(model, tok, dirname, eos_id):
         path = os.path.join(dirname, extra)
         if os.path.exists(path):
             os.remove(path)
+    out = golden(model, tok, eos_id)
+    if long:
+        out["long"] = long_golden(model, tok)
     with open(os.path.join(dirname, "golden.json"), "w") as f:
-        json.dump(golden(model, tok, eos_id), f, ensure_ascii=False, indent=1)
+        json.dump(out, f, ensure_ascii=False, indent=1)
 
 
 def main():
     import transformers
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
+                              Qwen2Config, Qwen2ForCausalLM)
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="tests/data")
+    ap.add_argument("--models", default="all",
+                    help="comma-separated subset of tiny_llama, tiny_qwen2, tokenizers, "
+                         "tiny_mistral, tiny_qwen2_swa (default: all)")
     args = ap.parse_args()
+    wanted = set(args.models.split(",")) if args.models != "all" else None
+
+    def want(name):
+        return wanted is None or name in wanted
+
     torch.manual_seed(0)
     lines = corpus()
 
@@ -190,7 +235,8 @@ def main():
         tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, initializer_range=0.3,
         torch_dtype="float32")
     llama = LlamaForCausalLM(llama_cfg).float().eval()
-    save(llama, llama_tok, os.path.join(args.out, "tiny_llama"), 2)
+    if want("tiny_llama"):
+        save(llama, llama_tok, os.path.join(args.out, "tiny_llama"), 2)
 
     qwen_tok = byte_level_tokenizer(lines, 400, QWEN2_PATTERN,
                                     ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], nfc=True)
@@ -206,7 +252,34 @@ def main():
         for layer in qwen.model.layers:
             for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
                 proj.bias.normal_(0.0, 0.3)
-    save(qwen, qwen_tok, os.path.join(args.out, "tiny_qwen2"), qwen_eos)
+    if want("tiny_qwen2"):
+        save(qwen, qwen_tok, os.path.join(args.out, "tiny_qwen2"), qwen_eos)
+
+    # Sliding-window models (issue 17), seeded on their own so they do not disturb the others.
+    if want("tiny_mistral"):
+        torch.manual_seed(17)
+        mistral_cfg = MistralConfig(
+            vocab_size=llama_tok.get_vocab_size(), hidden_size=64, intermediate_size=160,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            max_position_embeddings=512, sliding_window=64, rms_norm_eps=1e-5,
+            rope_theta=10000.0, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+            initializer_range=0.3, torch_dtype="float32", attn_implementation="eager")
+        mistral = MistralForCausalLM(mistral_cfg).float().eval()
+        save(mistral, llama_tok, os.path.join(args.out, "tiny_mistral"), 2, long=True)
+    if want("tiny_qwen2_swa"):
+        torch.manual_seed(18)
+        swa_cfg = Qwen2Config(
+            vocab_size=qwen_tok.get_vocab_size(), hidden_size=64, intermediate_size=128,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
+            max_position_embeddings=512, rms_norm_eps=1e-6, rope_theta=1000000.0,
+            use_sliding_window=True, sliding_window=64, max_window_layers=1,
+            tie_word_embeddings=True, bos_token_id=qwen_eos, eos_token_id=qwen_eos,
+            initializer_range=0.3, torch_dtype="float32", attn_implementation="eager")
+        swa = Qwen2ForCausalLM(swa_cfg).float().eval()
+        save(swa, qwen_tok, os.path.join(args.out, "tiny_qwen2_swa"), qwen_eos, long=True)
+    if not want("tokenizers"):
+        print(f"wrote {args.models} with transformers {transformers.__version__}")
+        return
 
     tok_dir = os.path.join(args.out, "tokenizers")
     os.makedirs(tok_dir, exist_ok=True)

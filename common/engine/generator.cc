@@ -164,6 +164,7 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
   result.decode_attention_density = seq.decode_attention_density();
   result.selection_cache_hits = seq.selection_cache_hits;
   result.selection_cache_queries = seq.selection_cache_queries;
+  result.peak_kv_blocks = seq.peak_blocks;
   runner_->Release(seq);
   SS_RETURN_IF_ERROR(status);
   const std::string tail = decoder.Flush();

@@ -50,6 +50,8 @@ struct GenerationResult {
   int decode_steps = 0;
   int64_t spec_draft_tokens = 0;
   int64_t spec_accepted_tokens = 0;
+  // The most KV blocks the sequence held at once (bounded by the window under rolling KV).
+  int peak_kv_blocks = 0;
   double time_to_first_token_s = 0;  // from the call to the first sampled token
   double total_s = 0;
 };

@@ -116,6 +116,7 @@ absl::StatusOr<kernels::AttentionPattern> ModelRunner::PrefillPattern(const Atte
       pattern.minference = minference_;
     }
   }
+  SS_RETURN_IF_ERROR(CheckModelWindow(pattern, "prefill"));
   SS_RETURN_IF_ERROR(CheckTokenSelectCapacity(pattern));
   SS_RETURN_IF_ERROR(backend().SupportsAttention(pattern, config().head_dim));
   return pattern;
@@ -124,9 +125,20 @@ absl::StatusOr<kernels::AttentionPattern> ModelRunner::PrefillPattern(const Atte
 absl::StatusOr<kernels::AttentionPattern> ModelRunner::DecodePattern(
     const AttentionChoice& choice) const {
   const kernels::AttentionPattern pattern = AttentionPatternOf(choice);
+  SS_RETURN_IF_ERROR(CheckModelWindow(pattern, "decode"));
   SS_RETURN_IF_ERROR(CheckTokenSelectCapacity(pattern));
   SS_RETURN_IF_ERROR(backend().SupportsAttention(pattern, config().head_dim));
   return pattern;
+}
+
+absl::Status ModelRunner::CheckModelWindow(const kernels::AttentionPattern& pattern,
+                                          absl::string_view phase) const {
+  if (config().sliding_window == 0 || pattern.kind == kernels::AttentionMethodKind::kDense) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      phase, " attention ", AttentionMethodKindName(pattern.kind), ": this model has its own ",
+      config().sliding_window, "-token sliding window, which runs with dense attention only"));
 }
 
 absl::Status ModelRunner::CheckTokenSelectCapacity(const kernels::AttentionPattern& pattern) const {
@@ -147,7 +159,33 @@ ModelRunner::ModelRunner(std::unique_ptr<model::LlamaModel> model,
     : options_(options),
       model_(std::move(model)),
       cache_(std::move(cache)),
-      pool_(cache_->shape().num_blocks) {}
+      pool_(cache_->shape().num_blocks),
+      rolling_window_(model_->config().AllLayersWindowed() ? model_->config().sliding_window : 0) {}
+
+int ModelRunner::BlocksToHold(int tokens, int step_tokens) const {
+  const int bt = options_.block_tokens;
+  const int all = (tokens + bt - 1) / bt;
+  if (rolling_window_ == 0) return all;
+  // Before a step at KV index s its keys reach back to s - window + 1 (a block boundary may add
+  // one block), and the step adds up to step_tokens rows.
+  return std::min(all, (rolling_window_ - 1 + step_tokens + bt - 1) / bt + 1);
+}
+
+void ModelRunner::ReleaseOutOfWindowBlocks(SequenceKv& seq) {
+  if (rolling_window_ == 0) return;
+  const int bt = options_.block_tokens;
+  // The next query (KV index tokens.size()) sees keys > tokens.size() - window: blocks whose
+  // last key is at or before that are never read again.
+  const int64_t first_seen = static_cast<int64_t>(seq.tokens.size()) - rolling_window_ + 1;
+  const int dead = static_cast<int>(std::min<int64_t>(
+      std::max<int64_t>(0, first_seen / bt), static_cast<int64_t>(seq.block_ids.size())));
+  if (dead <= seq.released_blocks) return;
+  const absl::Span<int32_t> gone =
+      absl::MakeSpan(seq.block_ids).subspan(seq.released_blocks, dead - seq.released_blocks);
+  pool_.Release(gone);
+  std::fill(gone.begin(), gone.end(), kv::kNoBlock);
+  seq.released_blocks = dead;
+}
 
 ModelRunner::~ModelRunner() = default;
 
@@ -167,7 +205,9 @@ void ModelRunner::RegisterFullBlocks(SequenceKv& seq) {
     seq.block_hashes.push_back(h);
     // Another sequence may already have registered the same content; then this block simply
     // stays uncached, which is harmless.
-    if (options_.enable_prefix_cache) pool_.Register(h, seq.block_ids[b]);
+    if (options_.enable_prefix_cache && seq.block_ids[b] != kv::kNoBlock) {
+      pool_.Register(h, seq.block_ids[b]);
+    }
   }
 }
 
@@ -217,6 +257,7 @@ absl::StatusOr<int> ModelRunner::BeginPrefill(absl::Span<const int32_t> prompt, 
   seq.block_hashes.assign(hashes.begin(), hashes.begin() + hit.size());
   seq.tokens.assign(prompt.begin(), prompt.begin() + hit.size() * bt);
   seq.num_cached_prompt_tokens = static_cast<int>(hit.size()) * bt;
+  ReleaseOutOfWindowBlocks(seq);
   return seq.num_cached_prompt_tokens;
 }
 
@@ -268,12 +309,18 @@ absl::StatusOr<std::vector<model::ForwardSequence>> ModelRunner::PrepareStep(
     SequenceKv& s = *r.seq;
     const size_t total = s.tokens.size() + r.tokens.size();
     while (s.block_ids.size() * bt < total) s.block_ids.push_back(fresh[next_fresh++]);
+    s.peak_blocks =
+        std::max(s.peak_blocks, static_cast<int>(s.block_ids.size()) - s.released_blocks);
     model::ForwardSequence& f = batch[i];
     f.tokens = r.tokens;
     f.start_pos = static_cast<int32_t>(s.tokens.size());
     f.positions = r.positions;
     f.mask = r.mask;
     f.block_table = s.block_ids;
+    // Released blocks are outside every window, so no key of theirs is visible; kernels that
+    // load whole tiles may still touch their rows: block 0 is valid (zero-filled or another
+    // sequence's) memory whose values the window discards.
+    std::fill(f.block_table.begin(), f.block_table.begin() + s.released_blocks, 0);
     f.logits = r.sample;
     f.pattern = r.pattern;
     f.state_slot = state_slots[i];
@@ -288,6 +335,7 @@ void ModelRunner::FinishStep(absl::Span<const StepRows> rows) {
     } else {
       r.seq->tokens.insert(r.seq->tokens.end(), r.tokens.begin(), r.tokens.end());
       RegisterFullBlocks(*r.seq);
+      ReleaseOutOfWindowBlocks(*r.seq);
     }
   }
 }
@@ -393,6 +441,7 @@ absl::Status ModelRunner::Commit(SequenceKv& seq, absl::Span<const int32_t> keep
   seq.pending_tokens.clear();
   TrimBlocks(seq);
   RegisterFullBlocks(seq);
+  ReleaseOutOfWindowBlocks(seq);
   return absl::OkStatus();
 }
 
@@ -494,8 +543,15 @@ absl::Status ModelRunner::AdoptPrefilledKv(absl::Span<const int32_t> prompt,
   }
   seq.tokens.assign(prompt.begin(), prompt.end());
   seq.block_ids = std::move(block_ids);
+  // Under rolling KV the blocks before the window may come as kv::kNoBlock (never sent).
+  while (seq.released_blocks < static_cast<int>(seq.block_ids.size()) &&
+         seq.block_ids[seq.released_blocks] == kv::kNoBlock) {
+    ++seq.released_blocks;
+  }
   seq.id = next_sequence_id_++;
   RegisterFullBlocks(seq);
+  ReleaseOutOfWindowBlocks(seq);
+  seq.peak_blocks = static_cast<int>(seq.block_ids.size()) - seq.released_blocks;
   return absl::OkStatus();
 }
 

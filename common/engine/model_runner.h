@@ -78,8 +78,13 @@ struct ModelRunnerOptions {
 
 // KV state of one sequence. Owned by the caller; handed to the runner for every step.
 struct SequenceKv {
-  std::vector<int32_t> tokens;              // tokens whose K/V are in the cache, in order
-  std::vector<int32_t> block_ids;           // blocks holding them (pool references owned here)
+  std::vector<int32_t> tokens;  // tokens whose K/V are in the cache, in order
+  // Blocks holding them (pool references owned here). Under rolling KV (a model whose every
+  // layer has a sliding window) the leading `released_blocks` entries are kv::kNoBlock: their
+  // tokens left the window and the blocks went back to the pool.
+  std::vector<int32_t> block_ids;
+  int released_blocks = 0;
+  int peak_blocks = 0;                      // most blocks it held at once (rolling KV's bound)
   std::vector<kv::BlockHash> block_hashes;  // chained hashes of the full blocks so far
   int num_cached_prompt_tokens = 0;         // prompt tokens served by the prefix cache
   // The speculative rows of its last step, at KV indices tokens.size() ...: Commit keeps some.
@@ -205,7 +210,8 @@ class ModelRunner {
 
   // Takes over a prompt whose K/V a prefill worker already wrote into `block_ids` (allocated
   // from pool() by the caller, references handed over to `seq`). Registers its full blocks in
-  // the prefix cache. kInvalidArgument when the blocks cannot hold the prompt.
+  // the prefix cache. Under rolling KV, leading entries may be kv::kNoBlock (blocks before the
+  // window, never sent). kInvalidArgument when the blocks cannot hold the prompt.
   absl::Status AdoptPrefilledKv(absl::Span<const int32_t> prompt, std::vector<int32_t> block_ids,
                                 SequenceKv& seq);
 
@@ -236,6 +242,12 @@ class ModelRunner {
 
   const model::ModelConfig& config() const { return model_->config(); }
   int max_context() const { return model_->config().max_position_embeddings; }
+  // The window of a rolling-KV model (every layer windowed: blocks that left it return to the
+  // pool as a sequence goes on), else 0.
+  int rolling_window() const { return rolling_window_; }
+  // The most blocks a sequence holds while its KV grows to `tokens` entries in steps of up to
+  // `step_tokens` rows: all of them, or under rolling KV the window and one step's rows.
+  int BlocksToHold(int tokens, int step_tokens) const;
   const kv::KvBlockPool& pool() const { return pool_; }
   kv::KvBlockPool& mutable_pool() { return pool_; }
   // The KV memory, e.g. for registering it with a transport. Written only by forward steps.
@@ -290,11 +302,17 @@ class ModelRunner {
   void RegisterFullBlocks(SequenceKv& seq);
   // Returns the blocks of `seq` past what its committed and pending rows need.
   void TrimBlocks(SequenceKv& seq);
+  // Rolling KV: returns the blocks no query of `seq` can see any more to the pool.
+  void ReleaseOutOfWindowBlocks(SequenceKv& seq);
+  // kInvalidArgument when `pattern` is not dense on a model with its own sliding window.
+  absl::Status CheckModelWindow(const kernels::AttentionPattern& pattern,
+                                absl::string_view phase) const;
 
   ModelRunnerOptions options_;
   std::unique_ptr<model::LlamaModel> model_;
   std::unique_ptr<model::PagedKvCache> cache_;
   kv::KvBlockPool pool_;
+  int rolling_window_ = 0;  // see rolling_window()
   std::unique_ptr<SequenceStateTable> state_;
   std::shared_ptr<const kernels::MInferenceConfig> minference_;  // options.minference_config's
   uint64_t next_sequence_id_ = 1;

@@ -63,6 +63,7 @@ void KvBlockPool::Retain(absl::Span<const int32_t> block_ids) {
 void KvBlockPool::Release(absl::Span<const int32_t> block_ids) {
   absl::MutexLock lock(&mu_);
   for (const int32_t id : block_ids) {
+    if (id == kNoBlock) continue;
     CheckId(id);
     int32_t& count = ref_counts_[static_cast<size_t>(id)];
     SS_CHECK(count > 0);  // double release

@@ -35,6 +35,10 @@ struct PrefixCacheStats {
   int num_cached_blocks = 0;  // blocks currently backing a hash (in use or evictable)
 };
 
+// An entry of a sequence's block list that holds no block: a block a rolling-KV model released
+// because it left every layer's window (ModelConfig::AllLayersWindowed). Release skips it.
+inline constexpr int32_t kNoBlock = -1;
+
 class KvBlockPool {
  public:
   // Block ids are [0, num_blocks). REQUIRES: num_blocks >= 0.
@@ -52,8 +56,9 @@ class KvBlockPool {
   // REQUIRES: every id is in use (reference count > 0).
   void Retain(absl::Span<const int32_t> block_ids);
 
-  // Drops one reference from each block; at 0 it becomes free, or evictable if cached.
-  // REQUIRES: every id is in use (each occurrence matches an earlier Allocate/Retain/Match).
+  // Drops one reference from each block; at 0 it becomes free, or evictable if cached. Entries
+  // equal to kNoBlock are skipped.
+  // REQUIRES: every other id is in use (each occurrence matches an earlier Allocate/Retain/Match).
   void Release(absl::Span<const int32_t> block_ids);
 
   // Records that in-use, full block `block_id` holds the tokens whose chained hash is `hash`.

@@ -124,6 +124,11 @@ absl::StatusOr<LlamaModel::StepInputs> LlamaModel::FlattenBatch(
                                                      blocks_needed, " KV blocks, has ",
                                                      seq.block_table.size()));
     }
+    if (c.sliding_window > 0 && seq.pattern.kind != kernels::AttentionMethodKind::kDense) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Forward: sequence ", s, ": a model with its own sliding window (", c.sliding_window,
+          " tokens) runs dense attention only"));
+    }
     in.decode_only = in.decode_only && n == 1 && seq.mask.empty() &&
                      seq.pattern.kind != kernels::AttentionMethodKind::kMInference;
     kernels::SequenceAttention sa;
@@ -158,6 +163,16 @@ absl::StatusOr<LlamaModel::StepInputs> LlamaModel::FlattenBatch(
       in.ids.push_back(seq.tokens[i]);
       in.positions.push_back(pos);
       in.slots.push_back(block * block_tokens + index % block_tokens);
+    }
+  }
+  if (c.sliding_window > 0) {
+    kernels::AttentionPattern windowed;
+    windowed.kind = kernels::AttentionMethodKind::kSlidingWindow;
+    windowed.window = c.sliding_window;
+    in.mixed_windows = !c.AllLayersWindowed();
+    if (in.mixed_windows) in.window_attn = in.attn;
+    for (kernels::SequenceAttention& sa : (in.mixed_windows ? in.window_attn : in.attn).sequences) {
+      sa.pattern = windowed;
     }
   }
   return in;
@@ -196,8 +211,9 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
 
   // Decode steps take the step graph of their batch size where the backend has graphs; a probe
   // capture of nothing finds out once.
-  bool graph = in.decode_only && on_layer_kv_written == nullptr && attention_probe_ == nullptr &&
-               n <= step_graph_rows_ && m > 0;
+  // Models with windows on some layers only plan twice per step and run op by op.
+  bool graph = in.decode_only && !in.mixed_windows && on_layer_kv_written == nullptr &&
+               attention_probe_ == nullptr && n <= step_graph_rows_ && m > 0;
   if (graph && graph_support_ == GraphSupport::kUnknown) {
     graph_support_ = be.CaptureGraph([] { return absl::OkStatus(); }).ok() ? GraphSupport::kYes
                                                                            : GraphSupport::kNo;
@@ -238,7 +254,12 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
                         be.PlanAttention(in.shadow_attn, shape, shadow_step_workspace_));
     SS_ASSIGN_OR_RETURN(shadow, PrepareShadow(in, step_, shadow_plan));
   }
-  SS_RETURN_IF_ERROR(RunLayers(v, plan, in.shadow ? &shadow : nullptr, cache, on_layer_kv_written,
+  kernels::AttentionPlan window_plan;
+  if (in.mixed_windows) {
+    SS_ASSIGN_OR_RETURN(window_plan, be.PlanAttention(in.window_attn, shape, window_step_workspace_));
+  }
+  SS_RETURN_IF_ERROR(RunLayers(v, plan, in.mixed_windows ? &window_plan : nullptr,
+                               in.shadow ? &shadow : nullptr, cache, on_layer_kv_written,
                                attention_probe_ != nullptr ? &attention_probe_ : nullptr));
   return v;
 }
@@ -260,24 +281,24 @@ absl::Status LlamaModel::RunStepGraph(int64_t n, const StepViews& v,
   if (slot.graph != nullptr) {
     absl::Status launched = be.LaunchGraph(*slot.graph);
     // kUnimplemented: the backend wants this step op by op (per-op timing is on).
-    if (absl::IsUnimplemented(launched)) return RunLayers(v, plan, shadow, cache, nullptr);
+    if (absl::IsUnimplemented(launched)) return RunLayers(v, plan, nullptr, shadow, cache, nullptr);
     return launched;
   }
   // A size's first step runs op by op: what ops create lazily (GEMM plans, workspaces) must
   // exist before a capture, which may not allocate.
   if (!slot.warmed || slot.failed) {
     slot.warmed = true;
-    return RunLayers(v, plan, shadow, cache, nullptr);
+    return RunLayers(v, plan, nullptr, shadow, cache, nullptr);
   }
   absl::StatusOr<std::unique_ptr<kernels::StepGraph>> captured =
-      be.CaptureGraph([&] { return RunLayers(v, plan, shadow, cache, nullptr); });
+      be.CaptureGraph([&] { return RunLayers(v, plan, nullptr, shadow, cache, nullptr); });
   if (!captured.ok()) {
     if (!absl::IsUnimplemented(captured.status())) {
       SS_LOG_WARNING("decode steps of {} sequences run op by op: graph capture failed: {}", n,
                      captured.status().ToString());
       slot.failed = true;
     }
-    return RunLayers(v, plan, shadow, cache, nullptr);
+    return RunLayers(v, plan, nullptr, shadow, cache, nullptr);
   }
   slot.graph = *std::move(captured);
   slot.kv_base = kv_base;
@@ -292,8 +313,9 @@ absl::Status LlamaModel::RunStepGraph(int64_t n, const StepViews& v,
 }
 
 absl::Status LlamaModel::RunLayers(
-    const StepViews& v, const kernels::AttentionPlan& plan, const ShadowPass* shadow,
-    PagedKvCache& cache, const std::function<absl::Status(int layer)>& on_layer_kv_written,
+    const StepViews& v, const kernels::AttentionPlan& plan,
+    const kernels::AttentionPlan* window_plan, const ShadowPass* shadow, PagedKvCache& cache,
+    const std::function<absl::Status(int layer)>& on_layer_kv_written,
     const AttentionProbe* probe) {
   const ModelConfig& c = config_;
   kernels::Backend& be = *backend_;
@@ -318,15 +340,17 @@ absl::Status LlamaModel::RunLayers(
     SS_RETURN_IF_ERROR(be.RopeWriteKv(v.qkv, v.positions, inv_freq_, v.slots, q, cache.layer(l)));
     if (on_layer_kv_written) SS_RETURN_IF_ERROR(on_layer_kv_written(l));
     // Sparse methods build this layer's index from its queries and keys (attention_plan.h).
-    SS_RETURN_IF_ERROR(be.BuildAttentionIndex(plan, q, cache.layer(l), l));
-    SS_RETURN_IF_ERROR(be.Attention(plan, q, cache.layer(l), l, attn_out));
+    const kernels::AttentionPlan& layer_plan =
+        window_plan != nullptr && c.windowed_layers[l] ? *window_plan : plan;
+    SS_RETURN_IF_ERROR(be.BuildAttentionIndex(layer_plan, q, cache.layer(l), l));
+    SS_RETURN_IF_ERROR(be.Attention(layer_plan, q, cache.layer(l), l, attn_out));
     if (shadow != nullptr) {  // the dense reference (needs no index) and the comparison
       const int64_t k = shadow->count;
       SS_RETURN_IF_ERROR(be.Attention(*shadow->plan, q, cache.layer(l), l, shadow->out));
       SS_RETURN_IF_ERROR(be.RelativeL2Error(attn_out, shadow->out, shadow->ranges,
                                             shadow->errors.Slice(0, l * k, (l + 1) * k)));
     }
-    if (probe != nullptr) SS_RETURN_IF_ERROR((*probe)(l, plan, q, cache.layer(l), attn_out));
+    if (probe != nullptr) SS_RETURN_IF_ERROR((*probe)(l, layer_plan, q, cache.layer(l), attn_out));
     SS_RETURN_IF_ERROR(be.Linear(attn2, w.wo, w.bo, branch));
     SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, w.ffn_norm, c.rms_norm_eps, x));
     SS_RETURN_IF_ERROR(be.Linear(x, w.w_gate_up, Tensor(), v.gate_up));

@@ -196,6 +196,10 @@ class LlamaModel {
     std::vector<int32_t> ids, positions, slots, logit_rows;
     kernels::AttentionBatch attn;
     bool decode_only = true;  // every sequence adds one unmasked token (graph-able)
+    // A model with windows on some layers only (Qwen2's max_window_layers): those layers'
+    // attention batch, each sequence under the model's window (attn serves the other layers).
+    bool mixed_windows = false;
+    kernels::AttentionBatch window_attn;
     // A shadowed step's dense reference: its sparse sequences with the kDense pattern, their
     // rows as int32 (first row, count) pairs, and the record of each (layer filled later).
     bool shadow = false;
@@ -257,8 +261,10 @@ class LlamaModel {
       const std::function<absl::Status(int layer)>& on_layer_kv_written);
   // The step's device ops, embedding to logits: what a step graph records.
   // `probe` (attention_probe_ on op-by-op steps, null under graphs) runs after each Attention.
+  // `window_plan`, when not null, serves the model's windowed layers (StepInputs::window_attn).
   absl::Status RunLayers(const StepViews& v, const kernels::AttentionPlan& plan,
-                         const ShadowPass* shadow, PagedKvCache& cache,
+                         const kernels::AttentionPlan* window_plan, const ShadowPass* shadow,
+                         PagedKvCache& cache,
                          const std::function<absl::Status(int layer)>& on_layer_kv_written,
                          const AttentionProbe* probe = nullptr);
   // RunLayers through the step graph of batch size `n` (and shadow flag; capturing it on its
@@ -289,6 +295,7 @@ class LlamaModel {
   // Where each step's attention plan lives: op-by-op steps plan into one, graph steps into the
   // other, so a prefill chunk that grows its workspace does not invalidate the graphs.
   kernels::AttentionWorkspace step_workspace_, graph_workspace_;
+  kernels::AttentionWorkspace window_step_workspace_;  // StepInputs::window_attn's plan
   // The shadow monitor (set_shadow_dense): its dense plans' workspaces (as above), the draw, and
   // the step in flight's records and device errors until ReadShadowErrors.
   kernels::AttentionWorkspace shadow_step_workspace_, shadow_graph_workspace_;

@@ -1,5 +1,6 @@
 #include "common/model/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <limits>
@@ -229,23 +230,48 @@ absl::StatusOr<ModelConfig> ParseHfConfigJson(const Json& json, absl::string_vie
   if (config.arch == ModelArch::kQwen2) {
     SS_ASSIGN_OR_RETURN(bool sliding, fields.Bool("use_sliding_window", false));
     if (sliding) {
-      return absl::UnimplementedError(absl::StrCat(source, ": use_sliding_window unsupported"));
+      SS_ASSIGN_OR_RETURN(int window, fields.Int("sliding_window", 1, false, 0));
+      // transformers' Qwen2: layers from max_window_layers on use the window.
+      SS_ASSIGN_OR_RETURN(int first, fields.Int("max_window_layers", 0, false, config.num_layers));
+      std::vector<bool> windowed(config.num_layers, false);
+      for (int l = first; l < config.num_layers; ++l) windowed[l] = true;
+      // transformers >= 4.53 may list each layer's kind instead.
+      if (const Json* types = fields.Find("layer_types"); types != nullptr) {
+        if (!types->is_array() || static_cast<int>(types->size()) != config.num_layers) {
+          return fields.Error("layer_types", "must list one kind per layer");
+        }
+        for (int l = 0; l < config.num_layers; ++l) {
+          const Json& t = (*types)[l];
+          if (!t.is_string() || (t != "sliding_attention" && t != "full_attention")) {
+            return fields.Error("layer_types", "entries must be sliding_attention/full_attention");
+          }
+          windowed[l] = t == "sliding_attention";
+        }
+      }
+      if (window > 0 && window < config.max_position_embeddings &&
+          std::find(windowed.begin(), windowed.end(), true) != windowed.end()) {
+        config.sliding_window = window;
+        config.windowed_layers = std::move(windowed);
+      }
     }
   }
   if (config.arch == ModelArch::kMistral) {
     SS_ASSIGN_OR_RETURN(int window, fields.Int("sliding_window", 1, false, 0));
+    // A window that covers the whole context changes nothing.
     if (window > 0 && window < config.max_position_embeddings) {
-      // Full attention equals sliding-window attention while the context fits the window, so
-      // serving up to the window is exact; beyond it would silently differ from the model.
-      SS_LOG_WARNING("{}: sliding_window {} is not implemented; context limited to {} tokens",
-                     std::string(source), window, window);
-      config.max_position_embeddings = window;
+      config.sliding_window = window;
+      config.windowed_layers.assign(config.num_layers, true);
     }
   }
   return config;
 }
 
 }  // namespace
+
+bool ModelConfig::AllLayersWindowed() const {
+  return sliding_window > 0 &&
+         std::all_of(windowed_layers.begin(), windowed_layers.end(), [](bool w) { return w; });
+}
 
 absl::string_view ModelArchName(ModelArch arch) {
   switch (arch) {
@@ -292,6 +318,11 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
     return error("num_kv_heads", "= ", c.num_kv_heads, " must divide num_heads = ", c.num_heads);
   }
   if (c.head_dim % 2 != 0) return error("head_dim", "= ", c.head_dim, " must be even for RoPE");
+  if (c.sliding_window < 0) return error("sliding_window", "= ", c.sliding_window, " must be >= 0");
+  if (c.sliding_window > 0 && static_cast<int>(c.windowed_layers.size()) != c.num_layers) {
+    return error("windowed_layers", "has ", c.windowed_layers.size(), " entries for ",
+                 c.num_layers, " layers");
+  }
   if (!(std::isfinite(c.rms_norm_eps) && c.rms_norm_eps > 0)) {
     return error("rms_norm_eps", "= ", c.rms_norm_eps, " must be finite and > 0");
   }

@@ -56,6 +56,16 @@ struct ModelConfig {
   int32_t bos_token_id = -1;         // -1: none
   std::vector<int32_t> eos_token_ids;
   DType weight_dtype = DType::kF32;  // `torch_dtype` / dominant GGUF tensor type
+  // The model's own sliding-window attention (Mistral `sliding_window`; Qwen2 with
+  // `use_sliding_window` on layers >= `max_window_layers`): on a windowed layer a query at KV
+  // index p sees keys k > p - sliding_window (itself included, no sinks), as transformers'
+  // sliding-window mask. 0 = every layer attends the whole context.
+  int sliding_window = 0;
+  std::vector<bool> windowed_layers;  // [num_layers] when sliding_window > 0, else empty
+
+  // True when every layer is windowed: keys that left the window are never read again, so
+  // their KV blocks can go back to the pool while the sequence keeps going (rolling KV).
+  bool AllLayersWindowed() const;
 };
 
 // Parses a Hugging Face config.json. `source` names the file in error messages.

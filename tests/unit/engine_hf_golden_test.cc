@@ -1,5 +1,7 @@
 // Tiny Hugging Face checkpoints (tools/make_tiny_hf.py, transformers float32): our tokenizer
-// ids, every prompt position's top-5 logits (1e-4 relative) and 16 greedy tokens must match.
+// ids, every prompt position's top-5 logits (1e-4 relative) and 16 greedy tokens must match; for
+// the sliding-window models also a prompt of several windows and 200 greedy tokens after it.
+#include <algorithm>
 #include <fstream>
 
 #include "common/core/thread_pool.h"
@@ -96,7 +98,83 @@ TEST_P(HfGoldenTest, GreedyContinuationMatchesTransformers) {
   EXPECT_EQ((*runner)->pool().num_used_blocks(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(TinyModels, HfGoldenTest, ::testing::Values("tiny_llama", "tiny_qwen2"));
+INSTANTIATE_TEST_SUITE_P(TinyModels, HfGoldenTest,
+                         ::testing::Values("tiny_llama", "tiny_qwen2", "tiny_mistral",
+                                           "tiny_qwen2_swa"));
+
+// Sliding-window models (issue 17): golden.json's "long" prompt spans about five windows and
+// transformers generated 200 tokens after it, one full forward pass per token (its eager
+// attention with the sliding-window mask: the brute-force reference).
+using HfWindowGoldenTest = HfGoldenTest;
+
+TEST_P(HfWindowGoldenTest, LongPromptLogitsMatchTransformersEverywhere) {
+  const auto& g = golden_["long"];
+  auto model = model::LlamaModel::Load(source_.config, *source_.weights, source_.naming, &backend_);
+  ASSERT_TRUE(model.ok()) << model.status();
+  model::ForwardSequence seq;
+  seq.tokens = g["ids"].get<std::vector<int32_t>>();
+  const int blocks = static_cast<int>(seq.tokens.size() + 15) / 16;
+  model::PagedKvCacheShape shape{source_.config.num_layers, blocks, 16,
+                                 source_.config.num_kv_heads, source_.config.head_dim};
+  auto cache = model::PagedKvCache::Create(shape, backend_);
+  ASSERT_TRUE(cache.ok());
+  for (int b = 0; b < blocks; ++b) seq.block_table.push_back(blocks - 1 - b);  // reversed
+  seq.logits = model::LogitRows::kAll;
+  auto logits = (*model)->Forward({seq}, **cache);
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  for (size_t row = 0; row < seq.tokens.size(); ++row) {
+    const auto& top5 = g["top5"][row];
+    for (int k = 0; k < 5; ++k) {
+      const int id = top5["ids"][k];
+      const float ref = top5["logits"][k];
+      const float got = logits->GetFloat({static_cast<int64_t>(row), id});
+      ASSERT_NEAR(got, ref, 1e-4f * std::max(1.0f, std::abs(ref)))
+          << GetParam() << " row " << row << " token " << id;
+    }
+  }
+}
+
+// Prefill in 16-token chunks and 200 greedy decode steps, with a KV pool too small for the whole
+// sequence (10 blocks of 16 tokens for 500) where every layer is windowed: blocks that left the
+// window go back to the pool as the sequence goes (rolling KV), at most window / block + 2 held.
+TEST_P(HfWindowGoldenTest, LongGreedyMatchesTransformersWithRollingKv) {
+  const auto& g = golden_["long"];
+  const model::ModelConfig& c = source_.config;
+  ASSERT_GT(c.sliding_window, 0);
+  ModelRunnerOptions options;
+  options.block_tokens = 16;
+  options.prefill_chunk_tokens = 16;
+  const bool rolling = c.AllLayersWindowed();
+  options.kv_cache_tokens = rolling ? 10 * 16 : 512;
+  auto runner = ModelRunner::Create(source_, &backend_, options);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  EXPECT_EQ((*runner)->rolling_window(), rolling ? c.sliding_window : 0);
+  const std::vector<int32_t> want = g["greedy"].get<std::vector<int32_t>>();
+  const int vocab = c.vocab_size;
+  SequenceKv seq;
+  auto logits = (*runner)->Prefill(g["ids"].get<std::vector<int32_t>>(), seq);
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  std::vector<int32_t> out;
+  for (size_t step = 0; step < want.size(); ++step) {
+    const float* row = logits->data<float>();
+    out.push_back(static_cast<int32_t>(std::max_element(row, row + vocab) - row));
+    if (step + 1 == want.size()) break;
+    logits = (*runner)->Decode({&seq}, {out.back()});
+    ASSERT_TRUE(logits.ok()) << logits.status() << " at step " << step;
+  }
+  EXPECT_EQ(out, want) << GetParam();
+  if (rolling) {
+    EXPECT_LE(seq.peak_blocks, c.sliding_window / 16 + 2);
+    EXPECT_GT(seq.released_blocks, 0);
+    // Only the window's blocks are still held.
+    EXPECT_LE((*runner)->pool().num_used_blocks(), c.sliding_window / 16 + 2);
+  }
+  (*runner)->Release(seq);
+  EXPECT_EQ((*runner)->pool().num_used_blocks(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(WindowedModels, HfWindowGoldenTest,
+                         ::testing::Values("tiny_mistral", "tiny_qwen2_swa"));
 
 }  // namespace
 }  // namespace sparseserve::engine

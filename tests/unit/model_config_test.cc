@@ -92,12 +92,33 @@ TEST(ModelConfigTest, ParsesMistralWithExplicitHeadDim) {
   EXPECT_EQ(c->max_position_embeddings, 1024000);  // sliding_window null: full attention
 }
 
-TEST(ModelConfigTest, MistralSlidingWindowLimitsTheContext) {
+TEST(ModelConfigTest, MistralSlidingWindowIsKeptOnEveryLayer) {
   std::string text = kMistral;
   text.replace(text.find("\"sliding_window\": null"), 22, "\"sliding_window\": 4096");
   auto c = ParseHfConfig(text, "mistral/config.json");
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->max_position_embeddings, 4096);
+  EXPECT_EQ(c->max_position_embeddings, 1024000);  // the context is not cut to the window
+  EXPECT_EQ(c->sliding_window, 4096);
+  ASSERT_EQ(c->windowed_layers.size(), static_cast<size_t>(c->num_layers));
+  EXPECT_TRUE(c->AllLayersWindowed());
+  EXPECT_TRUE(ValidateModelConfig(*c).ok());
+}
+
+TEST(ModelConfigTest, Qwen2SlidingWindowFromMaxWindowLayers) {
+  // transformers' Qwen2: layers >= max_window_layers use the window.
+  auto c = ParseHfConfig(
+      absl::StrReplaceAll(kQwen2, {{"\"use_sliding_window\": false", "\"use_sliding_window\": true"},
+                                   {"\"sliding_window\": 32768", "\"sliding_window\": 1024"}}),
+      "qwen2/config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->sliding_window, 1024);
+  ASSERT_EQ(c->windowed_layers.size(), static_cast<size_t>(c->num_layers));
+  for (int l = 0; l < c->num_layers; ++l) EXPECT_EQ(c->windowed_layers[l], l >= 21) << l;
+  EXPECT_FALSE(c->AllLayersWindowed());
+  // Without use_sliding_window, sliding_window is ignored (full attention everywhere).
+  auto full = ParseHfConfig(kQwen2, "qwen2/config.json");
+  ASSERT_TRUE(full.ok());
+  EXPECT_EQ(full->sliding_window, 0);
 }
 
 TEST(ModelConfigTest, DefaultsAndLinearScaling) {
@@ -194,9 +215,6 @@ TEST(ModelConfigTest, UnsupportedFeaturesAreUnimplemented) {
   ExpectError(Llama31With("\"rope_type\": \"llama3\"", "\"rope_type\": \"yarn\""), kUnimpl,
               "'yarn'");
   ExpectError(Llama31With("\"mlp_bias\": false", "\"mlp_bias\": true"), kUnimpl, "mlp_bias");
-  ExpectError(absl::StrReplaceAll(
-                  kQwen2, {{"\"use_sliding_window\": false", "\"use_sliding_window\": true"}}),
-              kUnimpl, "use_sliding_window");
 }
 
 TEST(ModelConfigTest, ValidateNamesTheField) {
