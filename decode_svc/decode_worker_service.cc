@@ -8,41 +8,11 @@
 #include "common/core/logging.h"
 #include "common/rpc/request_conversion.h"
 #include "common/rpc/status_conversion.h"
+#include "common/rpc/worker_conversion.h"
 
 namespace sparseserve::decode {
 
-v1::FinishReason ToProto(engine::FinishReason reason) {
-  switch (reason) {
-    case engine::FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
-    case engine::FinishReason::kStop: return v1::FINISH_REASON_STOP;
-    case engine::FinishReason::kContextFull: return v1::FINISH_REASON_CONTEXT;
-    case engine::FinishReason::kAborted: return v1::FINISH_REASON_ABORTED;
-  }
-  return v1::FINISH_REASON_UNSPECIFIED;
-}
-
-v1::KvLayout LayoutOf(const engine::ModelRunner& runner) {
-  v1::KvLayout layout;
-  layout.set_dtype(std::string(DTypeName(runner.cache().dtype())));
-  layout.set_block_tokens(runner.block_tokens());
-  layout.set_num_layers(runner.config().num_layers);
-  layout.set_num_kv_heads(runner.config().num_kv_heads);
-  layout.set_head_dim(runner.config().head_dim);
-  return layout;
-}
-
 namespace {
-
-// requests_total{finish_reason}: the same short values on every role.
-absl::string_view FinishLabel(engine::FinishReason reason) {
-  switch (reason) {
-    case engine::FinishReason::kLength: return "length";
-    case engine::FinishReason::kStop: return "stop";
-    case engine::FinishReason::kContextFull: return "context";
-    case engine::FinishReason::kAborted: return "aborted";
-  }
-  return "error";
-}
 
 // One Decode call. The scheduler's engine thread pushes tokens through the Sink (a separate,
 // co-owned object, so a late token after the client left touches no freed reactor); gRPC's
@@ -102,7 +72,7 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
       if (work.selection_cache_queries > 0 || work.attention_density < 1.0) {
         metrics_->sparse_attention_density_decode().Set(work.attention_density);
       }
-      metrics_->requests_finished(status.ok() ? FinishLabel(reason) : "error").Increment();
+      metrics_->requests_finished(status.ok() ? rpc::FinishReasonLabel(rpc::FinishReasonToProto(reason)) : "error").Increment();
       DecodeStream* to_write = nullptr;
       {
         absl::MutexLock lock(&shared_->mu);
@@ -156,7 +126,7 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
           response_.set_queue_seconds(shared_->queue_seconds);
         }
         if (shared_->finished) {
-          response_.set_finish_reason(ToProto(shared_->reason));
+          response_.set_finish_reason(rpc::FinishReasonToProto(shared_->reason));
           response_.set_decode_attention_density(shared_->work.attention_density);
           response_.set_selection_cache_hits(
               static_cast<int64_t>(shared_->work.selection_cache_hits));
@@ -302,7 +272,7 @@ grpc::ServerUnaryReactor* DecodeWorkerService::ReserveKv(grpc::CallbackServerCon
   }
   v1::KvReservation* out = response->mutable_reservation();
   out->set_reservation_id(r->id);
-  *out->mutable_layout() = LayoutOf(*runner_);
+  *out->mutable_layout() = rpc::KvLayoutOf(*runner_);
   out->set_ucx_worker_address(info_.kv_pool.worker_address);
   for (const std::string& rkey : info_.kv_pool.layer_rkeys) out->add_layer_rkeys(rkey);
   for (uint64_t base : info_.kv_pool.layer_base_addresses) out->add_layer_base_addresses(base);
@@ -354,7 +324,7 @@ grpc::ServerUnaryReactor* DecodeWorkerService::Status(grpc::CallbackServerContex
     response->set_num_total_staging_blocks(staging->num_blocks());
   }
   for (kv::BlockHash h : pool.CachedHashes()) response->add_cached_block_hashes(h);
-  *response->mutable_layout() = LayoutOf(*runner_);
+  *response->mutable_layout() = rpc::KvLayoutOf(*runner_);
   response->set_model(info_.model);
   response->set_max_context(runner_->max_context());
   response->set_vocab_size(runner_->config().vocab_size);

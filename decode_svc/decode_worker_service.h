@@ -61,10 +61,6 @@ class DecodeWorkerService final : public v1::DecodeWorker::CallbackService {
   kv::PrefixCacheStats reported_ ABSL_GUARDED_BY(stats_mu_);
 };
 
-// Proto <-> engine conversions shared by the workers (sampling: rpc::SamplingFromProto).
-v1::FinishReason ToProto(engine::FinishReason reason);
-v1::KvLayout LayoutOf(const engine::ModelRunner& runner);
-
 }  // namespace sparseserve::decode
 
 #endif  // SPARSESERVE_DECODE_SVC_DECODE_WORKER_SERVICE_H_

@@ -2,8 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc/request_conversion.h"
+#include "common/rpc/worker_conversion.h"
 #include "common/rpc/status_conversion.h"
-#include "decode_svc/decode_worker_service.h"
 
 namespace sparseserve::prefill {
 namespace {
@@ -130,7 +130,7 @@ grpc::ServerUnaryReactor* PrefillWorkerService::Status(grpc::CallbackServerConte
   response->set_num_running(stats.num_running);
   response->set_num_free_blocks(runner_->pool().num_free_blocks());
   response->set_num_total_blocks(runner_->pool().num_blocks());
-  *response->mutable_layout() = decode::LayoutOf(*runner_);
+  *response->mutable_layout() = rpc::KvLayoutOf(*runner_);
   response->set_model(model_);
   response->set_max_context(runner_->max_context());
   response->set_vocab_size(runner_->config().vocab_size);

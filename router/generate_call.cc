@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/core/logging.h"
 #include "common/rpc/status_conversion.h"
+#include "common/rpc/worker_conversion.h"
 
 namespace sparseserve::router {
 namespace {
@@ -13,13 +14,7 @@ namespace {
 // The requests_total{finish_reason} label of an outcome.
 absl::string_view FinishLabel(const absl::Status& status, v1::FinishReason reason) {
   if (!status.ok()) return status.code() == absl::StatusCode::kCancelled ? "aborted" : "error";
-  switch (reason) {
-    case v1::FINISH_REASON_LENGTH: return "length";
-    case v1::FINISH_REASON_STOP: return "stop";
-    case v1::FINISH_REASON_CONTEXT: return "context";
-    case v1::FINISH_REASON_ABORTED: return "aborted";
-    default: return "error";
-  }
+  return rpc::FinishReasonLabel(reason);
 }
 
 }  // namespace

@@ -325,7 +325,15 @@ class ModelBench {
       Progress(absl::StrCat(r.label, ": ", r.skipped));
       return r;
     }
-    const int64_t per_seq = BlocksFor(context + rows);
+    // A rolling-KV model (every layer windowed) holds only the window's blocks per sequence, as
+    // the engine's sequences do; the entries before them point at block 0 (never visible).
+    const int64_t all_blocks = BlocksFor(context + rows);
+    int64_t per_seq = all_blocks;
+    if (o_.config.AllLayersWindowed()) {
+      per_seq = std::min(all_blocks, BlocksFor(o_.config.sliding_window - 1 + rows) + 1);
+      r.note = absl::StrCat("rolling KV: ", per_seq, " of ", all_blocks,
+                            " blocks held per sequence (window ", o_.config.sliding_window, ")");
+    }
     if (per_seq > plan_.num_blocks) {
       // Even one sequence does not fit (more sequences would share its blocks).
       r.skipped = SkipReason(static_cast<double>(per_seq) * plan_.block_bytes, plan_);
@@ -334,8 +342,8 @@ class ModelBench {
     }
     const int64_t copies = std::min(batch, plan_.num_blocks / per_seq);
     if (copies < batch) {
-      r.note = absl::StrCat("KV shared: ", copies, copies == 1 ? " copy" : " copies", " for ",
-                            batch, " sequences");
+      absl::StrAppend(&r.note, r.note.empty() ? "" : "; ", "KV shared: ", copies,
+                      copies == 1 ? " copy" : " copies", " for ", batch, " sequences");
     }
     std::vector<model::ForwardSequence> seqs(batch);
     if (o_.decode_tokenselect.has_value()) {  // fresh (zeroed) state slots for this case
@@ -365,6 +373,7 @@ class ModelBench {
         seqs[s].pattern.sink_tokens = kDecodeWindowSinks;
       }
       const int64_t first = (s % copies) * per_seq;
+      seqs[s].block_table.assign(all_blocks - per_seq, 0);  // released (rolling KV)
       for (int64_t b = 0; b < per_seq; ++b) {
         seqs[s].block_table.push_back(static_cast<int32_t>(first + b));
       }

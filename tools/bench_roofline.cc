@@ -1,5 +1,7 @@
 #include "tools/bench_roofline.h"
 
+#include <algorithm>
+
 namespace sparseserve::tools {
 namespace {
 
@@ -43,7 +45,16 @@ WorkCost PrefillCost(const model::ModelConfig& c, DType dtype, int64_t num_token
 
 WorkCost DecodeStepCost(const model::ModelConfig& c, DType dtype, int64_t batch, int64_t context) {
   const double b = static_cast<double>(batch);
-  const double keys = static_cast<double>(context) + 1;
+  // Keys each query reads, averaged over layers: a layer with the model's own sliding window
+  // reads at most the window.
+  double keys = static_cast<double>(context) + 1;
+  if (c.sliding_window > 0) {
+    const double windowed =
+        static_cast<double>(std::count(c.windowed_layers.begin(), c.windowed_layers.end(), true));
+    keys = (keys * (c.num_layers - windowed) +
+            std::min<double>(keys, c.sliding_window) * windowed) /
+           c.num_layers;
+  }
   WorkCost cost;
   cost.bytes = StepWeightBytes(c, dtype) + b * keys * KvBytesPerToken(c, dtype);
   cost.flops = b * (2 * (c.num_layers * LayerMatrixParams(c) + LmHeadParams(c)) +

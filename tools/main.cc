@@ -120,7 +120,8 @@ const std::vector<Command>& Commands() {
        "sparseserve bench spec --model PATH [--spec-batches B,..] [--spec-modes M,..]\n"
        "       [--spec-tokens N] [--spec-max-draft K] [--spec-controller=false] ...",
        "Builds a model of a real shape with random weights made on the device (no checkpoint;\n"
-       "presets llama3-8b, llama3-70b-layer = one layer of Llama-3.1-70B, qwen2-7b, tiny) and\n"
+       "presets llama3-8b, llama3-70b-layer = one layer of Llama-3.1-70B, llama3-70b, mistral-7b\n"
+       "with its 4096-token sliding window, qwen2-7b, tiny) and\n"
        "one KV cache sized for the largest case that fits the free device memory (10% kept\n"
        "free); a case needing more prints 'skipped: needs X GiB of KV, Y GiB free'. Then times:\n"
        "  prefill  each --prefill-lengths prompt once, in --prefill-chunk steps: tokens/s, ms;\n"

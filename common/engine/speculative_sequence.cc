@@ -25,6 +25,13 @@ absl::StatusOr<std::unique_ptr<SpeculativeSequence>> SpeculativeSequence::Create
       proposer = std::make_unique<spec::PromptLookupProposer>(depth);
       break;
     case SpecMethod::kLookahead: {
+      // Its window rows sit at KV indices past their positions, and a sliding window is measured
+      // in KV indices: the rows would lose keys at the window's far edge (not lossless).
+      if (config.sliding_window > 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "speculation lookahead: not available on a model with its own sliding window (",
+            config.sliding_window, " tokens); prompt-lookup is"));
+      }
       spec::LookaheadParams params = spec::DefaultLookaheadParams(model::NumModelParams(config));
       if (choice.lookahead_window > 0) params.window = choice.lookahead_window;
       if (choice.lookahead_ngram > 0) params.ngram = choice.lookahead_ngram;

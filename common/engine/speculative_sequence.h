@@ -43,7 +43,8 @@ struct SpecStepResult {
 
 class SpeculativeSequence {
  public:
-  // kInvalidArgument for SpecMethod::kNone, kUnimplemented for a method this build lacks.
+  // kInvalidArgument for SpecMethod::kNone and for Lookahead on a model with its own sliding
+  // window (ModelConfig::sliding_window), kUnimplemented for a method this build lacks.
   // The model's size (`config`) scales Lookahead's defaults. Validate(choice) must have passed.
   static absl::StatusOr<std::unique_ptr<SpeculativeSequence>> Create(
       const SpeculationChoice& choice, const model::ModelConfig& config);

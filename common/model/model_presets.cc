@@ -52,6 +52,38 @@ ModelConfig Llama3_70bLayer() {
   return c;
 }
 
+// meta-llama/Llama-3.1-70B, all 80 layers (140 GB in bf16: for tensor parallelism, issue 19).
+ModelConfig Llama3_70b() {
+  ModelConfig c = Llama3_70bLayer();
+  c.num_layers = 80;
+  return c;
+}
+
+// mistralai/Mistral-7B-v0.1: a 4096-token sliding window on every layer (rolling KV). Its
+// config.json says max_position_embeddings 32768; the preset allows 131072 so that long-context
+// runs can show the KV a window bounds (RoPE is computed per position; no tensor changes).
+ModelConfig Mistral_7b() {
+  ModelConfig c;
+  c.arch = ModelArch::kMistral;
+  c.vocab_size = 32000;
+  c.hidden_size = 4096;
+  c.intermediate_size = 14336;
+  c.num_layers = 32;
+  c.num_heads = 32;
+  c.num_kv_heads = 8;
+  c.head_dim = 128;
+  c.rms_norm_eps = 1e-5f;
+  c.rope_theta = 10000.0f;
+  c.max_position_embeddings = 131072;
+  c.sliding_window = 4096;
+  c.windowed_layers.assign(c.num_layers, true);
+  c.tie_word_embeddings = false;
+  c.bos_token_id = 1;
+  c.eos_token_ids = {2};
+  c.weight_dtype = DType::kBf16;
+  return c;
+}
+
 // Qwen/Qwen2-7B: q/k/v biases, 7:1 GQA.
 ModelConfig Qwen2_7b() {
   ModelConfig c;
@@ -105,6 +137,8 @@ struct Preset {
 constexpr Preset kPresets[] = {
     {"llama3-8b", &Llama3_8b},
     {"llama3-70b-layer", &Llama3_70bLayer},
+    {"llama3-70b", &Llama3_70b},
+    {"mistral-7b", &Mistral_7b},
     {"qwen2-7b", &Qwen2_7b},
     {"tiny", &Tiny},
 };

@@ -17,7 +17,7 @@
 namespace sparseserve::model {
 
 // The preset names, in the order `--help` lists them: "llama3-8b", "llama3-70b-layer",
-// "qwen2-7b", "tiny".
+// "llama3-70b", "mistral-7b", "qwen2-7b", "tiny".
 std::vector<std::string> SyntheticModelNames();
 
 // The config of preset `name`; it passes ValidateModelConfig. kNotFound for an unknown name, with

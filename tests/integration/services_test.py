@@ -11,9 +11,9 @@ import time
 import grpc
 import pytest
 
-from services_conftest import (BIN, MODEL, Cluster, free_port, gen_pb2, greedy_request, metric,
-                               prompts, reference_tokens, run, scrape, send_garbage, wait_until,
-                               worker_grpc, worker_pb2, worker_status)
+from services_conftest import (BIN, MODEL, ROOT, Cluster, free_port, gen_pb2, greedy_request,
+                               metric, prompts, reference_tokens, run, scrape, send_garbage,
+                               wait_until, worker_grpc, worker_pb2, worker_status)
 
 GOLDEN = open(os.path.join(os.path.dirname(__file__), "..", "data",
                            "golden_once_upon_a_time.txt")).read()[:-1]
@@ -37,6 +37,38 @@ def test_up_greedy_equals_single_process(threshold, disaggregated):
         req = greedy_request("Once upon a time", max_tokens=50)
         req.sampling.temperature, req.sampling.top_p, req.sampling.seed = 0.9, 0.95, 7
         assert run(c.stub, req)[1] == ref
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("disaggregated", [True, False])
+def test_sliding_window_model_rolls_its_kv(disaggregated):
+    """Issue 17: tiny_mistral (a 64-token window on every layer) through `up` with a KV pool of
+    16 blocks of 16 tokens generates 300 tokens after a ~150-token prompt (29 blocks' worth), as
+    single-process `generate` does: blocks that left the window go back to the pool. Disaggregated,
+    the prefill worker sends only the blocks inside the window of the prompt's next token."""
+    model = os.path.join(ROOT, "tests", "data", "tiny_mistral")
+    prompt = " ".join(["The router sends long prompts to prefill workers."] * 6)
+    pool = ["--block-tokens=16", "--kv-cache-tokens=256", "--prefill-chunk=32"]
+    ref = subprocess.run([BIN, "generate", f"--model={model}", f"--prompt={prompt}",
+                          "--max-tokens=300", "--ignore-eos", "--temperature=0",
+                          "--log-level=warning"] + pool, capture_output=True, text=True,
+                         timeout=120)
+    assert ref.returncode == 0, ref.stderr
+    threshold = 3 if disaggregated else 100000
+    c = Cluster(extra=[f"--model={model}", f"--disagg-threshold={threshold}"] + pool)
+    try:
+        tokens, text, last = run(c.stub, greedy_request(prompt, max_tokens=300))
+        assert len(tokens) == 300
+        assert text == ref.stdout[:-1]
+        assert last.timings.disaggregated == disaggregated
+        n = last.usage.prompt_tokens
+        assert n > 4 * 16
+        moved = metric(c.role("prefill")[0]["metrics"], "sparseserve_kv_transfer_bytes_total")
+        # 2 layers x K and V x 16 tokens x 2 KV heads x head_dim 16 x f32.
+        block_bytes = 2 * 2 * 16 * 2 * 16 * 4
+        in_window = (n + 15) // 16 - (n - 64 + 1) // 16
+        assert moved == (in_window * block_bytes if disaggregated else 0), (moved, n)
     finally:
         c.close()
 

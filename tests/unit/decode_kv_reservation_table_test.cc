@@ -155,5 +155,41 @@ TEST(KvReservationTableTest, TakeHandsOverTheStagingLeaseAndOnlyUncachedBlocksAr
   EXPECT_EQ(pool.num_used_blocks(), 0);
 }
 
+// Rolling KV (a model whose every layer has a 32-token window): the prompt's next token sees keys
+// > n - 32, so blocks wholly before that are neither reserved nor sent (kNoBlock), and a cached
+// prefix inside that dead stretch is let go.
+TEST(KvReservationTableTest, RollingWindowReservesOnlyTheWindowsBlocks) {
+  kv::KvBlockPool pool(4);
+  KvReservationTable table(&pool, 16, absl::Seconds(30), nullptr, /*rolling_window=*/32);
+  // 100 tokens: 7 blocks; the next token (index 100) sees keys 69..99, blocks 4..6.
+  auto r = table.Reserve(Prompt(100));
+  ASSERT_TRUE(r.ok()) << r.status();  // 3 blocks fit a pool of 4
+  ASSERT_EQ(r->block_ids.size(), 7u);
+  EXPECT_EQ(r->first_remote_block, 4);
+  for (int b = 0; b < 4; ++b) EXPECT_EQ(r->block_ids[b], kv::kNoBlock) << b;
+  for (int b = 4; b < 7; ++b) EXPECT_NE(r->block_ids[b], kv::kNoBlock) << b;
+  EXPECT_EQ(r->cached_tokens, 0);
+  EXPECT_EQ(pool.num_used_blocks(), 3);
+  EXPECT_TRUE(table.Release(r->id));  // the kNoBlock entries are skipped
+  EXPECT_EQ(pool.num_used_blocks(), 0);
+
+  // A cached prefix of 5 blocks: the one inside the window is used, the 4 before it let go.
+  const std::vector<int32_t> prompt = Prompt(100, 3);
+  const std::vector<kv::BlockHash> hashes = kv::ComputeBlockHashes(prompt, 16);
+  kv::KvBlockPool big(8);
+  auto blocks = big.Allocate(5);
+  ASSERT_TRUE(blocks.ok());
+  for (int b = 0; b < 5; ++b) ASSERT_TRUE(big.Register(hashes[b], (*blocks)[b]));
+  big.Release(*blocks);
+  KvReservationTable rolling(&big, 16, absl::Seconds(30), nullptr, 32);
+  auto hit = rolling.Reserve(prompt);
+  ASSERT_TRUE(hit.ok()) << hit.status();
+  EXPECT_EQ(hit->first_remote_block, 5);
+  EXPECT_EQ(hit->block_ids[4], (*blocks)[4]);
+  EXPECT_EQ(hit->cached_tokens, 5 * 16);
+  EXPECT_EQ(big.num_used_blocks(), 3);  // block 4 (cached) and 5, 6
+  EXPECT_EQ(big.ref_count((*blocks)[0]), 0);
+}
+
 }  // namespace
 }  // namespace sparseserve::decode

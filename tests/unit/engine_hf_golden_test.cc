@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "common/core/thread_pool.h"
+#include "common/engine/generator.h"
 #include "common/engine/model_runner.h"
 #include "common/engine/model_source.h"
 #include "gtest/gtest.h"
@@ -170,6 +171,36 @@ TEST_P(HfWindowGoldenTest, LongGreedyMatchesTransformersWithRollingKv) {
     EXPECT_LE((*runner)->pool().num_used_blocks(), c.sliding_window / 16 + 2);
   }
   (*runner)->Release(seq);
+  EXPECT_EQ((*runner)->pool().num_used_blocks(), 0);
+}
+
+// Prompt lookup drafts chains (each row at its own position), so it stays exact with the window
+// and rolling KV; Lookahead's window rows would not be, and are refused by name.
+TEST_P(HfWindowGoldenTest, PromptLookupEqualsTransformersAndLookaheadIsRefused) {
+  const auto& g = golden_["long"];
+  ModelRunnerOptions options;
+  options.block_tokens = 16;
+  options.prefill_chunk_tokens = 32;
+  options.kv_cache_tokens = 512;
+  auto runner = ModelRunner::Create(source_, &backend_, options);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  Generator generator(runner->get(), source_.tokenizer.get());
+  GenerationRequest request;
+  request.prompt_tokens = g["ids"].get<std::vector<int32_t>>();
+  request.max_tokens = 200;
+  request.ignore_eos = true;
+  request.sampling.temperature = 0;
+  request.options.spec.method = SpecMethod::kPromptLookup;
+  request.options.spec.max_draft = 4;
+  request.options.spec.controller = false;
+  auto result = generator.Generate(request);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->output_tokens, g["greedy"].get<std::vector<int32_t>>()) << GetParam();
+  EXPECT_GT(result->spec_draft_tokens, 0);
+  request.options.spec.method = SpecMethod::kLookahead;
+  auto refused = generator.Generate(request);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_NE(refused.status().message().find("sliding window"), std::string::npos);
   EXPECT_EQ((*runner)->pool().num_used_blocks(), 0);
 }
 

@@ -19,7 +19,7 @@ int64_t NumParams(const ModelConfig& c) {
 
 TEST(ModelPresetsTest, EveryPresetIsAValidConfig) {
   const std::vector<std::string> names = SyntheticModelNames();
-  ASSERT_EQ(names.size(), 4u);
+  ASSERT_EQ(names.size(), 6u);
   for (const std::string& name : names) {
     absl::StatusOr<ModelConfig> c = SyntheticModelConfig(name);
     ASSERT_TRUE(c.ok()) << name << ": " << c.status();
@@ -45,6 +45,17 @@ TEST(ModelPresetsTest, ShapesMatchThePublishedModels) {
   EXPECT_EQ(layer70->num_layers, 1);
   // One of Llama-3.1-70B's 80 layers: (70.55B - 2 x 1.05B embeddings) / 80 = 0.856B.
   EXPECT_NEAR((NumParams(*layer70) - 2 * int64_t{128256} * 8192) / 1e9, 0.856, 0.001);
+
+  absl::StatusOr<ModelConfig> llama70 = SyntheticModelConfig("llama3-70b");
+  ASSERT_TRUE(llama70.ok());
+  EXPECT_NEAR(NumParams(*llama70) / 1e9, 70.55, 0.01);  // Llama-3.1-70B: 70.55B
+
+  absl::StatusOr<ModelConfig> mistral = SyntheticModelConfig("mistral-7b");
+  ASSERT_TRUE(mistral.ok());
+  EXPECT_NEAR(NumParams(*mistral) / 1e9, 7.24, 0.01);  // Mistral-7B-v0.1: 7.24B
+  EXPECT_EQ(mistral->sliding_window, 4096);
+  EXPECT_TRUE(mistral->AllLayersWindowed());
+  EXPECT_EQ(mistral->max_position_embeddings, 131072);
 
   absl::StatusOr<ModelConfig> tiny = SyntheticModelConfig("tiny");
   ASSERT_TRUE(tiny.ok());

@@ -1,0 +1,37 @@
+#include "common/rpc/worker_conversion.h"
+
+#include <string>
+
+namespace sparseserve::rpc {
+
+v1::FinishReason FinishReasonToProto(engine::FinishReason reason) {
+  switch (reason) {
+    case engine::FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
+    case engine::FinishReason::kStop: return v1::FINISH_REASON_STOP;
+    case engine::FinishReason::kContextFull: return v1::FINISH_REASON_CONTEXT;
+    case engine::FinishReason::kAborted: return v1::FINISH_REASON_ABORTED;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+absl::string_view FinishReasonLabel(v1::FinishReason reason) {
+  switch (reason) {
+    case v1::FINISH_REASON_LENGTH: return "length";
+    case v1::FINISH_REASON_STOP: return "stop";
+    case v1::FINISH_REASON_CONTEXT: return "context";
+    case v1::FINISH_REASON_ABORTED: return "aborted";
+    default: return "error";
+  }
+}
+
+v1::KvLayout KvLayoutOf(const engine::ModelRunner& runner) {
+  v1::KvLayout layout;
+  layout.set_dtype(std::string(DTypeName(runner.cache().dtype())));
+  layout.set_block_tokens(runner.block_tokens());
+  layout.set_num_layers(runner.config().num_layers);
+  layout.set_num_kv_heads(runner.config().num_kv_heads);
+  layout.set_head_dim(runner.config().head_dim);
+  return layout;
+}
+
+}  // namespace sparseserve::rpc
