@@ -1,5 +1,7 @@
 #include "common/engine/kv_block_copy.h"
 
+#include "common/kv/block_runs.h"
+
 #include "absl/strings/str_cat.h"
 #include "common/core/status.h"
 
@@ -45,28 +47,11 @@ Tensor Blocks(const Tensor& layer, int32_t first, int32_t count) {
 
 }  // namespace
 
-std::vector<KvBlockRun> MergeKvBlockRuns(absl::Span<const int32_t> src_blocks,
-                                         absl::Span<const int32_t> dst_blocks) {
-  std::vector<KvBlockRun> runs;
-  for (size_t i = 0; i < src_blocks.size(); ++i) {
-    if (!runs.empty()) {
-      KvBlockRun& last = runs.back();
-      if (src_blocks[i] == last.src_block + last.num_blocks &&
-          dst_blocks[i] == last.dst_block + last.num_blocks) {
-        ++last.num_blocks;
-        continue;
-      }
-    }
-    runs.push_back({src_blocks[i], dst_blocks[i], 1});
-  }
-  return runs;
-}
-
 absl::Status CopyKvBlocksToHost(kernels::Backend& backend, const Tensor& device_layer,
                                 absl::Span<const int32_t> device_blocks, const Tensor& host_layer,
                                 absl::Span<const int32_t> host_blocks) {
   SS_RETURN_IF_ERROR(CheckLayouts(device_layer, device_blocks, host_layer, host_blocks));
-  for (const KvBlockRun& run : MergeKvBlockRuns(device_blocks, host_blocks)) {
+  for (const kv::KvBlockRun& run : kv::MergeKvBlockRuns(device_blocks, host_blocks)) {
     SS_RETURN_IF_ERROR(backend.CopyToHost(Blocks(device_layer, run.src_block, run.num_blocks),
                                           Blocks(host_layer, run.dst_block, run.num_blocks)));
   }
@@ -77,7 +62,7 @@ absl::Status CopyKvBlocksFromHost(kernels::Backend& backend, const Tensor& host_
                                   absl::Span<const int32_t> host_blocks, const Tensor& device_layer,
                                   absl::Span<const int32_t> device_blocks) {
   SS_RETURN_IF_ERROR(CheckLayouts(host_layer, host_blocks, device_layer, device_blocks));
-  for (const KvBlockRun& run : MergeKvBlockRuns(host_blocks, device_blocks)) {
+  for (const kv::KvBlockRun& run : kv::MergeKvBlockRuns(host_blocks, device_blocks)) {
     SS_RETURN_IF_ERROR(backend.CopyFromHost(Blocks(host_layer, run.src_block, run.num_blocks),
                                             Blocks(device_layer, run.dst_block, run.num_blocks)));
   }

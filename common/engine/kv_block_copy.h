@@ -19,19 +19,6 @@
 
 namespace sparseserve::engine {
 
-// One run of blocks consecutive on both sides: [src_block, src_block + num_blocks) is copied to
-// [dst_block, dst_block + num_blocks).
-struct KvBlockRun {
-  int32_t src_block = 0;
-  int32_t dst_block = 0;
-  int32_t num_blocks = 0;  // >= 1
-};
-
-// Pairs src_blocks[i] with dst_blocks[i], in order, merging a pair into the previous run when
-// both ids are one greater. REQUIRES: equal lengths.
-std::vector<KvBlockRun> MergeKvBlockRuns(absl::Span<const int32_t> src_blocks,
-                                         absl::Span<const int32_t> dst_blocks);
-
 // Copies block device_blocks[i] of `device_layer` (the backend's memory) into block
 // host_blocks[i] of `host_layer` (host memory). On return the host blocks hold the data.
 // kInvalidArgument for unequal id lists, mismatched layouts or dtypes, or an id out of range

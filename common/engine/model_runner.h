@@ -23,7 +23,6 @@
 #include "common/engine/request_options.h"
 #include "common/engine/sequence_state_table.h"
 #include "common/kv/block_hash.h"
-#include "common/kv/block_table.h"
 #include "common/kv/kv_block_pool.h"
 #include "common/model/llama_model.h"
 #include "common/model/paged_kv_cache.h"

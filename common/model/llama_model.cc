@@ -94,8 +94,7 @@ absl::StatusOr<std::vector<int32_t>> LlamaModel::ForwardSample(
 }
 
 void LlamaModel::set_step_graph_rows(int rows) {
-  step_graph_rows_ = std::max(rows, 0);
-  graphs_.clear();
+  graphs_.Reset(rows);
   graph_step_ = StepBuffers();
 }
 
@@ -212,16 +211,12 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
   // Decode steps take the step graph of their batch size where the backend has graphs; a probe
   // capture of nothing finds out once.
   // Models with windows on some layers only plan twice per step and run op by op.
-  bool graph = in.decode_only && !in.mixed_windows && on_layer_kv_written == nullptr &&
-               attention_probe_ == nullptr && n <= step_graph_rows_ && m > 0;
-  if (graph && graph_support_ == GraphSupport::kUnknown) {
-    graph_support_ = be.CaptureGraph([] { return absl::OkStatus(); }).ok() ? GraphSupport::kYes
-                                                                           : GraphSupport::kNo;
-  }
-  graph = graph && graph_support_ == GraphSupport::kYes;
+  const bool graph = in.decode_only && !in.mixed_windows && on_layer_kv_written == nullptr &&
+                     attention_probe_ == nullptr && m > 0 && graphs_.Eligible(n);
   if (graph) {
     if (graph_step_.rows < 0) {
-      SS_ASSIGN_OR_RETURN(graph_step_, AllocateStepBuffers(step_graph_rows_, step_graph_rows_));
+      SS_ASSIGN_OR_RETURN(graph_step_,
+                          AllocateStepBuffers(graphs_.max_rows(), graphs_.max_rows()));
     }
     const StepViews v = Views(graph_step_, n, m);
     SS_RETURN_IF_ERROR(UploadIndices(in, graph_step_));
@@ -235,7 +230,13 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
                           be.PlanAttention(in.shadow_attn, shape, shadow_graph_workspace_));
       SS_ASSIGN_OR_RETURN(shadow, PrepareShadow(in, graph_step_, shadow_plan));
     }
-    SS_RETURN_IF_ERROR(RunStepGraph(n, v, plan, in.shadow ? &shadow : nullptr, cache));
+    const ShadowPass* shadowed = in.shadow ? &shadow : nullptr;
+    const StepGraphCache::Baked baked{.kv_base = cache.layer(0).raw_data(),
+                                      .plan = &plan,
+                                      .shadow_plan = in.shadow ? &shadow_plan : nullptr,
+                                      .shadow_count = in.shadow ? shadow.count : 0};
+    SS_RETURN_IF_ERROR(graphs_.Run(
+        n, baked, [&] { return RunLayers(v, plan, nullptr, shadowed, cache, nullptr); }));
     return v;
   }
   if (step_.rows != n || step_.logit_rows != m) {
@@ -262,54 +263,6 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
                                in.shadow ? &shadow : nullptr, cache, on_layer_kv_written,
                                attention_probe_ != nullptr ? &attention_probe_ : nullptr));
   return v;
-}
-
-absl::Status LlamaModel::RunStepGraph(int64_t n, const StepViews& v,
-                                      const kernels::AttentionPlan& plan, const ShadowPass* shadow,
-                                      PagedKvCache& cache) {
-  kernels::Backend& be = *backend_;
-  GraphSlot& slot = graphs_[2 * n + (shadow != nullptr ? 1 : 0)];
-  const void* kv_base = cache.layer(0).raw_data();
-  if (slot.graph != nullptr &&
-      (slot.kv_base != kv_base || slot.workspace_generation != plan.workspace->generation ||
-       !(slot.layout == plan.layout) ||
-       (shadow != nullptr &&
-        (slot.shadow_workspace_generation != shadow->plan->workspace->generation ||
-         !(slot.shadow_layout == shadow->plan->layout) || slot.shadow_count != shadow->count)))) {
-    slot.graph.reset();  // captured with other buffers or offsets
-  }
-  if (slot.graph != nullptr) {
-    absl::Status launched = be.LaunchGraph(*slot.graph);
-    // kUnimplemented: the backend wants this step op by op (per-op timing is on).
-    if (absl::IsUnimplemented(launched)) return RunLayers(v, plan, nullptr, shadow, cache, nullptr);
-    return launched;
-  }
-  // A size's first step runs op by op: what ops create lazily (GEMM plans, workspaces) must
-  // exist before a capture, which may not allocate.
-  if (!slot.warmed || slot.failed) {
-    slot.warmed = true;
-    return RunLayers(v, plan, nullptr, shadow, cache, nullptr);
-  }
-  absl::StatusOr<std::unique_ptr<kernels::StepGraph>> captured =
-      be.CaptureGraph([&] { return RunLayers(v, plan, nullptr, shadow, cache, nullptr); });
-  if (!captured.ok()) {
-    if (!absl::IsUnimplemented(captured.status())) {
-      SS_LOG_WARNING("decode steps of {} sequences run op by op: graph capture failed: {}", n,
-                     captured.status().ToString());
-      slot.failed = true;
-    }
-    return RunLayers(v, plan, nullptr, shadow, cache, nullptr);
-  }
-  slot.graph = *std::move(captured);
-  slot.kv_base = kv_base;
-  slot.workspace_generation = plan.workspace->generation;
-  slot.layout = plan.layout;
-  if (shadow != nullptr) {
-    slot.shadow_workspace_generation = shadow->plan->workspace->generation;
-    slot.shadow_layout = shadow->plan->layout;
-    slot.shadow_count = shadow->count;
-  }
-  return be.LaunchGraph(*slot.graph);
 }
 
 absl::Status LlamaModel::RunLayers(

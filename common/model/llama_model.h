@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "common/model/model_config.h"
 #include "common/model/paged_kv_cache.h"
+#include "common/model/step_graph_cache.h"
 #include "common/model/tensor_file.h"
 #include "common/tensor/tensor.h"
 #include "kernels/attention_plan.h"
@@ -182,7 +183,7 @@ class LlamaModel {
 
  private:
   LlamaModel(ModelConfig config, kernels::Backend* backend)
-      : config_(std::move(config)), backend_(backend) {}
+      : config_(std::move(config)), backend_(backend), graphs_(backend, kDefaultStepGraphRows) {}
   // Sets inv_freq_ from the config's rope_theta and rope_scaling (computed on the host, uploaded);
   // shared by Load and CreateRandom so both rotate identically.
   absl::Status UploadInverseFrequencies();
@@ -267,31 +268,11 @@ class LlamaModel {
                          PagedKvCache& cache,
                          const std::function<absl::Status(int layer)>& on_layer_kv_written,
                          const AttentionProbe* probe = nullptr);
-  // RunLayers through the step graph of batch size `n` (and shadow flag; capturing it on its
-  // second use).
-  absl::Status RunStepGraph(int64_t n, const StepViews& v, const kernels::AttentionPlan& plan,
-                            const ShadowPass* shadow, PagedKvCache& cache);
-
-  struct GraphSlot {
-    std::unique_ptr<kernels::StepGraph> graph;
-    // What the capture baked in: the KV cache, the attention workspace's buffers and the plan's
-    // offsets into them. A step that differs in any of them captures again.
-    const void* kv_base = nullptr;
-    uint64_t workspace_generation = 0;
-    kernels::AttentionPlan::Layout layout;
-    // A shadowed step's graph also baked in its dense plan and how many ranges it compares.
-    uint64_t shadow_workspace_generation = 0;
-    kernels::AttentionPlan::Layout shadow_layout;
-    int64_t shadow_count = 0;
-    bool warmed = false;  // one step of this size ran op by op
-    bool failed = false;  // capture failed: this size stays op by op
-  };
-  enum class GraphSupport { kUnknown, kYes, kNo };
 
   ModelConfig config_;
   kernels::Backend* backend_;  // borrowed
   StepBuffers step_;           // steps that run op by op, sized to the last such step
-  StepBuffers graph_step_;     // decode steps under graphs: step_graph_rows_ rows, views per size
+  StepBuffers graph_step_;     // decode steps under graphs: graphs_.max_rows() rows, views per size
   // Where each step's attention plan lives: op-by-op steps plan into one, graph steps into the
   // other, so a prefill chunk that grows its workspace does not invalidate the graphs.
   kernels::AttentionWorkspace step_workspace_, graph_workspace_;
@@ -309,10 +290,7 @@ class LlamaModel {
   const kernels::AttentionWorkspace* sparse_workspace_ = nullptr;  // where sparse_pending_ lives
   std::vector<SparseWork> sparse_work_;
   AttentionProbe attention_probe_;  // set_attention_probe; null = off
-  int step_graph_rows_ = kDefaultStepGraphRows;
-  GraphSupport graph_support_ = GraphSupport::kUnknown;
-  // By batch size and shadow flag (2 * rows + shadowed).
-  absl::flat_hash_map<int64_t, GraphSlot> graphs_;
+  StepGraphCache graphs_;  // which decode steps replay graphs, and the graphs
   Tensor embedding_;       // [vocab, hidden]
   Tensor final_norm_;      // [hidden]
   Tensor lm_head_;         // [vocab, hidden] (the embedding when tied)

@@ -14,7 +14,7 @@ void LlamaModel::set_shadow_dense(double rate, uint64_t seed) {
   shadow_rng_.seed(seed);
   if (was_on == (shadow_rate_ > 0)) return;  // a new rate keeps the buffers and graphs
   // Step buffers gain (or lose) the shadow tensors; graphs captured with the old ones go.
-  graphs_.clear();
+  graphs_.Clear();
   graph_step_ = StepBuffers();
   step_ = StepBuffers();
 }

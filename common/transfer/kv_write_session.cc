@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/core/status.h"
-#include "common/transfer/internal/block_runs.h"
+#include "common/kv/block_runs.h"
 #include "common/transfer/internal/ucp_endpoint.h"
 #include "common/transfer/internal/ucp_memory.h"
 #include "common/transfer/internal/ucp_progress_thread.h"
@@ -83,12 +83,11 @@ absl::Status KvWriteSession::PutBlocks(int layer, const void* local_base,
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
   param.memh = local->handle();
-  for (const internal::BlockRun& run :
-       internal::MergeBlockRuns(local_block_ids, remote_block_ids)) {
+  for (const kv::KvBlockRun& run : kv::MergeKvBlockRuns(local_block_ids, remote_block_ids)) {
     const uint64_t bytes = block_bytes_ * static_cast<uint64_t>(run.num_blocks);
     ucs_status_ptr_t request =
-        ucp_put_nbx(endpoint_->handle(), base + block_bytes_ * run.local_block, bytes,
-                    remote.base + block_bytes_ * run.remote_block, remote.rkey->handle(), &param);
+        ucp_put_nbx(endpoint_->handle(), base + block_bytes_ * run.src_block, bytes,
+                    remote.base + block_bytes_ * run.dst_block, remote.rkey->handle(), &param);
     if (UCS_PTR_IS_ERR(request)) {
       failure_ =
           internal::UcsToStatus(UCS_PTR_STATUS(request), absl::StrCat("ucp_put_nbx layer ", layer));

@@ -2,11 +2,13 @@
 // tokens a lone Generator run gives (greedy, and seeded sampling); a tiny pool forces preemption
 // without changing outputs; aborts and queue limits return blocks and errors cleanly; KV staged
 // in host memory is copied into the pool on admission and its staging blocks come back on every
-// path.
+// path. (Request ids are built with absl::StrCat: GCC 12 at -O3 reports a false -Wrestrict in
+// libstdc++'s operator+(const char*, std::string&&), GCC bug 105329, fatal under -Werror.)
 #include "decode_svc/decode_scheduler.h"
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/core/thread_pool.h"
 #include "common/engine/kv_block_copy.h"
@@ -132,7 +134,7 @@ TEST_F(DecodeSchedulerTest, BatchedOutputsEqualSingleRuns) {
     DecodeScheduler scheduler(runner.get(), {});
     for (size_t i = 0; i < prompts.size(); ++i) {
       sinks.push_back(std::make_shared<CollectingSink>());
-      ASSERT_TRUE(scheduler.Submit(Job("r" + std::to_string(i), prompts[i], 24, sinks[i])).ok());
+      ASSERT_TRUE(scheduler.Submit(Job(absl::StrCat("r", i), prompts[i], 24, sinks[i])).ok());
     }
     for (auto& s : sinks) ASSERT_TRUE(s->Wait());
   }
@@ -163,7 +165,7 @@ TEST_F(DecodeSchedulerTest, StepBudgetsAndChunkSizesGiveTheSameTokens) {
       DecodeScheduler scheduler(runner.get(), options);
       for (size_t i = 0; i < prompts.size(); ++i) {
         sinks.push_back(std::make_shared<CollectingSink>());
-        ASSERT_TRUE(scheduler.Submit(Job("b" + std::to_string(i), prompts[i], 12, sinks[i])).ok());
+        ASSERT_TRUE(scheduler.Submit(Job(absl::StrCat("b", i), prompts[i], 12, sinks[i])).ok());
       }
       for (auto& s : sinks) ASSERT_TRUE(s->Wait());
     }
@@ -240,7 +242,7 @@ TEST_F(DecodeSchedulerTest, ShadowDenseErrorsReachTheHistogram) {
   constexpr int kTokens = 8;  // the first comes from the (dense) prefill, 7 decode steps follow
   auto run = [&](int window, engine::AttentionMethod method) {
     auto sink = std::make_shared<CollectingSink>();
-    DecodeJob job = Job("w" + std::to_string(window), prompt, kTokens, sink);
+    DecodeJob job = Job(absl::StrCat("w", window), prompt, kTokens, sink);
     job.options.decode.method = method;
     job.options.decode.window = window;
     job.options.decode.sink_tokens = 0;
@@ -271,7 +273,7 @@ TEST_F(DecodeSchedulerTest, SmallPoolPreemptsWithoutChangingOutputs) {
     DecodeScheduler scheduler(runner.get(), {});
     for (size_t i = 0; i < prompts.size(); ++i) {
       sinks.push_back(std::make_shared<CollectingSink>());
-      ASSERT_TRUE(scheduler.Submit(Job("p" + std::to_string(i), prompts[i], 40, sinks[i])).ok());
+      ASSERT_TRUE(scheduler.Submit(Job(absl::StrCat("p", i), prompts[i], 40, sinks[i])).ok());
     }
     for (auto& s : sinks) ASSERT_TRUE(s->Wait());
   }
@@ -295,7 +297,7 @@ TEST_F(DecodeSchedulerTest, SeededSamplingIsReproducibleBatchedAndUnderPreemptio
       for (size_t i = 0; i < prompts.size(); ++i) {
         sinks.push_back(std::make_shared<CollectingSink>());
         DecodeJob job =
-            Job("s" + std::to_string(i), prompts[i], 40, sinks[i], Seeded(static_cast<int>(i)));
+            Job(absl::StrCat("s", i), prompts[i], 40, sinks[i], Seeded(static_cast<int>(i)));
         ASSERT_TRUE(scheduler.Submit(std::move(job)).ok());
       }
       for (auto& s : sinks) ASSERT_TRUE(s->Wait());
@@ -333,7 +335,7 @@ TEST_F(DecodeSchedulerTest, SpeculativeSequencesBatchedWithPlainOnesEqualPlainDe
         DecodeScheduler scheduler(runner.get(), options);
         for (size_t i = 0; i < prompts.size(); ++i) {
           sinks.push_back(std::make_shared<CollectingSink>());
-          DecodeJob job = Job("s" + std::to_string(i), prompts[i], 60, sinks[i],
+          DecodeJob job = Job(absl::StrCat("s", i), prompts[i], 60, sinks[i],
                               seeded ? Seeded(static_cast<int>(i)) : Greedy());
           job.options.spec.method = modes[i];
           job.options.spec.controller = i == 3;

@@ -30,22 +30,6 @@ std::vector<float> Block(const Tensor& t, int b) {
   return std::vector<float>(p, p + per_block);
 }
 
-TEST(KvBlockCopyTest, MergesRunsConsecutiveOnBothSides) {
-  const std::vector<KvBlockRun> runs = MergeKvBlockRuns({4, 5, 6, 9, 10, 2}, {0, 1, 3, 4, 5, 6});
-  ASSERT_EQ(runs.size(), 4u);
-  EXPECT_EQ(runs[0].src_block, 4);
-  EXPECT_EQ(runs[0].dst_block, 0);
-  EXPECT_EQ(runs[0].num_blocks, 2);
-  EXPECT_EQ(runs[1].src_block, 6);
-  EXPECT_EQ(runs[1].dst_block, 3);
-  EXPECT_EQ(runs[1].num_blocks, 1);
-  EXPECT_EQ(runs[2].src_block, 9);
-  EXPECT_EQ(runs[2].num_blocks, 2);
-  EXPECT_EQ(runs[3].src_block, 2);
-  EXPECT_EQ(runs[3].dst_block, 6);
-  EXPECT_TRUE(MergeKvBlockRuns({}, {}).empty());
-}
-
 class KvBlockCopyBackendTest : public ::testing::Test {
  protected:
   core::ThreadPool pool_{1};

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/core/thread_pool.h"
 #include "common/metrics/serving_metrics.h"
@@ -231,7 +232,7 @@ TEST_P(PrefillEngineTest, PromptsShareStepsAndEachKvEqualsALonePrefill) {
   const std::vector<int> first_remote = {0, 8, 12, 20};
   std::vector<Outcome> outcomes(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
-    Submit(Task("p" + std::to_string(i), prompts[i], first_remote[i]), &outcomes[i]);
+    Submit(Task(absl::StrCat("p", i), prompts[i], first_remote[i]), &outcomes[i]);
   }
   queued.Notify();
   ASSERT_TRUE(gate.done.WaitForNotificationWithTimeout(kWait));

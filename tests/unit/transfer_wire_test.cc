@@ -4,7 +4,6 @@
 #include <string>
 #include <vector>
 
-#include "common/transfer/internal/block_runs.h"
 #include "common/transfer/internal/wire_envelope.h"
 #include "common/transfer/remote_kv_pool.h"
 #include "gtest/gtest.h"
@@ -12,10 +11,8 @@
 namespace sparseserve::transfer {
 namespace {
 
-using internal::BlockRun;
 using internal::DecodeWireEnvelope;
 using internal::EncodeWireEnvelope;
-using internal::MergeBlockRuns;
 using internal::WireEnvelope;
 using internal::WireKind;
 
@@ -87,28 +84,6 @@ TEST(RemoteKvPoolTest, ParseRejectsTruncatedAndTrailingBytes) {
     EXPECT_FALSE(ParseRemoteKvPool(bytes.substr(0, size)).ok()) << "truncated to " << size;
   }
   EXPECT_FALSE(ParseRemoteKvPool(bytes + "x").ok());
-}
-
-TEST(MergeBlockRunsTest, MergesOnlyRunsConsecutiveOnBothSides) {
-  const std::vector<int32_t> local = {0, 1, 2, 3, 7, 8, 12, 13, 20, 21, 5};
-  const std::vector<int32_t> remote = {4, 5, 6, 7, 0, 2, 15, 14, 30, 31, 9};
-  const std::vector<BlockRun> runs = MergeBlockRuns(local, remote);
-  // 7->0 then 8->2 skips remotely; 12->15 then 13->14 goes backwards remotely.
-  const std::vector<std::vector<int32_t>> expected = {
-      {0, 4, 4}, {7, 0, 1}, {8, 2, 1}, {12, 15, 1}, {13, 14, 1}, {20, 30, 2}, {5, 9, 1}};
-  ASSERT_EQ(runs.size(), expected.size());
-  for (size_t i = 0; i < runs.size(); ++i) {
-    EXPECT_EQ(std::vector<int32_t>({runs[i].local_block, runs[i].remote_block, runs[i].num_blocks}),
-              expected[i])
-        << "run " << i;
-  }
-}
-
-TEST(MergeBlockRunsTest, EmptyInputGivesNoRunsAndMaxIdDoesNotWrap) {
-  EXPECT_TRUE(MergeBlockRuns({}, {}).empty());
-  const std::vector<int32_t> local = {INT32_MAX, INT32_MIN};
-  const std::vector<int32_t> remote = {0, 1};
-  EXPECT_EQ(MergeBlockRuns(local, remote).size(), 2u);
 }
 
 }  // namespace
