@@ -224,14 +224,11 @@ int DecodeScheduler::BlocksReserved() const {
 
 bool DecodeScheduler::AdmitOne(std::unique_ptr<Running>& r) {
   DecodeJob& job = r->job;
-  if (job.prefilled_blocks.has_value()) {
-    std::vector<int32_t> blocks = std::move(*job.prefilled_blocks);
-    job.prefilled_blocks.reset();
-    absl::Status s = CopyStagedKv(job, blocks);
-    if (s.ok()) s = runner_->AdoptPrefilledKv(job.prompt, blocks, r->seq);
+  if (!job.prefilled_kv.empty()) {
+    absl::Status s = CopyStagedKv(job, job.prefilled_kv.block_ids());
+    if (s.ok()) s = runner_->AdoptPrefilledKv(job.prompt, std::move(job.prefilled_kv), r->seq);
     if (!s.ok()) {
-      runner_->mutable_pool().Release(blocks);
-      Finish(*r, s, engine::FinishReason::kAborted);
+      Finish(*r, s, engine::FinishReason::kAborted);  // the lease returns the blocks
       return true;
     }
     // The prefill worker's first token was already streamed by the router: it is not emitted
@@ -543,10 +540,7 @@ void DecodeScheduler::Finish(Running& r, const absl::Status& status, engine::Fin
   work.selection_cache_hits = r.seq.selection_cache_hits;
   work.selection_cache_queries = r.seq.selection_cache_queries;
   runner_->Release(r.seq);
-  if (r.job.prefilled_blocks.has_value()) {
-    runner_->mutable_pool().Release(*r.job.prefilled_blocks);
-    r.job.prefilled_blocks.reset();
-  }
+  r.job.prefilled_kv.Release();
   r.job.staged_kv.Reset();
   r.job.sink->OnFinish(status, reason, work);
   absl::MutexLock lock(&mu_);

@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/kv/kv_block_lease.h"
 #include "common/engine/generator.h"
 #include "common/engine/model_runner.h"
 #include "common/engine/request_options.h"
@@ -72,14 +73,14 @@ struct DecodeJob {
   std::vector<int32_t> stop_token_ids;  // in addition to the tokenizer's end-of-generation ids
   bool ignore_eos = false;
   engine::RequestOptions options;  // attention methods and speculation (validated by Submit)
-  // Disaggregated prefill: KV of `prompt` is already in these blocks (references owned by the
-  // job) and `first_token` was sampled by the prefill worker and already delivered to the
+  // Disaggregated prefill: KV of `prompt` is already in these leased blocks (empty: a local
+  // prefill) and `first_token` was sampled by the prefill worker and already delivered to the
   // client by the router: it is fed to the first decode step, not emitted again, and not
   // counted in max_tokens.
-  std::optional<std::vector<int32_t>> prefilled_blocks;
+  kv::KvBlockLease prefilled_kv;
   int32_t first_token = -1;
-  // With KV staging: the prefill worker wrote the KV of (*prefilled_blocks)[first_staged_block +
-  // i] into staging block staged_kv.block_ids()[i] instead. Admission copies every layer of them
+  // With KV staging: the prefill worker wrote the KV of prefilled_kv.block_ids()[first_staged_block
+  // + i] into staging block staged_kv.block_ids()[i] instead. Admission copies every layer of them
   // into those pool blocks (engine thread), then the lease returns them. Empty otherwise.
   KvStagingLease staged_kv;
   int first_staged_block = 0;

@@ -231,21 +231,17 @@ grpc::ServerWriteReactor<v1::DecodeResponse>* DecodeWorkerService::Decode(
     }
     KvReservation& r = taken->reservation;
     if (r.num_prompt_tokens != static_cast<int>(job.prompt.size())) {
-      runner_->mutable_pool().Release(r.block_ids);
       stream->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                   "prompt length differs from the reservation's"));
-      return stream;  // the staging lease returns its blocks here
+      return stream;  // the leases return the pool and staging blocks here
     }
-    job.prefilled_blocks = std::move(r.block_ids);
+    job.prefilled_kv = std::move(taken->blocks);
     job.first_token = request->first_token();
     job.staged_kv = std::move(taken->staging);
     job.first_staged_block = r.first_remote_block;
   }
-  std::vector<int32_t> reserved;
-  if (job.prefilled_blocks.has_value()) reserved = *job.prefilled_blocks;
   if (absl::Status s = scheduler_->Submit(std::move(job)); !s.ok()) {
-    // Submit took nothing on error; the job's staging lease was returned with it.
-    runner_->mutable_pool().Release(reserved);
+    // The job died with Submit: its leases returned the pool and staging blocks.
     stream->Finish(rpc::ToGrpcStatus(s));
   }
   return stream;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/core/status.h"
 #include "common/kv/block_hash.h"
 
 namespace sparseserve::decode {
@@ -20,8 +21,8 @@ absl::StatusOr<KvReservation> KvReservationTable::Reserve(absl::Span<const int32
   if (prompt.empty()) return absl::InvalidArgumentError("ReserveKv: empty prompt");
   const int n = static_cast<int>(prompt.size());
   const int needed = (n + block_tokens_ - 1) / block_tokens_;
-  std::vector<int32_t> blocks = pool_->Match(kv::ComputeBlockHashes(prompt, block_tokens_));
-  int cached = static_cast<int>(blocks.size());
+  std::vector<int32_t> ids = pool_->Match(kv::ComputeBlockHashes(prompt, block_tokens_));
+  int cached = static_cast<int>(ids.size());
   // Rolling KV: the first token generated after the prompt (KV index n) sees keys
   // > n - window; blocks wholly before that are neither reserved nor sent (as
   // ModelRunner::ReleaseOutOfWindowBlocks would release them at once).
@@ -29,38 +30,31 @@ absl::StatusOr<KvReservation> KvReservationTable::Reserve(absl::Span<const int32
       rolling_window_ > 0 ? std::clamp((n - rolling_window_ + 1) / block_tokens_, 0, needed) : 0;
   if (dead > 0) {
     const int drop = std::min(dead, cached);
-    pool_->Release(absl::MakeConstSpan(blocks).subspan(0, drop));
-    std::fill(blocks.begin(), blocks.begin() + drop, kv::kNoBlock);
+    pool_->Release(absl::MakeConstSpan(ids).subspan(0, drop));
+    std::fill(ids.begin(), ids.begin() + drop, kv::kNoBlock);
     if (cached <= dead) {
-      blocks.resize(dead, kv::kNoBlock);
+      ids.resize(dead, kv::kNoBlock);
       cached = 0;  // no hit the prompt's next tokens can use
     }
   }
-  const int first_remote = static_cast<int>(blocks.size());
-  absl::StatusOr<std::vector<int32_t>> fresh = pool_->Allocate(needed - first_remote);
-  if (!fresh.ok()) {
-    pool_->Release(blocks);
-    return fresh.status();
-  }
-  blocks.insert(blocks.end(), fresh->begin(), fresh->end());
+  const int first_remote = static_cast<int>(ids.size());
+  // From here on every error path returns the blocks through the lease.
+  kv::KvBlockLease blocks(pool_, std::move(ids));
+  SS_ASSIGN_OR_RETURN(const std::vector<int32_t> fresh, pool_->Allocate(needed - first_remote));
+  blocks.Append(fresh);
   KvStagingLease staging;
   if (staging_ != nullptr) {
-    absl::StatusOr<KvStagingLease> leased = staging_->Allocate(needed - first_remote);
-    if (!leased.ok()) {
-      pool_->Release(blocks);
-      return leased.status();
-    }
-    staging = *std::move(leased);
+    SS_ASSIGN_OR_RETURN(staging, staging_->Allocate(needed - first_remote));
   }
   KvReservation r;
-  r.block_ids = std::move(blocks);
+  r.block_ids = blocks.block_ids();
   r.first_remote_block = first_remote;
   r.cached_tokens = cached * block_tokens_;
   r.num_prompt_tokens = n;
   r.staging_block_ids = staging.block_ids();
   absl::MutexLock lock(&mu_);
   r.id = absl::StrCat("kv-", next_id_++);
-  entries_[r.id] = Entry{r, std::move(staging), absl::Now() + lease_};
+  entries_[r.id] = Entry{r, std::move(blocks), std::move(staging), absl::Now() + lease_};
   return r;
 }
 
@@ -70,46 +64,38 @@ absl::StatusOr<TakenKvReservation> KvReservationTable::Take(const std::string& i
   if (it == entries_.end()) {
     return absl::NotFoundError(absl::StrCat("KV reservation ", id, " unknown or expired"));
   }
-  TakenKvReservation taken{std::move(it->second.reservation), std::move(it->second.staging)};
+  TakenKvReservation taken{std::move(it->second.reservation), std::move(it->second.blocks),
+                           std::move(it->second.staging)};
   entries_.erase(it);
   return taken;
 }
 
 bool KvReservationTable::Release(const std::string& id) {
-  std::vector<int32_t> blocks;
-  KvStagingLease staging;  // returns the staging blocks on scope exit, outside the lock
+  Entry entry;  // its leases return the blocks on scope exit, outside the lock
   {
     absl::MutexLock lock(&mu_);
     auto it = entries_.find(id);
     if (it == entries_.end()) return false;
-    blocks = std::move(it->second.reservation.block_ids);
-    staging = std::move(it->second.staging);
+    entry = std::move(it->second);
     entries_.erase(it);
   }
-  pool_->Release(blocks);
   return true;
 }
 
 int KvReservationTable::ExpireBefore(absl::Time now) {
-  std::vector<int32_t> blocks;
-  std::vector<KvStagingLease> staging;  // returned on scope exit, outside the lock
-  int expired = 0;
+  std::vector<Entry> expired;  // returned on scope exit, outside the lock
   {
     absl::MutexLock lock(&mu_);
     for (auto it = entries_.begin(); it != entries_.end();) {
       if (it->second.expires < now) {
-        const auto& ids = it->second.reservation.block_ids;
-        blocks.insert(blocks.end(), ids.begin(), ids.end());
-        staging.push_back(std::move(it->second.staging));
+        expired.push_back(std::move(it->second));
         entries_.erase(it++);
-        ++expired;
       } else {
         ++it;
       }
     }
   }
-  pool_->Release(blocks);
-  return expired;
+  return static_cast<int>(expired.size());
 }
 
 int KvReservationTable::size() const {

@@ -23,11 +23,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/kv/kv_block_lease.h"
 #include "common/kv/kv_block_pool.h"
 #include "decode_svc/kv_staging_area.h"
 
 namespace sparseserve::decode {
 
+// What a reservation is (the blocks themselves are leased by the table, then by the taker).
 struct KvReservation {
   std::string id;
   // KV pool blocks covering the whole prompt, in order. Under rolling KV the blocks before the
@@ -43,10 +45,11 @@ struct KvReservation {
   std::vector<int32_t> staging_block_ids;
 };
 
-// What Take hands over: the reservation, whose pool block references are now the caller's, and
-// the lease on its staging blocks (empty without staging).
+// What Take hands over: the reservation, the lease on its pool blocks (block_ids, kNoBlock
+// entries included) and the lease on its staging blocks (empty without staging).
 struct TakenKvReservation {
   KvReservation reservation;
+  kv::KvBlockLease blocks;
   KvStagingLease staging;
 };
 
@@ -76,6 +79,7 @@ class KvReservationTable {
  private:
   struct Entry {
     KvReservation reservation;
+    kv::KvBlockLease blocks;
     KvStagingLease staging;
     absl::Time expires;
   };

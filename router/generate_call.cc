@@ -117,6 +117,8 @@ void GenerateCall::OnDecodeResponse(DecodeStream* stream, const v1::DecodeRespon
     if (concluded_ || stream != active_stream_) return;
     if (!have_worker_stats_) {
       have_worker_stats_ = true;
+      reservation_id_.clear();  // the decode worker took the reservation it was sent
+      reservation_decode_idx_ = -1;
       // Disaggregated: the decode worker's cached tokens came with the reservation.
       if (!disaggregated_) {
         cached_prompt_tokens_ = response.cached_prompt_tokens();
@@ -241,7 +243,8 @@ void GenerateCall::CancelDownstreamLocked(Actions& actions) {
   }
   if (prefill_idx_ >= 0) AbortOnWorkerLocked(WorkerRole::kPrefill, prefill_idx_, actions);
   // A reservation with a ReserveKv or Prefill still in flight is released when that call
-  // completes (OnReserveDone / OnPrefillDone see concluded_).
+  // completes (OnReserveDone / OnPrefillDone see concluded_); neither call is cancelled, so the
+  // Prefill's end confirms that the prefill worker can no longer PUT into the reservation.
   if (!reservation_id_.empty() && prefill_idx_ < 0) ReleaseReservationLocked(actions);
 }
 

@@ -158,7 +158,10 @@ class GenerateCall final : public grpc::ServerWriteReactor<v1::GenerateResponse>
   std::vector<std::unique_ptr<DecodeStream>> streams_ ABSL_GUARDED_BY(mu_);
   DecodeStream* active_stream_ ABSL_GUARDED_BY(mu_) = nullptr;
   int prefill_idx_ ABSL_GUARDED_BY(mu_) = -1;        // Prefill in flight there
-  std::string reservation_id_ ABSL_GUARDED_BY(mu_);  // held, not yet handed to a Decode
+  // Held; also while a Decode stream carries it until its first response proves the decode
+  // worker took it (a stream cancelled or failed before that may never have reached the worker:
+  // the reservation is released then, and a Release after the worker took it is a no-op).
+  std::string reservation_id_ ABSL_GUARDED_BY(mu_);
   int reservation_decode_idx_ ABSL_GUARDED_BY(mu_) = -1;
   absl::flat_hash_set<int> excluded_decode_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<int> excluded_prefill_ ABSL_GUARDED_BY(mu_);

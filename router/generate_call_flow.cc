@@ -154,6 +154,9 @@ void GenerateCall::StartReserveLocked(int decode_idx, int prefill_idx, Actions& 
         OnReserveDone(decode_idx, prefill_idx, s, r);
       },
       actions);
+  // Never cancelled: a cancelled call could leave a reservation made on the worker whose id never
+  // reaches us (held until its lease ends); OnReserveDone releases it once concluded.
+  unary_calls_.back()->cancel_on_conclude = false;
 }
 
 void GenerateCall::OnReserveDone(int decode_idx, int prefill_idx, const grpc::Status& status,
@@ -206,6 +209,10 @@ void GenerateCall::OnReserveDone(int decode_idx, int prefill_idx, const grpc::St
             OnPrefillDone(decode_idx, prefill_idx, s, r);
           },
           actions);
+      // Not cancelled when the request ends: the prefill worker gets an Abort instead, and its
+      // answer to this call is the confirmation that no PUT into the reservation can still land
+      // (it closes its KV session first), after which OnPrefillDone releases the reservation.
+      unary_calls_.back()->cancel_on_conclude = false;
     }
   }
   Run(actions);
@@ -235,8 +242,7 @@ void GenerateCall::OnPrefillDone(int decode_idx, int prefill_idx, const grpc::St
                        actions);
       } else {
         v1::DecodeRequest request = LocalDecodeRequestLocked();
-        request.set_reservation_id(std::exchange(reservation_id_, std::string()));
-        reservation_decode_idx_ = -1;
+        request.set_reservation_id(reservation_id_);  // kept until the stream's first answer
         request.set_first_token(first);
         request.set_max_tokens(request_.max_tokens - 1);
         StartDecodeLocked(decode_idx, std::move(request), actions);
@@ -282,6 +288,7 @@ void GenerateCall::StartDecodeLocked(int decode_idx, v1::DecodeRequest request, 
 
 void GenerateCall::DecodeFailedLocked(int decode_idx, const grpc::Status& status,
                                       Actions& actions) {
+  ReleaseReservationLocked(actions);  // one the failed stream carried, taken or not
   WorkerRegistry& registry = *resources_->registry;
   const std::string& address = registry.address(WorkerRole::kDecode, decode_idx);
   const std::string what = absl::StrCat("decode worker ", address, ": ", status.error_message());

@@ -532,17 +532,17 @@ absl::StatusOr<std::vector<int32_t>> ModelRunner::DecodeSampled(
 }
 
 absl::Status ModelRunner::AdoptPrefilledKv(absl::Span<const int32_t> prompt,
-                                           std::vector<int32_t> block_ids, SequenceKv& seq) {
-  const int64_t capacity = static_cast<int64_t>(block_ids.size()) * options_.block_tokens;
+                                           kv::KvBlockLease blocks, SequenceKv& seq) {
+  const int64_t capacity = static_cast<int64_t>(blocks.block_ids().size()) * options_.block_tokens;
   if (!seq.tokens.empty() || !seq.block_ids.empty() || prompt.empty() ||
       static_cast<int64_t>(prompt.size()) > capacity ||
       static_cast<int>(prompt.size()) >= max_context()) {
     return absl::InvalidArgumentError(absl::StrCat("AdoptPrefilledKv: ", prompt.size(),
-                                                   " tokens do not fit ", block_ids.size(),
+                                                   " tokens do not fit ", blocks.block_ids().size(),
                                                    " blocks or the context"));
   }
   seq.tokens.assign(prompt.begin(), prompt.end());
-  seq.block_ids = std::move(block_ids);
+  seq.block_ids = blocks.Take();
   // Under rolling KV the blocks before the window may come as kv::kNoBlock (never sent).
   while (seq.released_blocks < static_cast<int>(seq.block_ids.size()) &&
          seq.block_ids[seq.released_blocks] == kv::kNoBlock) {

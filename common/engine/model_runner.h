@@ -23,6 +23,7 @@
 #include "common/engine/request_options.h"
 #include "common/engine/sequence_state_table.h"
 #include "common/kv/block_hash.h"
+#include "common/kv/kv_block_lease.h"
 #include "common/kv/kv_block_pool.h"
 #include "common/model/llama_model.h"
 #include "common/model/paged_kv_cache.h"
@@ -207,11 +208,12 @@ class ModelRunner {
                                                      absl::Span<const int32_t> tokens,
                                                      const kernels::SamplingBatch& sampling);
 
-  // Takes over a prompt whose K/V a prefill worker already wrote into `block_ids` (allocated
-  // from pool() by the caller, references handed over to `seq`). Registers its full blocks in
-  // the prefix cache. Under rolling KV, leading entries may be kv::kNoBlock (blocks before the
-  // window, never sent). kInvalidArgument when the blocks cannot hold the prompt.
-  absl::Status AdoptPrefilledKv(absl::Span<const int32_t> prompt, std::vector<int32_t> block_ids,
+  // Takes over a prompt whose K/V a prefill worker already wrote into the leased `blocks` (of
+  // pool(); on success their references move to `seq`, on error the lease returns them).
+  // Registers its full blocks in the prefix cache. Under rolling KV, leading entries may be
+  // kv::kNoBlock (blocks before the window, never sent). kInvalidArgument when the blocks cannot
+  // hold the prompt.
+  absl::Status AdoptPrefilledKv(absl::Span<const int32_t> prompt, kv::KvBlockLease blocks,
                                 SequenceKv& seq);
 
   // Returns the sequence's blocks to the pool (cached ones stay matchable) and clears it.

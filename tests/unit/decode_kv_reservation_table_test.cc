@@ -46,13 +46,25 @@ TEST(KvReservationTableTest, TakeHandsBlocksOverAndExhaustionKeepsNothing) {
   auto taken = table.Take(r->id);
   ASSERT_TRUE(taken.ok());
   EXPECT_EQ(taken->reservation.block_ids, r->block_ids);
+  EXPECT_EQ(taken->blocks.block_ids(), r->block_ids);
   EXPECT_TRUE(taken->staging.empty());
   EXPECT_EQ(table.size(), 0);
   EXPECT_EQ(table.ExpireBefore(absl::InfiniteFuture()), 0);  // no longer the table's
   EXPECT_EQ(pool.num_used_blocks(), 3);
   EXPECT_EQ(table.Reserve(Prompt(40, 2)).status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(pool.num_used_blocks(), 3);
-  pool.Release(taken->reservation.block_ids);
+  std::vector<int32_t> handed = taken->blocks.Take();  // the taker's now
+  taken->blocks.Release();                             // an empty lease returns nothing
+  EXPECT_EQ(pool.num_used_blocks(), 3);
+  pool.Release(handed);
+  EXPECT_EQ(pool.num_used_blocks(), 0);
+  {
+    auto dropped = table.Reserve(Prompt(40, 3));
+    ASSERT_TRUE(dropped.ok());
+    auto lost = table.Take(dropped->id);
+    ASSERT_TRUE(lost.ok());
+    EXPECT_EQ(pool.num_used_blocks(), 3);
+  }  // a taker that fails on the way drops its lease: the blocks come back
   EXPECT_EQ(pool.num_used_blocks(), 0);
 }
 
@@ -149,8 +161,7 @@ TEST(KvReservationTableTest, TakeHandsOverTheStagingLeaseAndOnlyUncachedBlocksAr
     EXPECT_EQ(taken->staging.block_ids(), r->staging_block_ids);
     EXPECT_EQ(table.ExpireBefore(absl::InfiniteFuture()), 0);  // no longer the table's
     EXPECT_EQ(staging->num_free_blocks(), 6);                  // held by the taker
-    pool.Release(taken->reservation.block_ids);
-  }  // the taker's lease returns the staging blocks
+  }  // the taker's leases return the pool and staging blocks
   EXPECT_EQ(staging->num_free_blocks(), 8);
   EXPECT_EQ(pool.num_used_blocks(), 0);
 }

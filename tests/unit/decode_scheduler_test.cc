@@ -451,7 +451,7 @@ TEST_F(DecodeSchedulerTest, StagedKvIsCopiedIntoThePoolAndItsStagingBlocksReturn
   {
     DecodeScheduler scheduler(runner.get(), {});
     DecodeJob job = Job("staged", prompt, 19, sink);
-    job.prefilled_blocks = *pool_blocks;
+    job.prefilled_kv = kv::KvBlockLease(&runner->mutable_pool(), *pool_blocks);
     job.first_token = first;
     job.staged_kv = *std::move(lease);
     job.first_staged_block = 1;
@@ -481,7 +481,7 @@ TEST_F(DecodeSchedulerTest, StagedKvThatDoesNotMatchItsBlocksFailsAndReturnsEver
   {
     DecodeScheduler scheduler(runner.get(), {});
     DecodeJob job = Job("mismatch", prompt, 5, sink);
-    job.prefilled_blocks = *pool_blocks;
+    job.prefilled_kv = kv::KvBlockLease(&runner->mutable_pool(), *pool_blocks);
     job.first_token = 1;
     job.staged_kv = *std::move(lease);
     ASSERT_TRUE(scheduler.Submit(std::move(job)).ok());
