@@ -8,6 +8,7 @@
 #include "common/core/logging.h"
 #include "common/rpc/request_conversion.h"
 #include "common/rpc/status_conversion.h"
+#include "common/rpc/finish_label.h"
 #include "common/rpc/worker_conversion.h"
 
 namespace sparseserve::decode {

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/core/logging.h"
 #include "common/rpc/status_conversion.h"
-#include "common/rpc/worker_conversion.h"
+#include "common/rpc/finish_label.h"
 
 namespace sparseserve::router {
 namespace {

@@ -35,7 +35,9 @@ absl::Status ValidateOptions(const RouterOptions& options) {
 
 absl::StatusOr<std::unique_ptr<Router>> Router::Create(RouterOptions options) {
   SS_RETURN_IF_ERROR(ValidateOptions(options));
-  absl::StatusOr<engine::ModelSource> source = engine::OpenModelSource(options.model_path);
+  // The tokenizer and the config's limits only: the router never maps the weights.
+  absl::StatusOr<engine::ModelSource> source =
+      engine::OpenModelSource(options.model_path, /*open_weights=*/false);
   if (!source.ok()) return AnnotateStatus(source.status(), "router: model");
   std::shared_ptr<prometheus::Registry> metrics_registry = options.metrics_registry;
   if (metrics_registry == nullptr) metrics_registry = std::make_shared<prometheus::Registry>();

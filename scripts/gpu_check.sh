@@ -10,7 +10,8 @@
 # acceptance, tokens/s with the controller and at a fixed draft length) spec_eval (the same on
 # the long-context test model's long-generation task, bench/longctx/spec_check.sh) spec_verify
 # (the synthetic Llama-3-8B's verify-step cost per draft length and batch: `bench model
-# --decode-draft K`, K in $SPEC_DRAFTS)
+# --decode-draft K`, K in $SPEC_DRAFTS) window (sliding-window models with rolling KV on CUDA,
+# bench/window/window_check.sh, issue 17)
 # kernels attention peer bench baseline
 # (this binary against an older one, when packed) graphs (the
 # decode cases with CUDA graphs off, for the A/B) shadow (the shadow-dense monitor's cost on
@@ -28,7 +29,7 @@ rm -rf "$out" && mkdir -p "$out"
 source .devbundle/env.sh
 export SPARSESERVE_TEST_DATA_DIR=$root/tests/data SPARSESERVE_MODEL_MIRROR=$root/models
 export PYTHONUNBUFFERED=1
-stages=${*:-tests sanitizer golden services eval minference tokenselect tokenselect_eval spec spec_eval spec_verify kernels attention tokenselect_bench peer bench baseline graphs shadow profile cublas ncu}
+stages=${*:-tests sanitizer golden services eval minference tokenselect tokenselect_eval spec spec_eval spec_verify window kernels attention tokenselect_bench peer bench baseline graphs shadow profile cublas ncu}
 summary=()
 run() {  # run NAME CMD... — logs to $out/NAME.log, records ok/FAIL
   local name=$1; shift
@@ -99,6 +100,7 @@ if has spec; then
   done
 fi
 has spec_eval && run spec_eval bash bench/longctx/spec_check.sh "$out"
+has window && run window bash bench/window/window_check.sh "$out"
 if has spec_verify; then
   for draft in ${SPEC_DRAFTS:-0 1 3 7}; do
     run "spec_verify_$draft" sparseserve bench model --synthetic llama3-8b --device cuda \

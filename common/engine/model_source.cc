@@ -15,38 +15,40 @@
 namespace sparseserve::engine {
 namespace {
 
-absl::StatusOr<ModelSource> OpenGguf(const std::string& path) {
+absl::StatusOr<ModelSource> OpenGguf(const std::string& path, bool open_weights) {
   ModelSource src;
   src.path = path;
   src.naming = model::WeightNaming::kGguf;
   SS_ASSIGN_OR_RETURN(std::unique_ptr<model::GgufFile> gguf, model::GgufFile::Open(path));
   SS_ASSIGN_OR_RETURN(src.config, model::ModelConfigFromGguf(*gguf));
   SS_ASSIGN_OR_RETURN(src.tokenizer, TokenizerFromGguf(*gguf));
-  src.weights = std::move(gguf);
+  if (open_weights) src.weights = std::move(gguf);
   return src;
 }
 
-absl::StatusOr<ModelSource> OpenHfDirectory(const std::string& dir) {
+absl::StatusOr<ModelSource> OpenHfDirectory(const std::string& dir, bool open_weights) {
   ModelSource src;
   src.path = dir;
   src.naming = model::WeightNaming::kHuggingFace;
   const std::string config_path = dir + "/config.json";
   SS_ASSIGN_OR_RETURN(std::string config_text, core::ReadFileToString(config_path));
   SS_ASSIGN_OR_RETURN(src.config, model::ParseHfConfig(config_text, config_path));
-  SS_ASSIGN_OR_RETURN(src.weights, model::OpenSafetensorsDir(dir));
+  if (open_weights) {
+    SS_ASSIGN_OR_RETURN(src.weights, model::OpenSafetensorsDir(dir));
+  }
   SS_ASSIGN_OR_RETURN(src.tokenizer, tokenizer::LoadTokenizerJson(dir + "/tokenizer.json"));
   return src;
 }
 
 }  // namespace
 
-absl::StatusOr<ModelSource> OpenModelSource(const std::string& path) {
+absl::StatusOr<ModelSource> OpenModelSource(const std::string& path, bool open_weights) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return OpenHfDirectory(path);
+  if (std::filesystem::is_directory(path, ec)) return OpenHfDirectory(path, open_weights);
   if (!std::filesystem::exists(path, ec)) {
     return absl::NotFoundError(absl::StrCat(path, ": no such model file or directory"));
   }
-  if (absl::EndsWith(path, ".gguf")) return OpenGguf(path);
+  if (absl::EndsWith(path, ".gguf")) return OpenGguf(path, open_weights);
   return absl::InvalidArgumentError(
       absl::StrCat(path,
                    ": unknown model format (expected a .gguf file or a Hugging Face directory with "

@@ -12,7 +12,6 @@
 
 #include "absl/status/statusor.h"
 #include "common/model/gguf_file.h"
-#include "common/model/llama_model.h"
 #include "common/model/model_config.h"
 #include "common/model/tensor_file.h"
 #include "common/tokenizer/tokenizer.h"
@@ -29,8 +28,10 @@ struct ModelSource {
 
 // Opens `path` (a .gguf file or an HF directory). kNotFound when the path or a required file is
 // missing, kInvalidArgument for malformed files, kUnimplemented for unsupported architectures
-// or tensor types; messages name the file.
-absl::StatusOr<ModelSource> OpenModelSource(const std::string& path);
+// or tensor types; messages name the file. With `open_weights` false only the config and the
+// tokenizer are read (`weights` stays null): what the router needs, without mapping or indexing
+// the weights.
+absl::StatusOr<ModelSource> OpenModelSource(const std::string& path, bool open_weights = true);
 
 // Builds the tokenizer stored in GGUF metadata (`tokenizer.ggml.model` = "llama" for
 // SentencePiece-style BPE, "gpt2" for byte-level BPE).

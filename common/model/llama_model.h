@@ -27,9 +27,6 @@
 
 namespace sparseserve::model {
 
-// How tensors are named in the checkpoint.
-enum class WeightNaming { kHuggingFace, kGguf };
-
 // Which rows of a sequence's chunk a step computes logits for.
 enum class LogitRows { kNone, kLast, kAll };
 

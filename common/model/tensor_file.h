@@ -16,6 +16,9 @@
 
 namespace sparseserve::model {
 
+// How tensors are named in the checkpoint.
+enum class WeightNaming { kHuggingFace, kGguf };
+
 class TensorFile {
  public:
   virtual ~TensorFile() = default;

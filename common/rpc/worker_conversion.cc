@@ -14,16 +14,6 @@ v1::FinishReason FinishReasonToProto(engine::FinishReason reason) {
   return v1::FINISH_REASON_UNSPECIFIED;
 }
 
-absl::string_view FinishReasonLabel(v1::FinishReason reason) {
-  switch (reason) {
-    case v1::FINISH_REASON_LENGTH: return "length";
-    case v1::FINISH_REASON_STOP: return "stop";
-    case v1::FINISH_REASON_CONTEXT: return "context";
-    case v1::FINISH_REASON_ABORTED: return "aborted";
-    default: return "error";
-  }
-}
-
 v1::KvLayout KvLayoutOf(const engine::ModelRunner& runner) {
   v1::KvLayout layout;
   layout.set_dtype(std::string(DTypeName(runner.cache().dtype())));
