@@ -74,6 +74,37 @@ def test_sliding_window_model_rolls_its_kv(disaggregated):
         c.close()
 
 
+def test_rolling_kv_equals_the_windowed_mask_without_rolling(tmp_path):
+    """Issue 17's brute-force reference in one process: tiny_mistral with rolling KV in a pool of
+    16 blocks of 16 tokens equals the same weights loaded as a Llama (no model window) with a
+    request sliding window of 64 and no sinks in a roomy pool (every block kept, the window only
+    a mask) — and differs from full attention."""
+    src = os.path.join(ROOT, "tests", "data", "tiny_mistral")
+    for name in ("model.safetensors", "tokenizer.json"):
+        os.symlink(os.path.join(src, name), tmp_path / name)
+    with open(os.path.join(src, "config.json")) as f:
+        config = json.load(f)
+    config.update(model_type="llama", architectures=["LlamaForCausalLM"])
+    del config["sliding_window"]
+    with open(tmp_path / "config.json", "w") as f:
+        json.dump(config, f)
+    prompt = " ".join(["The router sends long prompts to prefill workers."] * 6)
+
+    def generate(model, *flags):
+        out = subprocess.run([BIN, "generate", f"--model={model}", f"--prompt={prompt}",
+                              "--max-tokens=300", "--ignore-eos", "--temperature=0",
+                              "--block-tokens=16", "--log-level=warning"] + list(flags),
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    rolling = generate(src, "--kv-cache-tokens=256", "--prefill-chunk=32")
+    masked = generate(tmp_path, "--kv-cache-tokens=4096", "--attention=sliding-window",
+                      "--sliding-window=64", "--sink-tokens=0")
+    assert rolling == masked
+    assert generate(tmp_path, "--kv-cache-tokens=4096") != rolling
+
+
 def test_cancelled_disaggregated_requests_return_their_reservations_promptly():
     """Issue 17: 200 disaggregated requests cancelled at random moments of their prefill (PUTs
     slowed by 4 ms a layer). Each reservation comes back as soon as the prefill worker confirms
