@@ -39,6 +39,22 @@ void PrintCommandHelp(const Command& command);
 // Applies the common flags (--log-level, --threads). Returns false after printing an error.
 bool ApplyCommonFlags();
 
+// True for --help, -h, --helpfull and help.
+bool IsHelpFlag(const char* arg);
+
+// Makes a crash (SIGSEGV, SIGABRT, ...) print its stack to stderr before the process dies, so a
+// worker that dies in production or CI leaves the reason in its log. SIGTERM keeps its default
+// (serving commands catch it themselves to drain). `argv0` finds the symbols.
+void InstallCrashHandler(const char* argv0);
+
+// Runs `command` on argv[1..argc) (argv[0] is replaced by `program`, the name absl reports):
+// prints the command's help for a help flag, accepts '-' for '_' in flag names, parses the
+// flags, applies the common ones and returns the command's exit code.
+int RunCommand(const Command& command, std::string program, int argc, char** argv);
+
+// The router command's entry (router_command.cc): in `sparseserve` and `sparseserve-router`.
+const Command& RouterCommand();
+
 // The router's flags as options, and serving them until SIGINT/SIGTERM (router_command.cc);
 // `up` runs the same router in its own process. `on_stop` runs after the router stopped.
 router::RouterOptions RouterOptionsFromFlags();

@@ -1,16 +1,9 @@
 // `sparseserve`: one binary, one subcommand per role (like `vllm serve` / `trtllm-serve`).
-#include <signal.h>
-
-#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "absl/debugging/failure_signal_handler.h"
-#include "absl/debugging/symbolize.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "tools/command.h"
 
 namespace sparseserve::tools {
@@ -26,7 +19,7 @@ const std::vector<Command>& Commands() {
        "token, tokens/s) goes to stderr. --temperature 0 is greedy decoding. The attention and\n"
        "speculation flags choose the request's methods; with --server only those changed from\n"
        "their defaults are sent, and the server's defaults fill the rest.",
-       {"tools/generate_command.cc", "tools/request_options_flags.cc", "tools/model_flags.cc"},
+       {"tools/generate_command.cc", "tools/request_options_flags.cc", "tools/model_path_flag.cc", "tools/model_flags.cc"},
        &RunGenerateCommand},
       {"eval",
        "long-context accuracy: run RULER-style tasks and print a table per task and length",
@@ -39,7 +32,7 @@ const std::vector<Command>& Commands() {
        "density (from these flags), mean prompt and new tokens, time to first token, decode\n"
        "tokens/s; --out writes every output as JSON. Progress goes to stderr.",
        {"tools/eval_command.cc", "tools/generate_command.cc:server,timeout_seconds",
-        "tools/request_options_flags.cc", "tools/model_flags.cc"},
+        "tools/request_options_flags.cc", "tools/model_path_flag.cc", "tools/model_flags.cc"},
        &RunEvalCommand},
       {"decode",
        "run a decode worker (continuous batching, KV import over UCX)",
@@ -50,7 +43,7 @@ const std::vector<Command>& Commands() {
        "'READY decode <address> metrics <address>' on stdout once serving; SIGINT/SIGTERM drain\n"
        "in-flight requests and exit.",
        {"tools/decode_command.cc", "tools/kv_staging_flags.cc:kv_staging,kv_staging_mb",
-        "tools/request_options_flags.cc", "tools/serve_flags.cc", "tools/model_flags.cc"},
+        "tools/request_options_flags.cc", "tools/serve_flags.cc", "tools/model_path_flag.cc", "tools/model_flags.cc"},
        &RunDecodeCommand},
       {"prefill",
        "run a prefill worker (chunked prefill, KV export over UCX)",
@@ -60,20 +53,9 @@ const std::vector<Command>& Commands() {
        "soon as the layer is done, then returns the first token. Prints 'READY prefill ...'.",
        {"tools/prefill_command.cc", "tools/decode_command.cc:max_running",
         "tools/kv_staging_flags.cc:kv_staging,prefill_kv_staging_mb",
-        "tools/request_options_flags.cc", "tools/serve_flags.cc", "tools/model_flags.cc"},
+        "tools/request_options_flags.cc", "tools/serve_flags.cc", "tools/model_path_flag.cc", "tools/model_flags.cc"},
        &RunPrefillCommand},
-      {"router",
-       "run the router (public Generation API) in front of running workers",
-       "sparseserve router --model PATH --decode-workers A,B [--prefill-workers C] ...",
-       "Serves sparseserve.v1.Generation: tokenizes, routes by load and prefix-cache overlap,\n"
-       "sends long uncached prompts to prefill workers (--disagg-threshold), streams tokens,\n"
-       "retries and migrates on worker failure. --model is used for the tokenizer only.\n"
-       "A request's attention and speculation choices are checked with this router's flags\n"
-       "filling what it leaves unset, then forwarded as given: each worker fills them from its\n"
-       "own flags (run the router and workers with the same ones; `up` does).",
-       {"tools/router_command.cc", "tools/request_options_flags.cc", "tools/serve_flags.cc",
-        "tools/model_flags.cc"},
-       &RunRouterCommand},
+      RouterCommand(),
       {"up",
        "start router + prefill + decode workers on this machine (first run)",
        "sparseserve up [--model PATH] [--num-prefill N] [--num-decode M] ...",
@@ -82,7 +64,7 @@ const std::vector<Command>& Commands() {
        "line per worker, then 'READY up <address> metrics <address>'. Use `sparseserve generate\n"
        "--server <address>` to talk to it. SIGINT/SIGTERM stop everything cleanly.",
        {"tools/up_command.cc", "tools/router_command.cc", "tools/kv_staging_flags.cc",
-        "tools/request_options_flags.cc", "tools/serve_flags.cc", "tools/model_flags.cc"},
+        "tools/request_options_flags.cc", "tools/serve_flags.cc", "tools/model_path_flag.cc", "tools/model_flags.cc"},
        &RunUpCommand},
       {"search-patterns",
        "MInference's offline pattern search: a per-head pattern config from a sample",
@@ -109,7 +91,7 @@ const std::vector<Command>& Commands() {
        "Exit code 2 for bad flags or inputs (missing files, a sample under 128 tokens); 1 when\n"
        "the run fails.",
        {"tools/search_patterns_command.cc", "tools/eval_command.cc:out",
-        "tools/model_flags.cc:model,device,kv_cache_tokens,gpu_memory_fraction,block_tokens,"
+        "tools/model_path_flag.cc", "tools/model_flags.cc:device,kv_cache_tokens,gpu_memory_fraction,block_tokens,"
         "prefill_chunk,max_step_tokens"},
        &RunSearchPatternsCommand},
       {"bench",
@@ -146,7 +128,7 @@ const std::vector<Command>& Commands() {
        {"tools/bench_command.cc", "tools/bench_spec.cc",
         "tools/request_options_flags.cc:spec_max_draft,spec_controller,lookahead_window,"
         "lookahead_ngram,lookahead_guesses",
-        "tools/model_flags.cc:model,device,block_tokens,prefill_chunk,max_step_tokens"},
+        "tools/model_path_flag.cc", "tools/model_flags.cc:device,block_tokens,prefill_chunk,max_step_tokens"},
        &RunBenchCommand},
   };
   return commands;
@@ -162,23 +144,13 @@ void PrintTopLevelHelp() {
   std::printf("\nRun 'sparseserve <command> --help' for the flags of a command.\n");
 }
 
-bool IsHelpFlag(const char* arg) {
-  return std::strcmp(arg, "--help") == 0 || std::strcmp(arg, "-h") == 0 ||
-         std::strcmp(arg, "--helpfull") == 0 || std::strcmp(arg, "help") == 0;
-}
-
 }  // namespace
 }  // namespace sparseserve::tools
 
 int main(int argc, char** argv) {
   using sparseserve::tools::Command;
   using sparseserve::tools::Commands;
-  // A crash (SIGSEGV, SIGABRT, ...) prints its stack to stderr before the process dies, so a
-  // worker that dies in production or CI leaves the reason in its log. SIGTERM keeps its default
-  // (serving commands catch it themselves to drain).
-  absl::InitializeSymbolizer(argv[0]);
-  absl::InstallFailureSignalHandler({});
-  signal(SIGTERM, SIG_DFL);
+  sparseserve::tools::InstallCrashHandler(argv[0]);
   if (argc < 2 || sparseserve::tools::IsHelpFlag(argv[1])) {
     sparseserve::tools::PrintTopLevelHelp();
     return argc < 2 ? 2 : 0;
@@ -192,27 +164,7 @@ int main(int argc, char** argv) {
     sparseserve::tools::PrintTopLevelHelp();
     return 2;
   }
-  for (int i = 2; i < argc; ++i) {
-    if (sparseserve::tools::IsHelpFlag(argv[i])) {
-      sparseserve::tools::PrintCommandHelp(*command);
-      return 0;
-    }
-  }
-  // Parse flags after the command name; argv[1] becomes the program name for absl.
-  std::string program = std::string("sparseserve ") + command->name;
-  absl::SetProgramUsageMessage(command->usage);
-  // absl flag names use '_'; accept the documented '--max-tokens' spelling as well.
-  std::vector<std::string> normalized(argv + 1, argv + argc);
-  for (std::string& arg : normalized) {
-    if (arg.rfind("--", 0) != 0) continue;
-    const size_t end = std::min(arg.find('='), arg.size());
-    std::replace(arg.begin() + 2, arg.begin() + static_cast<std::ptrdiff_t>(end), '-', '_');
-  }
-  std::vector<char*> args;
-  args.push_back(program.data());
-  for (size_t i = 1; i < normalized.size(); ++i) args.push_back(normalized[i].data());
-  std::vector<char*> positional =
-      absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
-  if (!sparseserve::tools::ApplyCommonFlags()) return 2;
-  return command->run(positional);
+  // argv[1] becomes the program name for absl.
+  return sparseserve::tools::RunCommand(*command, std::string("sparseserve ") + command->name,
+                                        argc - 1, argv + 1);
 }

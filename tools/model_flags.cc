@@ -3,9 +3,6 @@
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 
-ABSL_FLAG(std::string, model, "models/stories260K/stories260K.gguf",
-          "Model to load: a .gguf file or a Hugging Face directory (config.json, *.safetensors, "
-          "tokenizer.json).");
 ABSL_FLAG(std::string, device, "cpu", "Backend: cpu (reference) or cuda.");
 ABSL_FLAG(int, kv_cache_tokens, 0,
           "KV cache capacity in tokens (0 = what --gpu-memory-fraction leaves on a GPU, 4 x the "
@@ -42,10 +39,6 @@ ABSL_DECLARE_FLAG(std::string, minference_index);
 ABSL_DECLARE_FLAG(int, tokenselect_k);
 
 namespace sparseserve::tools {
-
-std::string ModelPathFromFlags() {
-  return absl::GetFlag(FLAGS_model);
-}
 
 absl::StatusOr<Device> DeviceFromFlags() {
   const std::string name = absl::GetFlag(FLAGS_device);

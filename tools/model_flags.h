@@ -1,5 +1,6 @@
 // Flags shared by every command that loads a model (generate, decode, prefill, up), and by
-// `bench model` (--device, --block-tokens, --prefill-chunk, --cuda-graph-batch only).
+// `bench model` (--device, --block-tokens, --prefill-chunk, --cuda-graph-batch only); --model
+// itself is in model_path_flag.h.
 #ifndef SPARSESERVE_TOOLS_MODEL_FLAGS_H_
 #define SPARSESERVE_TOOLS_MODEL_FLAGS_H_
 
@@ -8,10 +9,10 @@
 #include "absl/status/statusor.h"
 #include "common/engine/model_runner.h"
 #include "common/tensor/tensor.h"
+#include "tools/model_path_flag.h"
 
 namespace sparseserve::tools {
 
-std::string ModelPathFromFlags();
 // --device: kInvalidArgument for anything but cpu / cuda.
 absl::StatusOr<Device> DeviceFromFlags();
 absl::StatusOr<engine::ModelRunnerOptions> RunnerOptionsFromFlags();

@@ -8,7 +8,7 @@
 #include "common/rpc/server_runner.h"
 #include "router/router.h"
 #include "tools/command.h"
-#include "tools/model_flags.h"
+#include "tools/model_path_flag.h"
 #include "tools/request_options_flags.h"
 #include "tools/serve_flags.h"
 #include "tools/termination_signal.h"
@@ -89,6 +89,24 @@ int RunRouterCommand(const std::vector<char*>& positional) {
     return 1;
   }
   return 0;
+}
+
+const Command& RouterCommand() {
+  static const Command command = {
+      "router",
+      "run the router (public Generation API) in front of running workers",
+      "sparseserve router --model PATH --decode-workers A,B [--prefill-workers C] ...\n"
+      "       (or sparseserve-router with the same flags: the router alone, no model libraries)",
+      "Serves sparseserve.v1.Generation: tokenizes, routes by load and prefix-cache overlap,\n"
+      "sends long uncached prompts to prefill workers (--disagg-threshold), streams tokens,\n"
+      "retries and migrates on worker failure. --model is used for the tokenizer only.\n"
+      "A request's attention and speculation choices are checked with this router's flags\n"
+      "filling what it leaves unset, then forwarded as given: each worker fills them from its\n"
+      "own flags (run the router and workers with the same ones; `up` does).",
+      {"tools/router_command.cc", "tools/request_options_flags.cc", "tools/serve_flags.cc",
+       "tools/model_path_flag.cc"},
+      &RunRouterCommand};
+  return command;
 }
 
 }  // namespace sparseserve::tools

@@ -550,6 +550,32 @@ def _stop(procs):
         assert rc == 0, f"{proc.args[1]} exited with {rc}; stderr:\n{proc.stderr.read()[-4000:]}"
 
 
+def test_router_alone_binary_serves_and_links_no_model_library():
+    """Issue 17: `sparseserve-router` (the router without model, kernel or CUDA libraries) in
+    front of a `sparseserve decode` worker gives the golden output; it maps no weights, and no
+    CUDA library is among its shared libraries."""
+    router_bin = os.path.join(os.path.dirname(BIN), "sparseserve-router")
+    libs = subprocess.run(["ldd", router_bin], capture_output=True, text=True, check=True).stdout
+    assert not any(name in libs for name in ("libcuda", "libcublas", "libcudart", "libnccl")), libs
+    model = f"--model={os.environ.get('SPARSESERVE_TEST_MODEL', 'models/stories260K/stories260K.gguf')}"
+    procs = []
+    try:
+        decode, d = _start(["decode", model])
+        procs.append(decode)
+        proc = subprocess.Popen([router_bin, model, f"--decode-workers={d[2]}",
+                                 "--log-level=warning"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        procs.append(proc)
+        line = proc.stdout.readline().split()
+        assert line and line[0] == "READY", proc.stderr.read()
+        with open(f"/proc/{proc.pid}/maps") as f:
+            assert "stories260K" not in f.read()  # the tokenizer was read, nothing stays mapped
+        stub = gen_grpc_stub(line[2])
+        assert run(stub, greedy_request("Once upon a time", max_tokens=60))[1] == GOLDEN
+    finally:
+        _stop(procs)
+
+
 def test_kv_layout_mismatch_is_refused_and_router_falls_back():
     model = f"--model={os.environ.get('SPARSESERVE_TEST_MODEL', 'models/stories260K/stories260K.gguf')}"
     procs = []
