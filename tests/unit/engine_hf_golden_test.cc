@@ -174,6 +174,37 @@ TEST_P(HfWindowGoldenTest, LongGreedyMatchesTransformersWithRollingKv) {
   EXPECT_EQ((*runner)->pool().num_used_blocks(), 0);
 }
 
+// Under rolling KV the blocks that left the window stay in the prefix cache until evicted: the
+// same prompt again reuses them (the part before its window is released again at once) and gives
+// the same output.
+TEST_P(HfWindowGoldenTest, PrefixCacheServesARollingModelsPrompt) {
+  const auto& g = golden_["long"];
+  ModelRunnerOptions options;
+  options.block_tokens = 16;
+  options.prefill_chunk_tokens = 32;
+  options.kv_cache_tokens = 64 * 16;  // every block of the prompt stays cached
+  auto runner = ModelRunner::Create(source_, &backend_, options);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  Generator generator(runner->get(), source_.tokenizer.get());
+  GenerationRequest request;
+  request.prompt_tokens = g["ids"].get<std::vector<int32_t>>();
+  request.max_tokens = 40;
+  request.ignore_eos = true;
+  request.sampling.temperature = 0;
+  auto first = generator.Generate(request);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = generator.Generate(request);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(first->num_cached_prompt_tokens, 0);
+  EXPECT_GT(second->num_cached_prompt_tokens, 256) << GetParam();
+  EXPECT_EQ(second->output_tokens, first->output_tokens);
+  const std::vector<int32_t> want = g["greedy"].get<std::vector<int32_t>>();
+  EXPECT_EQ(second->output_tokens, std::vector<int32_t>(want.begin(), want.begin() + 40));
+  if ((*runner)->rolling_window() > 0) {
+    EXPECT_LE(second->peak_kv_blocks, source_.config.sliding_window / 16 + 2);
+  }
+}
+
 // Prompt lookup drafts chains (each row at its own position), so it stays exact with the window
 // and rolling KV; Lookahead's window rows would not be, and are refused by name.
 TEST_P(HfWindowGoldenTest, PromptLookupEqualsTransformersAndLookaheadIsRefused) {
