@@ -6,9 +6,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/core/logging.h"
+#include "common/rpc/finish_label.h"
 #include "common/rpc/request_conversion.h"
 #include "common/rpc/status_conversion.h"
-#include "common/rpc/finish_label.h"
 #include "common/rpc/worker_conversion.h"
 
 namespace sparseserve::decode {
@@ -73,7 +73,10 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
       if (work.selection_cache_queries > 0 || work.attention_density < 1.0) {
         metrics_->sparse_attention_density_decode().Set(work.attention_density);
       }
-      metrics_->requests_finished(status.ok() ? rpc::FinishReasonLabel(rpc::FinishReasonToProto(reason)) : "error").Increment();
+      metrics_
+          ->requests_finished(status.ok() ? rpc::FinishReasonLabel(rpc::FinishReasonToProto(reason))
+                                          : "error")
+          .Increment();
       DecodeStream* to_write = nullptr;
       {
         absl::MutexLock lock(&shared_->mu);

@@ -198,8 +198,8 @@ bool PrefillEngine::AdmitOne(std::unique_ptr<Running>& r) {
   // prompt either fits or fails alone.
   if (!running_.empty() &&
       runner_->pool().num_free_blocks() <
-          BlocksReserved() + runner_->BlocksToHold(static_cast<int>(task.prompt.size()),
-                                                   options_.prefill_chunk)) {
+          BlocksReserved() +
+              runner_->BlocksToHold(static_cast<int>(task.prompt.size()), options_.prefill_chunk)) {
     return false;
   }
   if (target != nullptr) {

@@ -2,8 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc/request_conversion.h"
-#include "common/rpc/worker_conversion.h"
 #include "common/rpc/status_conversion.h"
+#include "common/rpc/worker_conversion.h"
 
 namespace sparseserve::prefill {
 namespace {

@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/core/logging.h"
-#include "common/rpc/status_conversion.h"
 #include "common/rpc/finish_label.h"
+#include "common/rpc/status_conversion.h"
 
 namespace sparseserve::router {
 namespace {

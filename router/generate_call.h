@@ -157,7 +157,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<v1::GenerateResponse>
   std::vector<std::unique_ptr<UnaryCallBase>> unary_calls_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<DecodeStream>> streams_ ABSL_GUARDED_BY(mu_);
   DecodeStream* active_stream_ ABSL_GUARDED_BY(mu_) = nullptr;
-  int prefill_idx_ ABSL_GUARDED_BY(mu_) = -1;        // Prefill in flight there
+  int prefill_idx_ ABSL_GUARDED_BY(mu_) = -1;  // Prefill in flight there
   // Held; also while a Decode stream carries it until its first response proves the decode
   // worker took it (a stream cancelled or failed before that may never have reached the worker:
   // the reservation is released then, and a Release after the worker took it is a no-op).

@@ -51,9 +51,9 @@ WorkCost DecodeStepCost(const model::ModelConfig& c, DType dtype, int64_t batch,
   if (c.sliding_window > 0) {
     const double windowed =
         static_cast<double>(std::count(c.windowed_layers.begin(), c.windowed_layers.end(), true));
-    keys = (keys * (c.num_layers - windowed) +
-            std::min<double>(keys, c.sliding_window) * windowed) /
-           c.num_layers;
+    keys =
+        (keys * (c.num_layers - windowed) + std::min<double>(keys, c.sliding_window) * windowed) /
+        c.num_layers;
   }
   WorkCost cost;
   cost.bytes = StepWeightBytes(c, dtype) + b * keys * KvBytesPerToken(c, dtype);

@@ -19,7 +19,8 @@ const std::vector<Command>& Commands() {
        "token, tokens/s) goes to stderr. --temperature 0 is greedy decoding. The attention and\n"
        "speculation flags choose the request's methods; with --server only those changed from\n"
        "their defaults are sent, and the server's defaults fill the rest.",
-       {"tools/generate_command.cc", "tools/request_options_flags.cc", "tools/model_path_flag.cc", "tools/model_flags.cc"},
+       {"tools/generate_command.cc", "tools/request_options_flags.cc", "tools/model_path_flag.cc",
+        "tools/model_flags.cc"},
        &RunGenerateCommand},
       {"eval",
        "long-context accuracy: run RULER-style tasks and print a table per task and length",
@@ -43,7 +44,8 @@ const std::vector<Command>& Commands() {
        "'READY decode <address> metrics <address>' on stdout once serving; SIGINT/SIGTERM drain\n"
        "in-flight requests and exit.",
        {"tools/decode_command.cc", "tools/kv_staging_flags.cc:kv_staging,kv_staging_mb",
-        "tools/request_options_flags.cc", "tools/serve_flags.cc", "tools/model_path_flag.cc", "tools/model_flags.cc"},
+        "tools/request_options_flags.cc", "tools/serve_flags.cc", "tools/model_path_flag.cc",
+        "tools/model_flags.cc"},
        &RunDecodeCommand},
       {"prefill",
        "run a prefill worker (chunked prefill, KV export over UCX)",
@@ -53,7 +55,8 @@ const std::vector<Command>& Commands() {
        "soon as the layer is done, then returns the first token. Prints 'READY prefill ...'.",
        {"tools/prefill_command.cc", "tools/decode_command.cc:max_running",
         "tools/kv_staging_flags.cc:kv_staging,prefill_kv_staging_mb",
-        "tools/request_options_flags.cc", "tools/serve_flags.cc", "tools/model_path_flag.cc", "tools/model_flags.cc"},
+        "tools/request_options_flags.cc", "tools/serve_flags.cc", "tools/model_path_flag.cc",
+        "tools/model_flags.cc"},
        &RunPrefillCommand},
       RouterCommand(),
       {"up",
@@ -64,7 +67,8 @@ const std::vector<Command>& Commands() {
        "line per worker, then 'READY up <address> metrics <address>'. Use `sparseserve generate\n"
        "--server <address>` to talk to it. SIGINT/SIGTERM stop everything cleanly.",
        {"tools/up_command.cc", "tools/router_command.cc", "tools/kv_staging_flags.cc",
-        "tools/request_options_flags.cc", "tools/serve_flags.cc", "tools/model_path_flag.cc", "tools/model_flags.cc"},
+        "tools/request_options_flags.cc", "tools/serve_flags.cc", "tools/model_path_flag.cc",
+        "tools/model_flags.cc"},
        &RunUpCommand},
       {"search-patterns",
        "MInference's offline pattern search: a per-head pattern config from a sample",
@@ -90,8 +94,8 @@ const std::vector<Command>& Commands() {
        "search costs about (1 + candidates x (density + index)) dense prefills of the sample.\n"
        "Exit code 2 for bad flags or inputs (missing files, a sample under 128 tokens); 1 when\n"
        "the run fails.",
-       {"tools/search_patterns_command.cc", "tools/eval_command.cc:out",
-        "tools/model_path_flag.cc", "tools/model_flags.cc:device,kv_cache_tokens,gpu_memory_fraction,block_tokens,"
+       {"tools/search_patterns_command.cc", "tools/eval_command.cc:out", "tools/model_path_flag.cc",
+        "tools/model_flags.cc:device,kv_cache_tokens,gpu_memory_fraction,block_tokens,"
         "prefill_chunk,max_step_tokens"},
        &RunSearchPatternsCommand},
       {"bench",
@@ -128,7 +132,8 @@ const std::vector<Command>& Commands() {
        {"tools/bench_command.cc", "tools/bench_spec.cc",
         "tools/request_options_flags.cc:spec_max_draft,spec_controller,lookahead_window,"
         "lookahead_ngram,lookahead_guesses",
-        "tools/model_path_flag.cc", "tools/model_flags.cc:device,block_tokens,prefill_chunk,max_step_tokens"},
+        "tools/model_path_flag.cc",
+        "tools/model_flags.cc:device,block_tokens,prefill_chunk,max_step_tokens"},
        &RunBenchCommand},
   };
   return commands;

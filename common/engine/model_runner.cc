@@ -132,7 +132,7 @@ absl::StatusOr<kernels::AttentionPattern> ModelRunner::DecodePattern(
 }
 
 absl::Status ModelRunner::CheckModelWindow(const kernels::AttentionPattern& pattern,
-                                          absl::string_view phase) const {
+                                           absl::string_view phase) const {
   if (config().sliding_window == 0 || pattern.kind == kernels::AttentionMethodKind::kDense) {
     return absl::OkStatus();
   }
@@ -177,8 +177,8 @@ void ModelRunner::ReleaseOutOfWindowBlocks(SequenceKv& seq) {
   // The next query (KV index tokens.size()) sees keys > tokens.size() - window: blocks whose
   // last key is at or before that are never read again.
   const int64_t first_seen = static_cast<int64_t>(seq.tokens.size()) - rolling_window_ + 1;
-  const int dead = static_cast<int>(std::min<int64_t>(
-      std::max<int64_t>(0, first_seen / bt), static_cast<int64_t>(seq.block_ids.size())));
+  const int dead = static_cast<int>(std::min<int64_t>(std::max<int64_t>(0, first_seen / bt),
+                                                      static_cast<int64_t>(seq.block_ids.size())));
   if (dead <= seq.released_blocks) return;
   const absl::Span<int32_t> gone =
       absl::MakeSpan(seq.block_ids).subspan(seq.released_blocks, dead - seq.released_blocks);

@@ -124,9 +124,9 @@ absl::StatusOr<LlamaModel::StepInputs> LlamaModel::FlattenBatch(
                                                      seq.block_table.size()));
     }
     if (c.sliding_window > 0 && seq.pattern.kind != kernels::AttentionMethodKind::kDense) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Forward: sequence ", s, ": a model with its own sliding window (", c.sliding_window,
-          " tokens) runs dense attention only"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Forward: sequence ", s, ": a model with its own sliding window (",
+                       c.sliding_window, " tokens) runs dense attention only"));
     }
     in.decode_only = in.decode_only && n == 1 && seq.mask.empty() &&
                      seq.pattern.kind != kernels::AttentionMethodKind::kMInference;
@@ -215,8 +215,7 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
                      attention_probe_ == nullptr && m > 0 && graphs_.Eligible(n);
   if (graph) {
     if (graph_step_.rows < 0) {
-      SS_ASSIGN_OR_RETURN(graph_step_,
-                          AllocateStepBuffers(graphs_.max_rows(), graphs_.max_rows()));
+      SS_ASSIGN_OR_RETURN(graph_step_, AllocateStepBuffers(graphs_.max_rows(), graphs_.max_rows()));
     }
     const StepViews v = Views(graph_step_, n, m);
     SS_RETURN_IF_ERROR(UploadIndices(in, graph_step_));
@@ -257,7 +256,8 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
   }
   kernels::AttentionPlan window_plan;
   if (in.mixed_windows) {
-    SS_ASSIGN_OR_RETURN(window_plan, be.PlanAttention(in.window_attn, shape, window_step_workspace_));
+    SS_ASSIGN_OR_RETURN(window_plan,
+                        be.PlanAttention(in.window_attn, shape, window_step_workspace_));
   }
   SS_RETURN_IF_ERROR(RunLayers(v, plan, in.mixed_windows ? &window_plan : nullptr,
                                in.shadow ? &shadow : nullptr, cache, on_layer_kv_written,

@@ -287,12 +287,12 @@ class LlamaModel {
   const kernels::AttentionWorkspace* sparse_workspace_ = nullptr;  // where sparse_pending_ lives
   std::vector<SparseWork> sparse_work_;
   AttentionProbe attention_probe_;  // set_attention_probe; null = off
-  StepGraphCache graphs_;  // which decode steps replay graphs, and the graphs
-  Tensor embedding_;       // [vocab, hidden]
-  Tensor final_norm_;      // [hidden]
-  Tensor lm_head_;         // [vocab, hidden] (the embedding when tied)
-  Tensor inv_freq_;        // f32 [head_dim / 2]
-  Tensor sequence_state_;  // i32 [num_slots, slot_words] or empty (set_sequence_state)
+  StepGraphCache graphs_;           // which decode steps replay graphs, and the graphs
+  Tensor embedding_;                // [vocab, hidden]
+  Tensor final_norm_;               // [hidden]
+  Tensor lm_head_;                  // [vocab, hidden] (the embedding when tied)
+  Tensor inv_freq_;                 // f32 [head_dim / 2]
+  Tensor sequence_state_;           // i32 [num_slots, slot_words] or empty (set_sequence_state)
   std::vector<LayerWeights> layers_;
 };
 

@@ -320,8 +320,8 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
   if (c.head_dim % 2 != 0) return error("head_dim", "= ", c.head_dim, " must be even for RoPE");
   if (c.sliding_window < 0) return error("sliding_window", "= ", c.sliding_window, " must be >= 0");
   if (c.sliding_window > 0 && static_cast<int>(c.windowed_layers.size()) != c.num_layers) {
-    return error("windowed_layers", "has ", c.windowed_layers.size(), " entries for ",
-                 c.num_layers, " layers");
+    return error("windowed_layers", "has ", c.windowed_layers.size(), " entries for ", c.num_layers,
+                 " layers");
   }
   if (!(std::isfinite(c.rms_norm_eps) && c.rms_norm_eps > 0)) {
     return error("rms_norm_eps", "= ", c.rms_norm_eps, " must be finite and > 0");

@@ -18,8 +18,8 @@ void StepGraphCache::Reset(int max_rows) {
 bool StepGraphCache::Eligible(int64_t rows) {
   if (rows <= 0 || rows > max_rows_) return false;
   if (support_ == Support::kUnknown) {
-    support_ = backend_->CaptureGraph([] { return absl::OkStatus(); }).ok() ? Support::kYes
-                                                                            : Support::kNo;
+    support_ =
+        backend_->CaptureGraph([] { return absl::OkStatus(); }).ok() ? Support::kYes : Support::kNo;
   }
   return support_ == Support::kYes;
 }

@@ -115,8 +115,8 @@ TEST_P(HfWindowGoldenTest, LongPromptLogitsMatchTransformersEverywhere) {
   model::ForwardSequence seq;
   seq.tokens = g["ids"].get<std::vector<int32_t>>();
   const int blocks = static_cast<int>(seq.tokens.size() + 15) / 16;
-  model::PagedKvCacheShape shape{source_.config.num_layers, blocks, 16,
-                                 source_.config.num_kv_heads, source_.config.head_dim};
+  model::PagedKvCacheShape shape{source_.config.num_layers, blocks, 16, source_.config.num_kv_heads,
+                                 source_.config.head_dim};
   auto cache = model::PagedKvCache::Create(shape, backend_);
   ASSERT_TRUE(cache.ok());
   for (int b = 0; b < blocks; ++b) seq.block_table.push_back(blocks - 1 - b);  // reversed

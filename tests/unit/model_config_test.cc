@@ -106,10 +106,11 @@ TEST(ModelConfigTest, MistralSlidingWindowIsKeptOnEveryLayer) {
 
 TEST(ModelConfigTest, Qwen2SlidingWindowFromMaxWindowLayers) {
   // transformers' Qwen2: layers >= max_window_layers use the window.
-  auto c = ParseHfConfig(
-      absl::StrReplaceAll(kQwen2, {{"\"use_sliding_window\": false", "\"use_sliding_window\": true"},
-                                   {"\"sliding_window\": 32768", "\"sliding_window\": 1024"}}),
-      "qwen2/config.json");
+  auto c =
+      ParseHfConfig(absl::StrReplaceAll(
+                        kQwen2, {{"\"use_sliding_window\": false", "\"use_sliding_window\": true"},
+                                 {"\"sliding_window\": 32768", "\"sliding_window\": 1024"}}),
+                    "qwen2/config.json");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->sliding_window, 1024);
   ASSERT_EQ(c->windowed_layers.size(), static_cast<size_t>(c->num_layers));
