@@ -8,6 +8,11 @@
 
 namespace sparseserve::tools {
 
+// The request-option flags `bench spec` takes (one literal: a list of flag files follows).
+constexpr char kBenchSpecOptionFlags[] =
+    "tools/request_options_flags.cc:spec_max_draft,spec_controller,lookahead_window,"
+    "lookahead_ngram,lookahead_guesses";
+
 const std::vector<Command>& Commands() {
   static const std::vector<Command> commands = {
       {"generate",
@@ -129,9 +134,7 @@ const std::vector<Command>& Commands() {
        "right with probability A (what the controller makes of acceptance A). Its table: tokens/s\n"
        "and the ratio to plain, steps compression (tokens per step), accepted/drafted, acceptance\n"
        "by draft position, and whether the greedy output equals plain decoding's.",
-       {"tools/bench_command.cc", "tools/bench_spec.cc",
-        "tools/request_options_flags.cc:spec_max_draft,spec_controller,lookahead_window,"
-        "lookahead_ngram,lookahead_guesses",
+       {"tools/bench_command.cc", "tools/bench_spec.cc", kBenchSpecOptionFlags,
         "tools/model_path_flag.cc",
         "tools/model_flags.cc:device,block_tokens,prefill_chunk,max_step_tokens"},
        &RunBenchCommand},
