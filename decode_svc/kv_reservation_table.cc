@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/core/status.h"
 #include "common/kv/block_hash.h"
+#include "common/kv/rolling_window.h"
 
 namespace sparseserve::decode {
 
@@ -23,11 +24,11 @@ absl::StatusOr<KvReservation> KvReservationTable::Reserve(absl::Span<const int32
   const int needed = (n + block_tokens_ - 1) / block_tokens_;
   std::vector<int32_t> ids = pool_->Match(kv::ComputeBlockHashes(prompt, block_tokens_));
   int cached = static_cast<int>(ids.size());
-  // Rolling KV: the first token generated after the prompt (KV index n) sees keys
-  // > n - window; blocks wholly before that are neither reserved nor sent (as
-  // ModelRunner::ReleaseOutOfWindowBlocks would release them at once).
-  const int dead =
-      rolling_window_ > 0 ? std::clamp((n - rolling_window_ + 1) / block_tokens_, 0, needed) : 0;
+  // Rolling KV: blocks the prompt's next token cannot see are neither reserved nor sent (the
+  // decode worker's runner would release them at once).
+  const int dead = rolling_window_ > 0
+                       ? std::min(kv::BlocksBeforeWindow(n, rolling_window_, block_tokens_), needed)
+                       : 0;
   if (dead > 0) {
     const int drop = std::min(dead, cached);
     pool_->Release(absl::MakeConstSpan(ids).subspan(0, drop));

@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "common/core/status.h"
+#include "common/kv/rolling_window.h"
 #include "common/model/llama_model.h"
 #include "common/model/paged_kv_cache.h"
 #include "kernels/backend.h"
@@ -330,7 +331,9 @@ class ModelBench {
     const int64_t all_blocks = BlocksFor(context + rows);
     int64_t per_seq = all_blocks;
     if (o_.config.AllLayersWindowed()) {
-      per_seq = std::min(all_blocks, BlocksFor(o_.config.sliding_window - 1 + rows) + 1);
+      per_seq = std::min<int64_t>(
+          all_blocks,
+          kv::MaxBlocksInWindow(o_.config.sliding_window, static_cast<int>(rows), o_.block_tokens));
       r.note = absl::StrCat("rolling KV: ", per_seq, " of ", all_blocks,
                             " blocks held per sequence (window ", o_.config.sliding_window, ")");
     }

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/core/status.h"
 #include "common/engine/minference_config.h"
+#include "common/kv/rolling_window.h"
 #include "kernels/sampling_plan_check.h"
 
 namespace sparseserve::engine {
@@ -116,7 +117,9 @@ absl::StatusOr<kernels::AttentionPattern> ModelRunner::PrefillPattern(const Atte
       pattern.minference = minference_;
     }
   }
-  SS_RETURN_IF_ERROR(CheckModelWindow(pattern, "prefill"));
+  SS_RETURN_IF_ERROR(
+      AnnotateStatus(model_->CheckPattern(pattern),
+                     absl::StrCat("prefill attention ", AttentionMethodKindName(pattern.kind))));
   SS_RETURN_IF_ERROR(CheckTokenSelectCapacity(pattern));
   SS_RETURN_IF_ERROR(backend().SupportsAttention(pattern, config().head_dim));
   return pattern;
@@ -125,20 +128,12 @@ absl::StatusOr<kernels::AttentionPattern> ModelRunner::PrefillPattern(const Atte
 absl::StatusOr<kernels::AttentionPattern> ModelRunner::DecodePattern(
     const AttentionChoice& choice) const {
   const kernels::AttentionPattern pattern = AttentionPatternOf(choice);
-  SS_RETURN_IF_ERROR(CheckModelWindow(pattern, "decode"));
+  SS_RETURN_IF_ERROR(
+      AnnotateStatus(model_->CheckPattern(pattern),
+                     absl::StrCat("decode attention ", AttentionMethodKindName(pattern.kind))));
   SS_RETURN_IF_ERROR(CheckTokenSelectCapacity(pattern));
   SS_RETURN_IF_ERROR(backend().SupportsAttention(pattern, config().head_dim));
   return pattern;
-}
-
-absl::Status ModelRunner::CheckModelWindow(const kernels::AttentionPattern& pattern,
-                                           absl::string_view phase) const {
-  if (config().sliding_window == 0 || pattern.kind == kernels::AttentionMethodKind::kDense) {
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      phase, " attention ", AttentionMethodKindName(pattern.kind), ": this model has its own ",
-      config().sliding_window, "-token sliding window, which runs with dense attention only"));
 }
 
 absl::Status ModelRunner::CheckTokenSelectCapacity(const kernels::AttentionPattern& pattern) const {
@@ -166,19 +161,14 @@ int ModelRunner::BlocksToHold(int tokens, int step_tokens) const {
   const int bt = options_.block_tokens;
   const int all = (tokens + bt - 1) / bt;
   if (rolling_window_ == 0) return all;
-  // Before a step at KV index s its keys reach back to s - window + 1 (a block boundary may add
-  // one block), and the step adds up to step_tokens rows.
-  return std::min(all, (rolling_window_ - 1 + step_tokens + bt - 1) / bt + 1);
+  return std::min(all, kv::MaxBlocksInWindow(rolling_window_, step_tokens, bt));
 }
 
 void ModelRunner::ReleaseOutOfWindowBlocks(SequenceKv& seq) {
   if (rolling_window_ == 0) return;
-  const int bt = options_.block_tokens;
-  // The next query (KV index tokens.size()) sees keys > tokens.size() - window: blocks whose
-  // last key is at or before that are never read again.
-  const int64_t first_seen = static_cast<int64_t>(seq.tokens.size()) - rolling_window_ + 1;
-  const int dead = static_cast<int>(std::min<int64_t>(std::max<int64_t>(0, first_seen / bt),
-                                                      static_cast<int64_t>(seq.block_ids.size())));
+  const int dead = std::min(kv::BlocksBeforeWindow(static_cast<int64_t>(seq.tokens.size()),
+                                                   rolling_window_, options_.block_tokens),
+                            static_cast<int>(seq.block_ids.size()));
   if (dead <= seq.released_blocks) return;
   const absl::Span<int32_t> gone =
       absl::MakeSpan(seq.block_ids).subspan(seq.released_blocks, dead - seq.released_blocks);

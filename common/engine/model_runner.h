@@ -305,9 +305,6 @@ class ModelRunner {
   void TrimBlocks(SequenceKv& seq);
   // Rolling KV: returns the blocks no query of `seq` can see any more to the pool.
   void ReleaseOutOfWindowBlocks(SequenceKv& seq);
-  // kInvalidArgument when `pattern` is not dense on a model with its own sliding window.
-  absl::Status CheckModelWindow(const kernels::AttentionPattern& pattern,
-                                absl::string_view phase) const;
 
   ModelRunnerOptions options_;
   std::unique_ptr<model::LlamaModel> model_;

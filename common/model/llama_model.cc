@@ -93,6 +93,15 @@ absl::StatusOr<std::vector<int32_t>> LlamaModel::ForwardSample(
   return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + host.numel());
 }
 
+absl::Status LlamaModel::CheckPattern(const kernels::AttentionPattern& pattern) const {
+  if (config_.sliding_window == 0 || pattern.kind == kernels::AttentionMethodKind::kDense) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("this model has its own ", config_.sliding_window,
+                   "-token sliding window, which runs with dense attention only"));
+}
+
 void LlamaModel::set_step_graph_rows(int rows) {
   graphs_.Reset(rows);
   graph_step_ = StepBuffers();
@@ -123,11 +132,8 @@ absl::StatusOr<LlamaModel::StepInputs> LlamaModel::FlattenBatch(
                                                      blocks_needed, " KV blocks, has ",
                                                      seq.block_table.size()));
     }
-    if (c.sliding_window > 0 && seq.pattern.kind != kernels::AttentionMethodKind::kDense) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Forward: sequence ", s, ": a model with its own sliding window (",
-                       c.sliding_window, " tokens) runs dense attention only"));
-    }
+    SS_RETURN_IF_ERROR(
+        AnnotateStatus(CheckPattern(seq.pattern), absl::StrCat("Forward: sequence ", s)));
     in.decode_only = in.decode_only && n == 1 && seq.mask.empty() &&
                      seq.pattern.kind != kernels::AttentionMethodKind::kMInference;
     kernels::SequenceAttention sa;

@@ -105,6 +105,10 @@ class LlamaModel {
   LlamaModel& operator=(const LlamaModel&) = delete;
 
   const ModelConfig& config() const { return config_; }
+
+  // kInvalidArgument when the model's own sliding window (ModelConfig::sliding_window) rules
+  // `pattern` out: such a model runs dense attention only (its window is applied per layer).
+  absl::Status CheckPattern(const kernels::AttentionPattern& pattern) const;
   kernels::Backend& backend() const { return *backend_; }
 
   // Runs one step. Returns host f32 logits [rows, vocab]: for each sequence in order, the rows
