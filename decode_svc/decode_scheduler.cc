@@ -6,6 +6,7 @@
 #include "common/core/logging.h"
 #include "common/core/status.h"
 #include "common/engine/kv_block_copy.h"
+#include "common/engine/model_draft.h"
 #include "common/engine/request_options.h"
 #include "common/engine/speculative_sequence.h"
 #include "common/sampling/sampler.h"
@@ -108,7 +109,7 @@ absl::Status DecodeScheduler::Submit(DecodeJob job) {
   r->decode_pattern = *std::move(decode_pattern);
   if (job.options.spec.method != engine::SpecMethod::kNone) {
     absl::StatusOr<std::unique_ptr<engine::SpeculativeSequence>> spec =
-        engine::SpeculativeSequence::Create(job.options.spec, runner_->config());
+        engine::SpeculativeSequence::Create(job.options.spec, *runner_);
     if (!spec.ok()) return spec.status();
     r->spec = *std::move(spec);
   }
@@ -353,6 +354,20 @@ void DecodeScheduler::EngineStep() {
     budget -= len;
   }
   const std::vector<int> depths = DraftDepths(decoders, chunks, budget);
+  // Sparse self-speculation drafts with forward passes of the model, batched, before the step.
+  std::vector<engine::ModelDraftJob> model_drafts;
+  for (size_t i = 0; i < decoders.size(); ++i) {
+    Running& r = *decoders[i];
+    if (r.spec != nullptr && r.spec->drafts_on_model() && depths[i] > 0) {
+      model_drafts.push_back({r.spec.get(), &r.seq, r.history, r.sampler.get(), depths[i]});
+    }
+  }
+  if (!model_drafts.empty()) {
+    if (absl::Status s = engine::RunModelDrafts(*runner_, model_drafts); !s.ok()) {
+      SS_LOG_WARNING("sparse-self draft passes failed; verifying what they drafted: {}",
+                     s.ToString());
+    }
+  }
   bool has_decode = false, has_prefill = false;
   std::vector<Running*> planned;  // speculating sequences whose step was planned
   for (size_t i = 0; i < decoders.size(); ++i) {

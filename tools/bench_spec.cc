@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/core/status.h"
+#include "common/engine/model_draft.h"
 #include "common/engine/model_runner.h"
 #include "common/engine/model_source.h"
 #include "common/engine/speculative_sequence.h"
@@ -29,12 +30,12 @@
 #include "tools/request_options_flags.h"
 
 ABSL_FLAG(std::string, spec_batches, "1,8,64", "bench spec: batch sizes, comma-separated.");
-ABSL_FLAG(
-    std::string, spec_modes, "prompt-lookup,lookahead,oracle:0,oracle:0.3,oracle:0.7",
-    "bench spec: modes set against plain decoding, comma-separated: prompt-lookup, "
-    "lookahead, or oracle:A (a drafter that knows plain decoding's output and gets each draft "
-    "token right with probability A). --spec-max-draft, --spec-controller and the "
-    "--lookahead-* flags apply to all.");
+ABSL_FLAG(std::string, spec_modes, "prompt-lookup,lookahead,oracle:0,oracle:0.3,oracle:0.7",
+          "bench spec: modes set against plain decoding, comma-separated: prompt-lookup, "
+          "lookahead, sparse-self, or oracle:A (a drafter that knows plain decoding's output and "
+          "gets each draft "
+          "token right with probability A). --spec-max-draft, --spec-controller and the "
+          "--lookahead-* and --sparse-self-* flags apply to all.");
 ABSL_FLAG(int, spec_tokens, 256, "bench spec: tokens generated per sequence (EOS ignored).");
 ABSL_FLAG(std::string, spec_prompts, "",
           "bench spec: a file of prompts, one per line (sequence i takes line i mod lines); "
@@ -113,9 +114,10 @@ absl::StatusOr<std::vector<Mode>> ParseModes(const std::string& text) {
     } else {
       SS_ASSIGN_OR_RETURN(m.method, engine::ParseSpecMethod(item));
       if (m.method != engine::SpecMethod::kPromptLookup &&
-          m.method != engine::SpecMethod::kLookahead) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--spec-modes: '", item, "' (prompt-lookup, lookahead or oracle:A)"));
+          m.method != engine::SpecMethod::kLookahead &&
+          m.method != engine::SpecMethod::kSparseSelf) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--spec-modes: '", item, "' (prompt-lookup, lookahead, sparse-self or oracle:A)"));
       }
     }
     out.push_back(m);
@@ -159,8 +161,7 @@ class SpecBench {
             choice, std::make_unique<OracleProposer>(std::move(truth), mode.oracle, depth,
                                                      runner_->config().vocab_size, 77 + i));
       } else {
-        SS_ASSIGN_OR_RETURN(spec[i],
-                            engine::SpeculativeSequence::Create(choice, runner_->config()));
+        SS_ASSIGN_OR_RETURN(spec[i], engine::SpeculativeSequence::Create(choice, *runner_));
       }
     }
     const Clock::time_point start = Clock::now();
@@ -183,6 +184,15 @@ class SpecBench {
         depth = engine::PickDraftDepths(cost_, rooms, static_cast<int>(live.size()));
       }
       const Clock::time_point step_start = Clock::now();
+      std::vector<engine::ModelDraftJob> model_drafts;
+      for (size_t j = 0; j < live.size(); ++j) {
+        const int i = live[j];
+        if (spec[i] != nullptr && spec[i]->drafts_on_model() && depth[j] > 0) {
+          model_drafts.push_back(
+              {spec[i].get(), &seqs[i], history[i], samplers[i].get(), depth[j]});
+        }
+      }
+      if (!model_drafts.empty()) SS_RETURN_IF_ERROR(engine::RunModelDrafts(*runner_, model_drafts));
       result.sequence_steps += static_cast<int64_t>(live.size());
       std::vector<engine::StepRows> rows(live.size());
       kernels::SamplingBatch sampling;

@@ -61,6 +61,16 @@ ABSL_FLAG(int, lookahead_window, 0,
 ABSL_FLAG(int, lookahead_ngram, 0, "lookahead: n-gram size N; 0 = default (paper: 5).");
 ABSL_FLAG(int, lookahead_guesses, 0,
           "lookahead: n-gram guesses G verified per step; 0 = default (paper: 15).");
+ABSL_FLAG(std::string, sparse_self_attention, "tokenselect",
+          "sparse-self: the attention the model drafts with over its own KV cache, tokenselect or "
+          "sliding-window (verification is dense, so the output is plain decoding's).");
+ABSL_FLAG(int, sparse_self_sinks, 16,
+          "sparse-self: leading cached tokens the draft always sees (TokenSwift: 16).");
+ABSL_FLAG(int, sparse_self_window, 256,
+          "sparse-self: most recent cached tokens the draft always sees (the sliding window).");
+ABSL_FLAG(int, sparse_self_k, 768,
+          "sparse-self with tokenselect: tokens selected per layer besides the sinks and the "
+          "window; at most --tokenselect-k on a server.");
 
 namespace sparseserve::tools {
 namespace {
@@ -68,6 +78,12 @@ namespace {
 bool Changed(const char* name) {
   const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
   return flag != nullptr && flag->CurrentValue() != flag->DefaultValue();
+}
+
+absl::StatusOr<engine::AttentionMethod> ParseNamed(absl::string_view flag, absl::string_view name) {
+  absl::StatusOr<engine::AttentionMethod> method = engine::ParseAttentionMethod(name);
+  if (!method.ok()) return AnnotateStatus(method.status(), flag);
+  return method;
 }
 
 // Every flag's value, methods included, over the engine's defaults; not validated.
@@ -94,6 +110,12 @@ absl::StatusOr<engine::RequestOptions> OptionsOfFlags() {
   options.spec.lookahead_window = absl::GetFlag(FLAGS_lookahead_window);
   options.spec.lookahead_ngram = absl::GetFlag(FLAGS_lookahead_ngram);
   options.spec.lookahead_guesses = absl::GetFlag(FLAGS_lookahead_guesses);
+  SS_ASSIGN_OR_RETURN(
+      options.spec.sparse_self_attention,
+      ParseNamed("--sparse-self-attention", absl::GetFlag(FLAGS_sparse_self_attention)));
+  options.spec.sparse_self_sinks = absl::GetFlag(FLAGS_sparse_self_sinks);
+  options.spec.sparse_self_window = absl::GetFlag(FLAGS_sparse_self_window);
+  options.spec.sparse_self_k = absl::GetFlag(FLAGS_sparse_self_k);
   return options;
 }
 
@@ -156,6 +178,13 @@ absl::Status SetRequestOptionsFromChangedFlags(v1::GenerateRequest* request) {
   if (Changed("lookahead_window")) s->set_lookahead_window(options.spec.lookahead_window);
   if (Changed("lookahead_ngram")) s->set_lookahead_ngram(options.spec.lookahead_ngram);
   if (Changed("lookahead_guesses")) s->set_lookahead_guesses(options.spec.lookahead_guesses);
+  if (Changed("sparse_self_attention")) {
+    s->set_sparse_self_attention(
+        std::string(engine::AttentionMethodName(options.spec.sparse_self_attention)));
+  }
+  if (Changed("sparse_self_sinks")) s->set_sparse_self_sinks(options.spec.sparse_self_sinks);
+  if (Changed("sparse_self_window")) s->set_sparse_self_window(options.spec.sparse_self_window);
+  if (Changed("sparse_self_k")) s->set_sparse_self_k(options.spec.sparse_self_k);
   return absl::OkStatus();
 }
 
@@ -177,7 +206,11 @@ const std::vector<const char*>& RequestOptionFlagNames() {
                                                  "spec_controller",
                                                  "lookahead_window",
                                                  "lookahead_ngram",
-                                                 "lookahead_guesses"};
+                                                 "lookahead_guesses",
+                                                 "sparse_self_attention",
+                                                 "sparse_self_sinks",
+                                                 "sparse_self_window",
+                                                 "sparse_self_k"};
   return names;
 }
 

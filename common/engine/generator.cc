@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/core/status.h"
+#include "common/engine/model_draft.h"
 #include "common/engine/speculative_sequence.h"
 #include "common/sampling/sampler.h"
 #include "common/tokenizer/streaming_decoder.h"
@@ -78,7 +79,7 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
   std::unique_ptr<SpeculativeSequence> spec;
   if (request.options.spec.method != SpecMethod::kNone) {
     absl::StatusOr<std::unique_ptr<SpeculativeSequence>> created =
-        SpeculativeSequence::Create(request.options.spec, runner_->config());
+        SpeculativeSequence::Create(request.options.spec, *runner_);
     if (!created.ok()) {
       runner_->Release(seq);
       return created.status();
@@ -139,6 +140,14 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
     const DraftRoom draft_room{spec.get(), room, wanted};
     const int depth = PickDraftDepths(step_cost_, absl::MakeConstSpan(&draft_room, 1), 1)[0];
     const Clock::time_point step_start = Clock::now();
+    if (spec->drafts_on_model() && depth > 0) {
+      const ModelDraftJob job{spec.get(), &seq, history, &sampler, depth};
+      if (absl::Status drafted = RunModelDrafts(*runner_, absl::MakeConstSpan(&job, 1));
+          !drafted.ok()) {
+        status = drafted;
+        break;
+      }
+    }
     kernels::SamplingBatch sampling;
     spec->Plan(depth, history, &seq, decode_pattern, sampler, &rows, &sampling);
     absl::StatusOr<std::vector<int32_t>> next =

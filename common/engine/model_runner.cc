@@ -266,11 +266,12 @@ absl::StatusOr<std::vector<model::ForwardSequence>> ModelRunner::PrepareStep(
         return absl::InvalidArgumentError("Step: a sequence appears twice in one step");
       }
     }
-    if (!r.seq->pending_tokens.empty()) {
+    if (!r.seq->pending_tokens.empty() && !r.draft) {
       return absl::InvalidArgumentError(
           "Step: the sequence has speculative rows that were not committed");
     }
-    const int64_t total = static_cast<int64_t>(r.seq->tokens.size() + r.tokens.size());
+    const int64_t total =
+        static_cast<int64_t>(r.seq->tokens.size() + r.seq->pending_tokens.size() + r.tokens.size());
     if (total > max_context()) {
       return absl::InvalidArgumentError(
           absl::StrCat("Step: KV index ", total - 1, " is past the context of ", max_context()));
@@ -297,13 +298,14 @@ absl::StatusOr<std::vector<model::ForwardSequence>> ModelRunner::PrepareStep(
   for (size_t i = 0; i < rows.size(); ++i) {
     const StepRows& r = rows[i];
     SequenceKv& s = *r.seq;
-    const size_t total = s.tokens.size() + r.tokens.size();
+    const size_t start = s.tokens.size() + s.pending_tokens.size();
+    const size_t total = start + r.tokens.size();
     while (s.block_ids.size() * bt < total) s.block_ids.push_back(fresh[next_fresh++]);
     s.peak_blocks =
         std::max(s.peak_blocks, static_cast<int>(s.block_ids.size()) - s.released_blocks);
     model::ForwardSequence& f = batch[i];
     f.tokens = r.tokens;
-    f.start_pos = static_cast<int32_t>(s.tokens.size());
+    f.start_pos = static_cast<int32_t>(start);
     f.positions = r.positions;
     f.mask = r.mask;
     f.block_table = s.block_ids;
@@ -320,8 +322,9 @@ absl::StatusOr<std::vector<model::ForwardSequence>> ModelRunner::PrepareStep(
 
 void ModelRunner::FinishStep(absl::Span<const StepRows> rows) {
   for (const StepRows& r : rows) {
-    if (r.speculative) {
-      r.seq->pending_tokens = r.tokens;
+    if (r.speculative || r.draft) {
+      if (!r.draft) r.seq->pending_tokens.clear();
+      r.seq->pending_tokens.insert(r.seq->pending_tokens.end(), r.tokens.begin(), r.tokens.end());
     } else {
       r.seq->tokens.insert(r.seq->tokens.end(), r.tokens.begin(), r.tokens.end());
       RegisterFullBlocks(*r.seq);
@@ -378,7 +381,7 @@ void ModelRunner::AddSparseWork(absl::Span<const StepRows> rows) {
     if (rows[i].prompt) {
       seq.sparse_computed_pairs += work[i].computed_pairs;
       seq.sparse_causal_pairs += work[i].causal_pairs;
-    } else {
+    } else if (!rows[i].draft) {  // a draft's attention is not the output's
       seq.decode_computed_pairs += work[i].computed_pairs;
       seq.decode_causal_pairs += work[i].causal_pairs;
     }
@@ -433,6 +436,11 @@ absl::Status ModelRunner::Commit(SequenceKv& seq, absl::Span<const int32_t> keep
   RegisterFullBlocks(seq);
   ReleaseOutOfWindowBlocks(seq);
   return absl::OkStatus();
+}
+
+void ModelRunner::DiscardPending(SequenceKv& seq) {
+  seq.pending_tokens.clear();
+  TrimBlocks(seq);
 }
 
 absl::Status ModelRunner::PrefillChunks(

@@ -119,6 +119,11 @@ struct StepRows {
   std::vector<uint8_t> mask;       // uint8 [n * n]; empty = causal (kernels/attention_plan.h)
   model::LogitRows sample = model::LogitRows::kLast;  // rows that get a sampled token
   bool speculative = false;  // rows stay pending until Commit (and out of the prefix cache)
+  // Rows of a draft the model computes token by token (sparse self-speculation): pending like
+  // speculative rows, but placed after the sequence's pending rows, which stay (each draft
+  // step's row sees the draft rows before it), and left out of the sequence's attention density
+  // (its output's attention is the verification step's).
+  bool draft = false;
   kernels::AttentionPattern pattern;
   // A chunk of the prompt: its sparse work counts toward the sequence's prefill density, other
   // rows' toward its decode density (SequenceKv).
@@ -161,7 +166,8 @@ class ModelRunner {
   // rows are built by sampling::Sampler::NextRow). Non-speculative rows are committed (appended
   // to their sequence, full blocks registered in the prefix cache). `on_layer_done(layer)` as in
   // Prefill. kResourceExhausted when the pool lacks blocks or every state slot is taken;
-  // kInvalidArgument for a bad row (empty, past the context, a sequence with uncommitted rows) or
+  // kInvalidArgument for a bad row (empty, past the context, a sequence with uncommitted rows
+  // unless these are draft rows) or
   // a sampling plan that does not match the sampled rows; nothing changes on error (except that a
   // sequence keeps a state slot it took, until Release).
   absl::StatusOr<std::vector<int32_t>> Step(
@@ -173,6 +179,9 @@ class ModelRunner {
   // WriteKv), their tokens are appended, blocks past the new end return to the pool and full
   // blocks are registered. kInvalidArgument for indices out of range or not ascending.
   absl::Status Commit(SequenceKv& seq, absl::Span<const int32_t> keep);
+  // Drops every pending row of `seq` (their blocks past the committed tokens return to the
+  // pool): after draft steps whose rows a verification step computes again.
+  void DiscardPending(SequenceKv& seq);
 
   // Prefills `prompt` into `seq` (which must be empty) in chunks of prefill_chunk_tokens and
   // samples its first token on the backend (`sampling`: one row). Errors as BeginPrefill and

@@ -144,14 +144,47 @@ absl::Status Validate(const RequestOptions& options) {
         "speculation parameters too large: max_draft, lookahead window and guesses <= 64, "
         "n-gram <= 16");
   }
+  if (spec.method == SpecMethod::kSparseSelf) {
+    if (spec.sparse_self_attention != AttentionMethod::kTokenSelect &&
+        spec.sparse_self_attention != AttentionMethod::kSlidingWindow) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sparse-self drafts with tokenselect or sliding-window attention, not ",
+                       AttentionMethodName(spec.sparse_self_attention)));
+    }
+    if (spec.sparse_self_sinks < 0 || spec.sparse_self_window < 1 || spec.sparse_self_k < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sparse-self needs sinks >= 0, window >= 1 and k >= 1; got sinks ",
+                       spec.sparse_self_sinks, ", window ", spec.sparse_self_window, ", k ",
+                       spec.sparse_self_k));
+    }
+    // The drafts are checked against the request's own decode attention; a sparse one would
+    // share the draft's selection state (TokenSelect) or make the draft pointless.
+    if (options.decode.method != AttentionMethod::kDense) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sparse-self speculation verifies with dense attention: the decode attention must be "
+          "dense, not ",
+          AttentionMethodName(options.decode.method)));
+    }
+  }
   return absl::OkStatus();
+}
+
+AttentionChoice SparseSelfDraftAttention(const SpeculationChoice& spec) {
+  AttentionChoice c;
+  c.method = spec.sparse_self_attention;
+  c.window = spec.sparse_self_window;
+  c.sink_tokens = spec.sparse_self_sinks;
+  c.tokenselect_k = spec.sparse_self_k;
+  c.tokenselect_initial = spec.sparse_self_sinks;
+  c.tokenselect_local = spec.sparse_self_window;
+  return c;
 }
 
 absl::Status CheckImplemented(const RequestOptions& options) {
   // The speculation methods whose issue has not landed yet (issue 15) are refused by name;
   // attention methods a backend lacks are refused by Backend::SupportsAttention.
   const SpecMethod m = options.spec.method;
-  if (m == SpecMethod::kTokenSwift || m == SpecMethod::kKangaroo || m == SpecMethod::kSparseSelf) {
+  if (m == SpecMethod::kTokenSwift || m == SpecMethod::kKangaroo) {
     return absl::UnimplementedError(absl::StrCat("speculation method '",
                                                  SpecMethodName(options.spec.method),
                                                  "' is not implemented in this build yet"));

@@ -54,6 +54,16 @@ struct SpeculationChoice {
   // acceptance and step cost, down to plain decoding; false = always draft max_draft (or the
   // method's default) tokens, for measuring acceptance and testing exactness (--spec-controller).
   bool controller = true;
+  // sparse-self (papers/tokenswift.md §3.2, MagicDec): the target model drafts with this sparse
+  // attention over its own KV cache and verifies with the request's dense decode attention.
+  // tokenselect or sliding-window; the first `sparse_self_sinks` and the last
+  // `sparse_self_window` cached tokens are always seen, tokenselect adds `sparse_self_k` tokens
+  // selected per layer. Defaults: TokenSwift's 16 sinks; a budget of about 1K tokens, MagicDec's
+  // StreamingLLM draft budget at 32K-128K contexts (TokenSwift's 4096 fits 100K outputs).
+  AttentionMethod sparse_self_attention = AttentionMethod::kTokenSelect;
+  int sparse_self_sinks = 16;
+  int sparse_self_window = 256;
+  int sparse_self_k = 768;
 };
 
 struct RequestOptions {
@@ -85,6 +95,10 @@ absl::Status ApplyAttentionMethodNames(absl::string_view attention, absl::string
 absl::Status Validate(const RequestOptions& options);
 // kUnimplemented naming the first chosen method this build does not have yet.
 absl::Status CheckImplemented(const RequestOptions& options);
+
+// The attention sparse-self speculation drafts with (SpeculationChoice::sparse_self_*), as a
+// decode-phase choice.
+AttentionChoice SparseSelfDraftAttention(const SpeculationChoice& spec);
 
 // The kernel-level pattern of one phase's choice (a per-request sliding window gets 4 sinks unless
 // it names its own). REQUIRES: Validate passed.

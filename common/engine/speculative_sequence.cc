@@ -11,7 +11,8 @@
 namespace sparseserve::engine {
 
 absl::StatusOr<std::unique_ptr<SpeculativeSequence>> SpeculativeSequence::Create(
-    const SpeculationChoice& choice, const model::ModelConfig& config) {
+    const SpeculationChoice& choice, const ModelRunner& runner) {
+  const model::ModelConfig& config = runner.config();
   RequestOptions options;
   options.spec = choice;
   SS_RETURN_IF_ERROR(CheckImplemented(options));  // the methods of issue 15, by name
@@ -39,6 +40,28 @@ absl::StatusOr<std::unique_ptr<SpeculativeSequence>> SpeculativeSequence::Create
       proposer = std::make_unique<spec::LookaheadProposer>(params);
       break;
     }
+    case SpecMethod::kSparseSelf: {
+      // Its drafts run sparse attention, which a model with its own window does not (the
+      // window is the model's attention; LlamaModel::CheckPattern).
+      if (config.sliding_window > 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "speculation sparse-self: not available on a model with its own sliding window (",
+            config.sliding_window, " tokens); prompt-lookup is"));
+      }
+      absl::StatusOr<kernels::AttentionPattern> draft_pattern =
+          runner.DecodePattern(SparseSelfDraftAttention(choice));
+      if (!draft_pattern.ok()) {
+        return AnnotateStatus(draft_pattern.status(), "speculation sparse-self draft attention");
+      }
+      if (depth == 0) depth = spec::kDefaultSparseSelfDepth;
+      auto drafter = std::make_unique<spec::ModelDraftProposer>(depth);
+      spec::ModelDraftProposer* model_draft = drafter.get();
+      auto seq = std::unique_ptr<SpeculativeSequence>(
+          new SpeculativeSequence(choice, std::move(drafter), depth));
+      seq->model_draft_ = model_draft;
+      seq->draft_pattern_ = *std::move(draft_pattern);
+      return seq;
+    }
     default:  // CheckImplemented refused it
       return absl::InternalError(
           absl::StrCat("no drafter for speculation method '", SpecMethodName(choice.method), "'"));
@@ -64,6 +87,11 @@ SpeculativeSequence::SpeculativeSequence(const SpeculationChoice& choice,
       proposer_(std::move(proposer)),
       max_depth_(max_depth),
       acceptance_(max_depth) {}
+
+void SpeculativeSequence::SetModelDraft(std::vector<int32_t> chain) {
+  SS_CHECK(model_draft_ != nullptr);
+  model_draft_->SetChain(std::move(chain));
+}
 
 spec::DraftOption SpeculativeSequence::Option(int room, int wanted) const {
   spec::DraftOption option;

@@ -29,6 +29,7 @@
 #include "common/spec/draft.h"
 #include "common/spec/draft_length_controller.h"
 #include "common/spec/draft_proposer.h"
+#include "common/spec/model_draft.h"
 #include "kernels/sampling_plan.h"
 
 namespace sparseserve::engine {
@@ -43,11 +44,13 @@ struct SpecStepResult {
 
 class SpeculativeSequence {
  public:
-  // kInvalidArgument for SpecMethod::kNone and for Lookahead on a model with its own sliding
-  // window (ModelConfig::sliding_window), kUnimplemented for a method this build lacks.
-  // The model's size (`config`) scales Lookahead's defaults. Validate(choice) must have passed.
+  // kInvalidArgument for SpecMethod::kNone, for Lookahead and sparse-self on a model with its own
+  // sliding window (ModelConfig::sliding_window) and for a sparse-self draft attention the
+  // runner refuses (ModelRunner::DecodePattern: TokenSelect's k above the server's), kUnimplemented
+  // for a method this build lacks. The model's size scales Lookahead's defaults. Validate must
+  // have passed for a request with this choice.
   static absl::StatusOr<std::unique_ptr<SpeculativeSequence>> Create(
-      const SpeculationChoice& choice, const model::ModelConfig& config);
+      const SpeculationChoice& choice, const ModelRunner& runner);
 
   // With a drafter of the caller's (benchmarks: an oracle with a forced acceptance rate);
   // choice.method names it in metrics. REQUIRES: proposer non-null.
@@ -60,6 +63,14 @@ class SpeculativeSequence {
   // Deepest draft: choice.max_draft or the method's default, within what the proposer makes.
   int max_depth() const { return max_depth_; }
   const spec::AcceptanceStats& acceptance() const { return acceptance_; }
+
+  // Whether its drafts are forward passes of the model (sparse-self): the decode loop runs them
+  // with RunModelDrafts (model_draft.h) under draft_pattern() before Plan, at the planned depth.
+  bool drafts_on_model() const { return model_draft_ != nullptr; }
+  const kernels::AttentionPattern& draft_pattern() const { return draft_pattern_; }
+  // The chain those passes drafted; the next Plan verifies it (at most its depth).
+  // REQUIRES: drafts_on_model().
+  void SetModelDraft(std::vector<int32_t> chain);
 
   // The controller's choices for this step: `room` is the most rows the sequence may add after
   // its root (context left, KV blocks the step may take), `wanted` the tokens it still wants
@@ -92,6 +103,9 @@ class SpeculativeSequence {
  private:
   SpeculativeSequence(const SpeculationChoice& choice,
                       std::unique_ptr<spec::DraftProposer> proposer, int max_depth);
+  // The drafter when it is the model (sparse-self; owned by proposer_), and its attention.
+  spec::ModelDraftProposer* model_draft_ = nullptr;
+  kernels::AttentionPattern draft_pattern_;
   // Adds the emitted tokens to a pending shadow draft and records it once it is decided.
   void FeedShadow(absl::Span<const int32_t> emitted);
 

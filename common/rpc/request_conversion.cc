@@ -70,6 +70,12 @@ absl::StatusOr<engine::RequestOptions> RequestOptionsFromProto(
   if (speculation.has_lookahead_ngram()) s.lookahead_ngram = speculation.lookahead_ngram();
   if (speculation.has_lookahead_guesses()) s.lookahead_guesses = speculation.lookahead_guesses();
   if (speculation.has_controller()) s.controller = speculation.controller();
+  SS_RETURN_IF_ERROR(SetAttentionMethod(speculation.sparse_self_attention(),
+                                        "speculation.sparse_self_attention",
+                                        &s.sparse_self_attention));
+  if (speculation.has_sparse_self_sinks()) s.sparse_self_sinks = speculation.sparse_self_sinks();
+  if (speculation.has_sparse_self_window()) s.sparse_self_window = speculation.sparse_self_window();
+  if (speculation.has_sparse_self_k()) s.sparse_self_k = speculation.sparse_self_k();
 
   SS_RETURN_IF_ERROR(engine::Validate(options));
   SS_RETURN_IF_ERROR(engine::CheckImplemented(options));

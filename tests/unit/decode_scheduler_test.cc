@@ -53,10 +53,11 @@ class DecodeSchedulerTest : public ::testing::Test {
     source_ = std::move(*src);
   }
 
-  std::unique_ptr<engine::ModelRunner> Runner(int kv_tokens) {
+  std::unique_ptr<engine::ModelRunner> Runner(int kv_tokens, int tokenselect_max_k = 0) {
     engine::ModelRunnerOptions options;
     options.kv_cache_tokens = kv_tokens;
     options.block_tokens = 16;
+    options.tokenselect_max_k = tokenselect_max_k;
     auto runner = engine::ModelRunner::Create(source_, &backend_, options);
     EXPECT_TRUE(runner.ok()) << runner.status();
     return std::move(*runner);
@@ -312,19 +313,22 @@ TEST_F(DecodeSchedulerTest, SeededSamplingIsReproducibleBatchedAndUnderPreemptio
   }
 }
 
-// Speculative decoding inside continuous batching (issue 14): sequences of different modes (none,
-// prompt lookup and Lookahead at a fixed draft length, prompt lookup under the controller) share
-// steps, greedy and seeded, in a roomy pool and in one so small that sequences are preempted;
+// Speculative decoding inside continuous batching (issues 14, 15): sequences of different modes
+// (none, prompt lookup and Lookahead at a fixed draft length, prompt lookup under the controller,
+// sparse self-speculation drafting with TokenSelect at a fixed length and with a sliding window
+// under the controller) share steps, greedy and seeded, in a roomy pool and in one so small that
+// sequences are preempted;
 // each gets exactly the tokens a lone plain run with its seed gets, drafts are counted in the
 // spec_decode metrics, and every block comes back.
 TEST_F(DecodeSchedulerTest, SpeculativeSequencesBatchedWithPlainOnesEqualPlainDecoding) {
-  const auto prompts = Prompts(4);
-  const engine::SpecMethod modes[] = {engine::SpecMethod::kNone, engine::SpecMethod::kPromptLookup,
-                                      engine::SpecMethod::kLookahead,
-                                      engine::SpecMethod::kPromptLookup};
+  const auto prompts = Prompts(6);
+  const engine::SpecMethod modes[] = {
+      engine::SpecMethod::kNone,       engine::SpecMethod::kPromptLookup,
+      engine::SpecMethod::kLookahead,  engine::SpecMethod::kPromptLookup,
+      engine::SpecMethod::kSparseSelf, engine::SpecMethod::kSparseSelf};
   for (const bool seeded : {false, true}) {
-    for (const int kv_tokens : {0, 128}) {
-      auto runner = Runner(kv_tokens);
+    for (const int kv_tokens : {0, 160}) {
+      auto runner = Runner(kv_tokens, /*tokenselect_max_k=*/16);
       auto registry = std::make_shared<prometheus::Registry>();
       auto metrics = metrics::ServingMetrics::Create(registry, metrics::ServiceRole::kDecode);
       ASSERT_TRUE(metrics.ok()) << metrics.status();
@@ -338,10 +342,15 @@ TEST_F(DecodeSchedulerTest, SpeculativeSequencesBatchedWithPlainOnesEqualPlainDe
           DecodeJob job = Job(absl::StrCat("s", i), prompts[i], 60, sinks[i],
                               seeded ? Seeded(static_cast<int>(i)) : Greedy());
           job.options.spec.method = modes[i];
-          job.options.spec.controller = i == 3;
+          job.options.spec.controller = i == 3 || i == 5;
           job.options.spec.lookahead_window = 4;
           job.options.spec.lookahead_ngram = 4;
           job.options.spec.lookahead_guesses = 4;
+          job.options.spec.sparse_self_attention = i == 5 ? engine::AttentionMethod::kSlidingWindow
+                                                          : engine::AttentionMethod::kTokenSelect;
+          job.options.spec.sparse_self_sinks = 4;
+          job.options.spec.sparse_self_window = 12;
+          job.options.spec.sparse_self_k = 16;
           ASSERT_TRUE(scheduler.Submit(std::move(job)).ok());
         }
         for (auto& sink : sinks) ASSERT_TRUE(sink->Wait());
@@ -356,6 +365,8 @@ TEST_F(DecodeSchedulerTest, SpeculativeSequencesBatchedWithPlainOnesEqualPlainDe
       EXPECT_EQ(runner->pool().num_used_blocks(), 0);
       EXPECT_GT((*metrics)->spec_decode_draft_tokens("lookahead").Value(), 0);
       EXPECT_GT((*metrics)->spec_decode_draft_tokens("prompt-lookup").Value(), 0);
+      EXPECT_GT((*metrics)->spec_decode_draft_tokens("sparse-self").Value(), 0);
+      EXPECT_GT((*metrics)->spec_decode_accepted_tokens("sparse-self").Value(), 0);
     }
   }
 }

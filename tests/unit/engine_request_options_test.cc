@@ -67,6 +67,52 @@ TEST(RequestOptionsTest, ValidateChecksPhasesAndParameters) {
   EXPECT_EQ(Validate(o).code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(RequestOptionsTest, SparseSelfDraftsSparseAndVerifiesDense) {
+  RequestOptions o;
+  o.spec.method = SpecMethod::kSparseSelf;
+  EXPECT_TRUE(Validate(o).ok());
+  EXPECT_TRUE(CheckImplemented(o).ok());
+  // The defaults: TokenSelect with 16 sinks, a window of 256 and 768 selected tokens.
+  AttentionChoice draft = SparseSelfDraftAttention(o.spec);
+  EXPECT_EQ(draft.method, AttentionMethod::kTokenSelect);
+  EXPECT_EQ(draft.tokenselect_initial, 16);
+  EXPECT_EQ(draft.tokenselect_local, 256);
+  EXPECT_EQ(draft.tokenselect_k, 768);
+  o.spec.sparse_self_attention = AttentionMethod::kSlidingWindow;
+  draft = SparseSelfDraftAttention(o.spec);
+  const kernels::AttentionPattern p = AttentionPatternOf(draft);
+  EXPECT_EQ(p.kind, kernels::AttentionMethodKind::kSlidingWindow);
+  EXPECT_EQ(p.window, 256);
+  EXPECT_EQ(p.sink_tokens, 16);
+  o.spec.sparse_self_sinks = 0;  // no sinks is a valid (StreamingLLM-less) draft
+  EXPECT_TRUE(Validate(o).ok());
+  EXPECT_EQ(AttentionPatternOf(SparseSelfDraftAttention(o.spec)).sink_tokens, 0);
+  for (const AttentionMethod m : {AttentionMethod::kDense, AttentionMethod::kMInference}) {
+    o.spec.sparse_self_attention = m;
+    EXPECT_EQ(Validate(o).code(), absl::StatusCode::kInvalidArgument) << AttentionMethodName(m);
+  }
+  o.spec.sparse_self_attention = AttentionMethod::kTokenSelect;
+  o.spec.sparse_self_window = 0;
+  EXPECT_EQ(Validate(o).code(), absl::StatusCode::kInvalidArgument);
+  o.spec.sparse_self_window = 8;
+  o.spec.sparse_self_k = 0;
+  EXPECT_EQ(Validate(o).code(), absl::StatusCode::kInvalidArgument);
+  o.spec.sparse_self_k = 8;
+  o.spec.sparse_self_sinks = -1;
+  EXPECT_EQ(Validate(o).code(), absl::StatusCode::kInvalidArgument);
+  o.spec.sparse_self_sinks = 4;
+  // Verification is dense: a sparse decode attention is refused, naming it.
+  o.decode.method = AttentionMethod::kTokenSelect;
+  const absl::Status s = Validate(o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("dense"));
+  EXPECT_THAT(s.message(), HasSubstr("tokenselect"));
+  // Other methods ignore the sparse-self fields.
+  o.spec.method = SpecMethod::kPromptLookup;
+  o.spec.sparse_self_k = 0;
+  EXPECT_TRUE(Validate(o).ok());
+}
+
 RequestOptions Apply(absl::string_view attention, absl::string_view prefill,
                      absl::string_view decode) {
   RequestOptions o;

@@ -228,6 +228,55 @@ TEST_F(StepTest, SpeculativeRowsNeverEnterThePrefixCache) {
   runner_->Release(seq);
 }
 
+// Sparse self-speculation's draft passes (model_draft.h): draft rows go after the pending ones
+// and see them, other steps stay refused while rows are pending, and DiscardPending gives the
+// draft's blocks back so the verification step computes the same rows again.
+TEST_F(StepTest, DraftRowsExtendThePendingRowsAndDiscardGivesTheirBlocksBack) {
+  SequenceKv seq;
+  const int32_t first = Start(seq);  // 37 tokens in 3 blocks of 16
+  const std::vector<int32_t> greedy = Greedy(first, 16);
+  const int blocks_before = runner_->pool().num_used_blocks();
+  std::vector<int32_t> chain;
+  for (int i = 0; i < 14; ++i) {  // KV indices 37..50: a 4th block
+    StepRows draft;
+    draft.seq = &seq;
+    draft.tokens = {i == 0 ? first : chain.back()};
+    draft.draft = true;
+    auto next = runner_->Step(absl::MakeConstSpan(&draft, 1), Greedy(1));
+    ASSERT_TRUE(next.ok()) << next.status();
+    chain.push_back(next->front());
+  }
+  // A dense draft is the greedy continuation itself: each draft row saw the ones before it.
+  EXPECT_EQ(chain, std::vector<int32_t>(greedy.begin() + 1, greedy.begin() + 15));
+  EXPECT_EQ(seq.pending_tokens.size(), 14u);
+  EXPECT_EQ(seq.tokens.size(), prompt_.size());
+  EXPECT_EQ(runner_->pool().num_used_blocks(), blocks_before + 1);
+  StepRows plain;
+  plain.seq = &seq;
+  plain.tokens = {first};
+  EXPECT_EQ(runner_->Step(absl::MakeConstSpan(&plain, 1), Greedy(1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  runner_->DiscardPending(seq);
+  EXPECT_TRUE(seq.pending_tokens.empty());
+  EXPECT_EQ(runner_->pool().num_used_blocks(), blocks_before);
+  // The verification step over the same KV indices, then every row kept.
+  StepRows verify;
+  verify.seq = &seq;
+  verify.tokens = {first};
+  verify.tokens.insert(verify.tokens.end(), chain.begin(), chain.end());
+  verify.sample = model::LogitRows::kAll;
+  verify.speculative = true;
+  auto sampled = runner_->Step(absl::MakeConstSpan(&verify, 1), Greedy(15));
+  ASSERT_TRUE(sampled.ok()) << sampled.status();
+  EXPECT_EQ(*sampled, std::vector<int32_t>(greedy.begin() + 1, greedy.end()));
+  std::vector<int32_t> all(15);
+  for (int i = 0; i < 15; ++i) all[i] = i;
+  ASSERT_TRUE(runner_->Commit(seq, all).ok());
+  EXPECT_EQ(seq.tokens.size(), prompt_.size() + 15);
+  runner_->Release(seq);
+  EXPECT_EQ(runner_->pool().num_used_blocks(), 0);
+}
+
 TEST_F(StepTest, SlidingWindowCoveringTheContextEqualsDenseAndASmallOneDiffers) {
   kernels::AttentionPattern wide;
   wide.kind = kernels::AttentionMethodKind::kSlidingWindow;

@@ -131,9 +131,8 @@ TEST(RequestOptionsFromProtoTest, ValidateErrorsAreInvalidArgument) {
 }
 
 TEST(RequestOptionsFromProtoTest, MethodsNotBuiltYetAreUnimplementedNamingThem) {
-  for (const auto& [field, method] : {std::pair<std::string, std::string>{"spec", "tokenswift"},
-                                      {"spec", "kangaroo"},
-                                      {"spec", "sparse-self"}}) {
+  for (const auto& [field, method] :
+       {std::pair<std::string, std::string>{"spec", "tokenswift"}, {"spec", "kangaroo"}}) {
     v1::GenerateRequest r;
     if (field == "prefill") r.mutable_prefill_attention()->set_method(method);
     if (field == "decode") r.mutable_decode_attention()->set_method(method);
@@ -143,7 +142,7 @@ TEST(RequestOptionsFromProtoTest, MethodsNotBuiltYetAreUnimplementedNamingThem) 
     EXPECT_THAT(s.message(), HasSubstr("'" + method + "'"));
   }
   // Explicit "none" and "dense" are fine, and so are minference (issue 12), tokenselect
-  // (issue 13), prompt-lookup and lookahead (issue 14).
+  // (issue 13), prompt-lookup and lookahead (issue 14) and sparse-self (issue 15).
   v1::GenerateRequest r;
   r.mutable_prefill_attention()->set_method("minference");
   r.mutable_speculation()->set_method("none");
@@ -159,6 +158,24 @@ TEST(RequestOptionsFromProtoTest, MethodsNotBuiltYetAreUnimplementedNamingThem) 
     EXPECT_EQ(engine::SpecMethodName(o->spec.method), method);
     EXPECT_FALSE(o->spec.controller);
   }
+  // sparse-self with its draft attention; it verifies dense, so a tokenselect decode is refused.
+  r.mutable_speculation()->set_method("sparse-self");
+  EXPECT_EQ(Convert(r).status().code(), absl::StatusCode::kInvalidArgument);
+  r.mutable_decode_attention()->set_method("dense");
+  r.mutable_speculation()->set_sparse_self_attention("sliding-window");
+  r.mutable_speculation()->set_sparse_self_sinks(0);
+  r.mutable_speculation()->set_sparse_self_window(64);
+  r.mutable_speculation()->set_sparse_self_k(32);
+  absl::StatusOr<engine::RequestOptions> o = Convert(r);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->spec.sparse_self_attention, engine::AttentionMethod::kSlidingWindow);
+  EXPECT_EQ(o->spec.sparse_self_sinks, 0);
+  EXPECT_EQ(o->spec.sparse_self_window, 64);
+  EXPECT_EQ(o->spec.sparse_self_k, 32);
+  r.mutable_speculation()->set_sparse_self_attention("flash");
+  absl::Status s = Convert(r).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("speculation.sparse_self_attention"));
 }
 
 }  // namespace

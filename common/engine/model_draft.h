@@ -1,0 +1,44 @@
+// RunModelDrafts: the draft passes of sequences whose drafter is the model itself — sparse
+// self-speculation (issue 15; papers/tokenswift.md §3.2, MagicDec): the target model drafts with
+// sparse attention over its own full KV cache and verifies with dense attention.
+//
+// Before a step that verifies a draft of depth d, a drafting sequence runs d decode steps under
+// its draft pattern (SpeculativeSequence::draft_pattern): the root, then each drafted token, every
+// drafting sequence of the batch in the same step. Their rows are pending draft rows
+// (StepRows::draft) after the committed KV, dropped at the end (ModelRunner::DiscardPending): the
+// verification step computes the root and the drafted tokens again at the same KV indices with
+// the dense pattern, so only verified, dense-computed KV is ever committed and the output is plain
+// decoding's. The draft token at depth i is sampled from the draft's distribution with the
+// sequence's own i-th next draw, the draw its verification row samples with (draft.h): greedy,
+// the draft's argmax; sampling, a draft whose distribution is close to the target's is accepted
+// with high probability (the draws are coupled), and the sampler's stream is left as it was.
+#ifndef SPARSESERVE_COMMON_ENGINE_MODEL_DRAFT_H_
+#define SPARSESERVE_COMMON_ENGINE_MODEL_DRAFT_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "common/engine/model_runner.h"
+#include "common/engine/speculative_sequence.h"
+#include "common/sampling/sampler.h"
+
+namespace sparseserve::engine {
+
+struct ModelDraftJob {
+  SpeculativeSequence* spec = nullptr;  // drafts_on_model()
+  SequenceKv* seq = nullptr;            // no pending rows
+  absl::Span<const int32_t> history;    // prompt + emitted tokens; the last is the root
+  sampling::Sampler* sampler = nullptr;
+  int depth = 0;  // tokens to draft; 0 = none
+};
+
+// Drafts each job's chain into its SpeculativeSequence (SetModelDraft). On an error of a draft
+// step (the pool out of blocks, a backend failure) every job keeps what it drafted before it —
+// its next step verifies a shorter draft or runs plain — and the error is returned for the
+// caller to log; nothing is left pending.
+absl::Status RunModelDrafts(ModelRunner& runner, absl::Span<const ModelDraftJob> jobs);
+
+}  // namespace sparseserve::engine
+
+#endif  // SPARSESERVE_COMMON_ENGINE_MODEL_DRAFT_H_
