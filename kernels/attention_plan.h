@@ -133,6 +133,9 @@ struct AttentionPlan {
     int64_t seqs = 0, tables = 0, masks = 0, decode_items = 0, merges = 0, merge_rows = 0,
             prefill_tiles = 0, prefill_tile_areas = 0, row_seq = 0;
     int num_decode_items = 0, max_decode_items = 0, num_merges = 0, num_prefill_tiles = 0;
+    // The most query rows of a decode-kernel sequence (1, or up to a few for speculative verify
+    // steps): the decode partials hold that many planes of max_decode_items slots.
+    int decode_rows = 1;
     int total_q = 0;
     bool generic = false;  // every row on the generic kernel (head dims without a fast kernel)
     // Some prefill tiles belong to kMInference sequences: prefill_tile_areas holds one (index

@@ -10,7 +10,9 @@
 # acceptance, tokens/s with the controller and at a fixed draft length) spec_eval (the same on
 # the long-context test model's long-generation task, bench/longctx/spec_check.sh) spec_verify
 # (the synthetic Llama-3-8B's verify-step cost per draft length and batch: `bench model
-# --decode-draft K`, K in $SPEC_DRAFTS) window (sliding-window models with rolling KV on CUDA,
+# --decode-draft K`, K in $SPEC_DRAFTS) spec_self (sparse self-speculation's step costs on the
+# synthetic Llama-3-8B at long contexts, issue 15: plain decode, the verify step of 4 drafts and
+# the TokenSelect draft step, for the projection in bench/RESULTS.md) window (sliding-window models with rolling KV on CUDA,
 # bench/window/window_check.sh, issue 17)
 # kernels attention peer bench baseline
 # (this binary against an older one, when packed) graphs (the
@@ -29,7 +31,7 @@ rm -rf "$out" && mkdir -p "$out"
 source .devbundle/env.sh
 export SPARSESERVE_TEST_DATA_DIR=$root/tests/data SPARSESERVE_MODEL_MIRROR=$root/models
 export PYTHONUNBUFFERED=1
-stages=${*:-tests sanitizer golden services eval minference tokenselect tokenselect_eval spec spec_eval spec_verify window kernels attention tokenselect_bench peer bench baseline graphs shadow profile cublas ncu}
+stages=${*:-tests sanitizer golden services eval minference tokenselect tokenselect_eval spec spec_eval spec_verify spec_self window kernels attention tokenselect_bench peer bench baseline graphs shadow profile cublas ncu}
 summary=()
 run() {  # run NAME CMD... — logs to $out/NAME.log, records ok/FAIL
   local name=$1; shift
@@ -91,12 +93,15 @@ lib=.devbundle/lib/libsparseserve_cuda_ops.so
 # Speculative decoding (issue 14): `bench spec` on the CUDA backend — every mode's greedy output
 # against plain CUDA greedy (the table's last column), acceptance, steps compression and tokens/s
 # under the controller and at a fixed draft length (the verify steps' cost per draft and batch).
+# sparse-self drafts with a 64-token window + 4 sinks here: CUDA's TokenSelect needs head_dim 64
+# or 128 (stories260K's is 8).
 if has spec; then
   for controller in true false; do
     run "spec_controller_$controller" sparseserve bench spec --device cuda \
       --model models/stories260K/stories260K.gguf --kv-cache-tokens 200000 \
       --spec-batches "${SPEC_BATCHES:-1,8,64}" --spec-tokens "${SPEC_TOKENS:-400}" \
-      --spec-controller=$controller ${SPEC_FLAGS:-}
+      --spec-controller=$controller --sparse-self-attention sliding-window \
+      --sparse-self-window 64 --sparse-self-sinks 4 ${SPEC_FLAGS:-}
   done
 fi
 has spec_eval && run spec_eval bash bench/longctx/spec_check.sh "$out"
@@ -107,6 +112,17 @@ if has spec_verify; then
       --prefill-lengths "" --decode-batches 1,8,64 --decode-contexts 1024,32768 --iters 10 \
       --decode-draft "$draft"
   done
+fi
+if has spec_self; then
+  self_cases=(--synthetic llama3-8b --device cuda --prefill-lengths "" --iters 10
+    --decode-batches "${SPEC_SELF_BATCHES:-1,8}" --decode-contexts "${SPEC_SELF_CONTEXTS:-32768,131072}")
+  run spec_self_plain sparseserve bench model "${self_cases[@]}"
+  run spec_self_verify4 sparseserve bench model "${self_cases[@]}" --decode-draft 4
+  run spec_self_draft sparseserve bench model "${self_cases[@]}" --decode-attention tokenselect \
+    --tokenselect-k 768 --tokenselect-initial 16 --tokenselect-local 256
+  run spec_self_draft_fresh sparseserve bench model "${self_cases[@]}" \
+    --decode-attention tokenselect --tokenselect-k 768 --tokenselect-initial 16 \
+    --tokenselect-local 256 --tokenselect-reselect
 fi
 has tokenselect_bench && run tokenselect_bench python3 bench/cuda/tokenselect_bench.py \
   --lib "$lib" --out "$out/tokenselect_bench.json" ${TOKENSELECT_BENCH_FLAGS:-}

@@ -30,7 +30,8 @@
 #include "tools/request_options_flags.h"
 
 ABSL_FLAG(std::string, spec_batches, "1,8,64", "bench spec: batch sizes, comma-separated.");
-ABSL_FLAG(std::string, spec_modes, "prompt-lookup,lookahead,oracle:0,oracle:0.3,oracle:0.7",
+ABSL_FLAG(std::string, spec_modes,
+          "prompt-lookup,lookahead,sparse-self,oracle:0,oracle:0.3,oracle:0.7",
           "bench spec: modes set against plain decoding, comma-separated: prompt-lookup, "
           "lookahead, sparse-self, or oracle:A (a drafter that knows plain decoding's output and "
           "gets each draft "

@@ -2,7 +2,9 @@
 # spec_check.sh OUT_DIR — speculative decoding on the long-context test model's long-generation
 # task (issue 14), run by scripts/gpu_check.sh's `spec_eval` stage: tools/longctx's `longgen`
 # (continue a story for $SPEC_GEN_TOKENS tokens, default 4096) at $SPEC_LENGTHS (default 4K)
-# through `sparseserve eval --device cuda`, plainly and under each speculation method, with the
+# through `sparseserve eval --device cuda`, plainly and under each speculation method of
+# $SPEC_METHODS (default prompt-lookup, lookahead and sparse-self, issue 15, with its default
+# draft attention: TokenSelect over 16 sinks + 256 recent + 768 selected tokens), with the
 # controller and at a fixed draft length. Each run prints decode tokens/s, steps compression
 # (tok/step) and accepted draft share; every run's outputs must equal plain greedy decoding's
 # (printed per method: outputs equal / differ, with the first differing token position).
@@ -21,7 +23,7 @@ rc=0
 echo "### plain"
 sparseserve eval --device cuda --model $model --tasks "$tmp/tasks.jsonl" \
   --out "$out/spec_plain.json" 2>>"$out/spec_progress.log" || rc=1
-for method in prompt-lookup lookahead; do
+for method in ${SPEC_METHODS:-prompt-lookup lookahead sparse-self}; do
   for controller in true false; do
     name="spec_${method}_controller_$controller"
     echo "### $method, controller $controller"

@@ -1,8 +1,10 @@
-// Decode attention (one query token per sequence) over the paged KV layout, split along the keys.
+// Decode attention (one query token per sequence, or a few: a speculative verify step's root and
+// draft rows) over the paged KV layout, split along the keys.
 //
 // Decode reads every cached key and value once per step and does ~2 flops per byte, so the goal
 // is the copy bandwidth. One CTA takes one chunk of one sequence's keys for one KV head and all
-// query heads of its GQA group (so each K/V byte is read once per step, not once per query head);
+// query heads of its GQA group for every row of the sequence — (row, head) pairs, row-major — so
+// each K/V byte is read once per step, not once per query head or row;
 // 64-token tiles stream through shared memory with cp.async, double-buffered. Chunks are sized so
 // that the grid covers the GPU even at batch 1 (split-KV); a second kernel merges the chunks'
 // partial softmax states (log-sum-exp weighting). Items carry explicit key ranges, so a sliding
@@ -22,7 +24,7 @@ namespace {
 
 constexpr int kTile = kDecodeTileTokens;
 constexpr int kThreads = 256;  // 8 warps: enough loads in flight at 2 CTAs per SM
-constexpr int kMaxGroup = 16;  // query heads per KV head
+constexpr int kMaxGroup = kMaxDecodeQueries;  // (row, query head) pairs per KV head
 
 template <int D>
 __host__ __device__ constexpr int Stride() {
@@ -64,10 +66,12 @@ __device__ __forceinline__ void LoadTile(__nv_bfloat16* k_dst, __nv_bfloat16* v_
   }
 }
 
-// G: the GQA group size rounded up to a power of two; the padding heads compute on zero queries
-// and are never stored. A compile-time G keeps every per-head loop unrolled and unpredicated.
-// kMasked: the variant for batches with masks or windows, checking every key of a range against
-// kernels/attention_visibility.h; the dense variant needs only the range's end.
+// G: the (row, query head) pairs per KV head — rows x GQA group — rounded up to a power of two;
+// the padding pairs compute on zero queries and are never stored. A compile-time G keeps every
+// per-head loop unrolled and unpredicated. kMasked: the variant for batches with masks, windows or
+// several rows, checking every key of a range against kernels/attention_visibility.h for the
+// pair's row; the dense variant needs only the range's end. Row r's partial state goes to slot
+// item + r * gridDim.x.
 template <int D, int G, bool kMasked>
 __global__ void __launch_bounds__(kThreads)
     DecodeAttentionKernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv,
@@ -96,8 +100,9 @@ __global__ void __launch_bounds__(kThreads)
   vis.window = seq.window;
   vis.sink_tokens = seq.sink_tokens;
   vis.mask = seq.mask_begin >= 0 ? seq_arrays.masks + seq.mask_begin : nullptr;
-  const bool per_key = kMasked && (vis.window > 0 || vis.mask != nullptr);
+  const bool per_key = kMasked && (vis.window > 0 || vis.mask != nullptr || vis.q_len > 1);
   const int group = dims.heads / dims.kv_heads;
+  const int queries = seq.q_len * group;  // (row, head) pairs stored
   const int key_begin = it.y;
   const int key_end = min(seq.kv_len, it.z);
   const int num_tiles = (key_end - key_begin + kTile - 1) / kTile;
@@ -108,9 +113,15 @@ __global__ void __launch_bounds__(kThreads)
               kv_head);
   CpAsyncCommit();
 
-  const __nv_bfloat16* q_row = q + (int64_t{seq.q_begin} * dims.heads + kv_head * group) * D;
   for (int i = threadIdx.x; i < G * D; i += kThreads) {
-    q_s[i] = i < group * D ? __bfloat162float(q_row[i]) * dims.scale : 0.0f;
+    const int pair = i / D;
+    float value = 0.0f;
+    if (pair < queries) {
+      const int row = pair / group, head = kv_head * group + pair % group;
+      value = __bfloat162float(q[(int64_t{seq.q_begin + row} * dims.heads + head) * D + i % D]) *
+              dims.scale;
+    }
+    q_s[i] = value;
   }
   if (threadIdx.x < G) {
     max_s[threadIdx.x] = -INFINITY;
@@ -156,11 +167,17 @@ __global__ void __launch_bounds__(kThreads)
       for (int h = 0; h < kScoreHeads; ++h) dots[h] = 0.0f;
       AddQueryKeyDots<D, kScoreHeads, kScoreStride>(k_s + token * kStride, q_s, hs0, dots);
       const int key = tile_first + token;
-      const bool valid = key < key_end && (!per_key || KeyVisible(vis, 0, key));
+      const bool in_range = key < key_end;
+      const bool valid = in_range && (!per_key || KeyVisible(vis, 0, key));
 #pragma unroll
       for (int h = 0; h < kScoreHeads; ++h) {
-        if (hs0 + kScoreStride * h < G) {
-          p_s[(hs0 + kScoreStride * h) * kTile + token] = valid ? dots[h] : -INFINITY;
+        const int pair = hs0 + kScoreStride * h;
+        if (pair < G) {
+          bool seen = valid;
+          if (kMasked && vis.q_len > 1) {  // each row its own causal bound (padding: the last)
+            seen = in_range && KeyVisible(vis, min(pair / group, vis.q_len - 1), key);
+          }
+          p_s[pair * kTile + token] = seen ? dots[h] : -INFINITY;
         }
       }
     }
@@ -173,20 +190,24 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // the stage is refilled by the next iteration's prefetch
   }
 
-  const int64_t head0 = int64_t{item} * dims.heads + kv_head * group;
+  // The partial slot of pair p: row p / group's plane, this item, head kv_head * group + p % group.
+  auto slot = [&](int pair) {
+    const int row = pair / group;
+    return (int64_t{item} + int64_t{row} * gridDim.x) * dims.heads + kv_head * group + pair % group;
+  };
   if (owns) {
 #pragma unroll
     for (int j = 0; j < kOwned; ++j) {
-      const int head = h0 + j * kHeadStride;
-      if (head < group) {
-        const float sum = sum_s[head];
-        partial_out[(head0 + head) * D + d] = !kMasked || sum > 0.0f ? acc[j] / sum : 0.0f;
+      const int pair = h0 + j * kHeadStride;
+      if (pair < queries) {
+        const float sum = sum_s[pair];
+        partial_out[slot(pair) * D + d] = !kMasked || sum > 0.0f ? acc[j] / sum : 0.0f;
       }
     }
   }
-  if (threadIdx.x < group) {  // an empty chunk has weight exp(-inf) = 0 in the merge
+  if (threadIdx.x < queries) {  // an empty chunk has weight exp(-inf) = 0 in the merge
     const float sum = sum_s[threadIdx.x];
-    partial_lse[head0 + threadIdx.x] =
+    partial_lse[slot(threadIdx.x)] =
         !kMasked || sum > 0.0f ? max_s[threadIdx.x] + __logf(sum) : -INFINITY;
   }
 }
@@ -250,19 +271,27 @@ cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqs&
   merge.merges = work.merges;
   merge.merge_rows = work.merge_rows;
   merge.num_merges = work.num_merges;
-  merge.max_chunks = work.max_items;  // a sequence has at most max_items chunks
+  merge.max_chunks = work.max_items;  // a row has at most max_items chunks
   return LaunchSplitKvMerge(merge, dims, out, stream);
 }
 
+// `queries`: (row, head) pairs per KV head. More than 16 only come with several rows, which
+// run the masked variant, so the dense one is not instantiated for 32.
 template <int D, bool kMasked>
-cudaError_t LaunchForGroup(int group, const bf16_t* q, const bf16_t* kv_layer,
+cudaError_t LaunchForGroup(int queries, const bf16_t* q, const bf16_t* kv_layer,
                            const AttentionSeqs& seqs, const DecodeWork& work,
                            const AttentionDims& dims, bf16_t* out, cudaStream_t stream) {
-  if (group <= 1) return Launch<D, 1, kMasked>(q, kv_layer, seqs, work, dims, out, stream);
-  if (group <= 2) return Launch<D, 2, kMasked>(q, kv_layer, seqs, work, dims, out, stream);
-  if (group <= 4) return Launch<D, 4, kMasked>(q, kv_layer, seqs, work, dims, out, stream);
-  if (group <= 8) return Launch<D, 8, kMasked>(q, kv_layer, seqs, work, dims, out, stream);
-  return Launch<D, 16, kMasked>(q, kv_layer, seqs, work, dims, out, stream);
+  if (queries <= 1) return Launch<D, 1, kMasked>(q, kv_layer, seqs, work, dims, out, stream);
+  if (queries <= 2) return Launch<D, 2, kMasked>(q, kv_layer, seqs, work, dims, out, stream);
+  if (queries <= 4) return Launch<D, 4, kMasked>(q, kv_layer, seqs, work, dims, out, stream);
+  if (queries <= 8) return Launch<D, 8, kMasked>(q, kv_layer, seqs, work, dims, out, stream);
+  if (queries <= 16 || !kMasked) {
+    return Launch<D, 16, kMasked>(q, kv_layer, seqs, work, dims, out, stream);
+  }
+  if constexpr (kMasked) {
+    return Launch<D, kMaxGroup, true>(q, kv_layer, seqs, work, dims, out, stream);
+  }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace
@@ -281,13 +310,13 @@ cudaError_t LaunchDecodeAttention(const bf16_t* q, const bf16_t* kv_layer,
                                   const AttentionSeqs& seqs, const DecodeWork& work,
                                   const AttentionDims& dims, bf16_t* out, cudaStream_t stream) {
   if (work.max_items == 0 || work.num_merges == 0) return cudaSuccess;
-  if (dims.heads / dims.kv_heads > kMaxGroup) return cudaErrorInvalidValue;
-  const int group = dims.heads / dims.kv_heads;
+  const int queries = dims.heads / dims.kv_heads * work.rows;
+  if (queries > kMaxGroup || (work.rows > 1 && !work.masked)) return cudaErrorInvalidValue;
   switch (dims.head_dim * 2 + (work.masked ? 1 : 0)) {
-    case 128: return LaunchForGroup<64, false>(group, q, kv_layer, seqs, work, dims, out, stream);
-    case 129: return LaunchForGroup<64, true>(group, q, kv_layer, seqs, work, dims, out, stream);
-    case 256: return LaunchForGroup<128, false>(group, q, kv_layer, seqs, work, dims, out, stream);
-    case 257: return LaunchForGroup<128, true>(group, q, kv_layer, seqs, work, dims, out, stream);
+    case 128: return LaunchForGroup<64, false>(queries, q, kv_layer, seqs, work, dims, out, stream);
+    case 129: return LaunchForGroup<64, true>(queries, q, kv_layer, seqs, work, dims, out, stream);
+    case 256: return LaunchForGroup<128, false>(queries, q, kv_layer, seqs, work, dims, out, stream);
+    case 257: return LaunchForGroup<128, true>(queries, q, kv_layer, seqs, work, dims, out, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -2,8 +2,9 @@
 // (PlanAttention) and runs the kernels on them per layer (Attention).
 //
 // The plan is flattened into one int32 array on the host (sequence records, work lists, masks,
-// block tables), uploaded with one copy into workspace.metadata. Single-query sequences go to the
-// split-KV decode kernel, longer chunks to the tensor-core prefill kernel; head dims other than
+// block tables), uploaded with one copy into workspace.metadata. Single-query sequences, and those
+// of a few rows (speculative verify steps: DecodeKernelRows), go to the split-KV decode kernel,
+// longer chunks to the tensor-core prefill kernel; head dims other than
 // 64/128 take the generic kernel. kMInference sequences go to their own kernels whatever their
 // shape: BuildAttentionIndex builds their per-layer index, Attention reads it; where the
 // tensor-core prefill kernel exists, their chunks also get its tiles, which run only the heads
@@ -27,6 +28,15 @@ namespace {
 
 bool HasTensorCoreKernel(int head_dim, int group) {
   return (head_dim == 64 || head_dim == 128) && group <= 16;
+}
+
+// Whether a sequence of `q_len` new rows runs on the split-KV decode kernel: one row, or a few
+// whose (row, query head) pairs per KV head fit one CTA. A verify step's handful of rows over a
+// long context then reads the KV once at full parallelism, where one 64-row prefill tile per head
+// would leave most SMs idle (issue 14: a 5-row step at 32K cost 7.8x a decode step).
+bool DecodeKernelRows(int q_len, int group) {
+  constexpr int kMaxRows = 8;
+  return q_len >= 1 && q_len <= kMaxRows && q_len * group <= cuda::kMaxDecodeQueries;
 }
 
 // The key ranges a single-query sequence's split-KV items cover: its sinks (when a window leaves a
@@ -70,7 +80,8 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   const int bt = batch.block_tokens;
   const int num_seqs = static_cast<int>(batch.sequences.size());
   const int kv_heads = shape.num_kv_heads;
-  const bool generic = !HasTensorCoreKernel(shape.head_dim, shape.num_heads / kv_heads);
+  const int group = shape.num_heads / kv_heads;
+  const bool generic = !HasTensorCoreKernel(shape.head_dim, group);
 
   AttentionPlan plan;  // its layout's variant flags are set while the sequences are flattened
   std::vector<int32_t> seqs, tables, tiles, items, merges, merge_rows, row_seq;
@@ -85,7 +96,7 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   std::vector<int32_t> tile_areas;
   std::vector<std::pair<int, int>> ranges;
   std::vector<int32_t> table_begins(num_seqs, 0), mask_begins(num_seqs, -1);
-  int total_q = 0, decode_seqs = 0;
+  int total_q = 0, decode_seqs = 0, decode_rows = 1;
   int64_t decode_tiles = 0;
   for (int s = 0; s < num_seqs; ++s) {
     const SequenceAttention& sa = batch.sequences[s];
@@ -112,9 +123,11 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
         selecting) {
       continue;
     }
-    (sa.q_len == 1 ? plan.layout.decode_masked : plan.layout.prefill_masked) |=
-        window || !sa.mask.empty();
-    if (sa.q_len == 1) {
+    const bool decode_kernel = DecodeKernelRows(sa.q_len, group);
+    (decode_kernel ? plan.layout.decode_masked : plan.layout.prefill_masked) |=
+        window || !sa.mask.empty() || sa.q_len > 1;
+    if (decode_kernel) {
+      decode_rows = std::max(decode_rows, sa.q_len);
       VisibleRanges(sa, &ranges);
       for (const auto& [b, e] : ranges) {
         decode_tiles += (e - b + cuda::kDecodeTileTokens - 1) / cuda::kDecodeTileTokens;
@@ -178,7 +191,10 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
     const int chunk_tokens = static_cast<int>(per_chunk * cuda::kDecodeTileTokens);
     for (int s = 0; s < num_seqs; ++s) {
       const SequenceAttention& sa = batch.sequences[s];
-      if (sa.q_len != 1 || sa.pattern.kind == AttentionMethodKind::kMInference) continue;
+      if (!DecodeKernelRows(sa.q_len, group) ||
+          sa.pattern.kind == AttentionMethodKind::kMInference) {
+        continue;
+      }
       if (sa.pattern.kind == AttentionMethodKind::kTokenSelect &&
           !tokenselect::RegionsOf(sa.pattern.tokenselect, sa.q_len, sa.kv_len).dense) {
         continue;
@@ -191,8 +207,10 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
           items.insert(items.end(), {s, k0, std::min(e, k0 + chunk_tokens), 0});
         }
       }
-      merges.insert(merges.end(), {first, count});
-      merge_rows.push_back(sa.q_begin);
+      for (int r = 0; r < sa.q_len; ++r) {  // row r's partials: plane r (DecodeWork)
+        merges.insert(merges.end(), {first + r * max_items, count});
+        merge_rows.push_back(sa.q_begin + r);
+      }
     }
     if (static_cast<int>(items.size() / 4) > max_items) {
       return absl::InternalError(absl::StrCat("Attention: ", items.size() / 4,
@@ -249,6 +267,7 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   l.tables = append_vec(tables);
   l.num_decode_items = num_items;
   l.max_decode_items = max_items;
+  l.decode_rows = decode_rows;
   l.num_merges = static_cast<int>(merge_rows.size());
   l.num_prefill_tiles = static_cast<int>(tiles.size() / 2);
   l.total_q = total_q;
@@ -269,7 +288,8 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   // The decode partials (then TokenSelect's) and the MInference estimation scratch share
   // `partial`: the scratch is dead once BuildAttentionIndex's kernels are done, before
   // Attention's decode kernels run.
-  l.tokenselect_partial = int64_t{max_items} * shape.num_heads * (shape.head_dim + 1);
+  l.tokenselect_partial =
+      int64_t{max_items} * decode_rows * shape.num_heads * (shape.head_dim + 1);
   const int64_t partial_floats = l.tokenselect_partial + tokenselect.partial_floats;
   const int64_t stats_floats = 2 * std::max<int64_t>(1, num_seqs);
   const bool grow_metadata = workspace.metadata.numel() < static_cast<int64_t>(host.size());
@@ -483,8 +503,10 @@ absl::Status CudaBackend::Attention(const AttentionPlan& plan, const Tensor& q,
     work.merge_rows = base + l.merge_rows;
     work.num_merges = l.num_merges;
     work.masked = l.decode_masked;
+    work.rows = l.decode_rows;
     work.partial_out = ws.partial.data<float>();
-    work.partial_lse = work.partial_out + int64_t{l.max_decode_items} * dims.heads * dims.head_dim;
+    work.partial_lse = work.partial_out +
+                       int64_t{l.max_decode_items} * l.decode_rows * dims.heads * dims.head_dim;
     SS_RETURN_IF_ERROR(
         CudaStatus(cuda::LaunchDecodeAttention(q_ptr, kv_ptr, seqs, work, dims, out_ptr, stream()),
                    "Attention (decode)"));

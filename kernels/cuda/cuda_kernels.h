@@ -148,14 +148,21 @@ struct DecodeWork {
   const int2* merges = nullptr;         // device [num_merges]: (first item, item count)
   const int32_t* merge_rows = nullptr;  // device [num_merges]: output row (q_begin) of each merge
   int num_merges = 0;
-  float* partial_out = nullptr;  // [max_items, heads, head_dim]
-  float* partial_lse = nullptr;  // [max_items, heads]
-  bool masked = false;  // some sequence has a mask or a window (the variant checking every key)
+  // Row r of an item's sequence writes its partial state at slot item + r * max_items.
+  float* partial_out = nullptr;  // [rows * max_items, heads, head_dim]
+  float* partial_lse = nullptr;  // [rows * max_items, heads]
+  // The most query rows of a sequence (1 = decode; a few for a speculative verify step).
+  int rows = 1;
+  // Some sequence has a mask, a window or several rows (the variant checking every key).
+  bool masked = false;
 };
 
-// Split-KV decode attention for single-query sequences (head_dim 64 or 128): each item covers
-// keys [first, end) of one sequence (keys the row cannot see inside it are skipped); the merges
-// combine a sequence's items into `out`. A chunk or a row that sees no key yields zeros, not NaN.
+// Split-KV decode attention for sequences of one query row, or a few (speculative verify steps:
+// kMaxDecodeQueries query heads at most per KV head, rows x GQA group), head_dim 64 or 128: each
+// item covers keys [first, end) of one sequence for all its rows, so every K/V byte is read once
+// per step (keys a row cannot see inside it are skipped); the merges combine a row's items into
+// `out`. A chunk or a row that sees no key yields zeros, not NaN.
+inline constexpr int kMaxDecodeQueries = 32;
 cudaError_t LaunchDecodeAttention(const bf16_t* q, const bf16_t* kv_layer,
                                   const AttentionSeqs& seqs, const DecodeWork& work,
                                   const AttentionDims& dims, bf16_t* out, cudaStream_t stream);

@@ -334,6 +334,32 @@ TEST_F(CudaBackendTest, AttentionMasksAndSlidingWindows) {
   }
 }
 
+// Speculative verify steps: a few rows per sequence go to the split-KV decode kernel while their
+// (row, query head) pairs per KV head fit one CTA (rows x group <= 32; the 8-row sequences of
+// group 7 stay on the prefill kernel), as chains (causal) and trees (masks), with windows and
+// beside single-row and prefill sequences in one batch.
+TEST_F(CudaBackendTest, AttentionFewRowVerifySteps) {
+  const std::vector<std::vector<std::pair<int, int>>> shapes = {
+      {{2, 3000}},
+      {{5, 9000}},
+      {{8, 700}},
+      {{4, 4}},
+      {{3, 130}, {1, 2000}, {6, 64}, {40, 300}, {8, 5000}},
+  };
+  for (int hd : {64, 128}) {
+    for (auto [heads, kv_heads] : {std::pair{8, 8}, std::pair{32, 8}, std::pair{28, 4}}) {
+      for (const auto& seqs : shapes) {
+        for (bool masks : {false, true}) {
+          RunAttentionCase(*this, cpu_, *gpu_, AttnCase{hd, heads, kv_heads, 64, seqs, 0, 0, masks},
+                           rng_);
+        }
+        RunAttentionCase(*this, cpu_, *gpu_,
+                         AttnCase{hd, heads, kv_heads, 16, seqs, 100, 4, /*masks=*/false}, rng_);
+      }
+    }
+  }
+}
+
 TEST_F(CudaBackendTest, ReadKvInvertsWriteKv) {
   const Shape kv_shape{16, 16, 2, 64};
   Tensor kv = *gpu_->Allocate(DType::kBf16, kv_shape);

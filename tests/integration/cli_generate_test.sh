@@ -151,9 +151,23 @@ if cmp -s "$tmp/spec" "$tmp/plain" && grep -q 'speculation (prompt-lookup): .* a
 else
   fail "generate --spec prompt-lookup = plain"; cat "$tmp/spec_err"
 fi
+# sparse-self (issue 15): the model drafts with TokenSelect over 36 keys and verifies dense.
+"$bin" generate --model "$model" --prompt "Once upon a time" --max-tokens 120 --temperature 0 \
+  --spec sparse-self --spec-controller=false --sparse-self-sinks 4 --sparse-self-window 16 \
+  --sparse-self-k 16 >"$tmp/self" 2>"$tmp/self_err"
+if cmp -s "$tmp/self" "$tmp/plain" && grep -q 'speculation (sparse-self): .* accepted' "$tmp/self_err"; then
+  pass "generate --spec sparse-self = plain"
+else
+  fail "generate --spec sparse-self = plain"; cat "$tmp/self_err"
+fi
+expect_error "sparse-self with a sparse decode" "decode attention must be dense" generate \
+  --model "$model" --prompt hi --spec sparse-self --decode-attention tokenselect
+expect_error "sparse-self draft k above --tokenselect-k" "--tokenselect-k" generate \
+  --model "$model" --prompt hi --spec sparse-self --sparse-self-k 4096
 if "$bin" bench spec --model "$model" --spec-batches 3 --spec-tokens 60 \
-     --spec-modes prompt-lookup,lookahead,oracle:0.5 --lookahead-window 4 >"$tmp/bench" 2>/dev/null &&
-   [ "$(grep -c '| = plain |$' "$tmp/bench")" -eq 3 ]; then
+     --spec-modes prompt-lookup,lookahead,sparse-self,oracle:0.5 --lookahead-window 4 \
+     --sparse-self-window 16 --sparse-self-k 16 >"$tmp/bench" 2>/dev/null &&
+   [ "$(grep -c '| = plain |$' "$tmp/bench")" -eq 4 ]; then
   pass "bench spec: every mode = plain"
 else
   fail "bench spec: every mode = plain"; cat "$tmp/bench"

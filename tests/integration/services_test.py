@@ -914,31 +914,38 @@ def test_sliding_window_request_equals_generate_and_differs_from_dense(threshold
 
 @pytest.mark.parametrize("threshold,disaggregated", [(3, True), (100000, False)])
 def test_speculation_through_up_equals_plain_decoding(threshold, disaggregated):
-    """Speculative decoding (issue 14) on the decode worker: the server default (--spec) and a
-    per-request choice, greedy and seeded, each give the tokens of plain single-process
-    `generate`; the drafts show in the spec_decode metrics."""
+    """Speculative decoding (issues 14, 15) on the decode worker: the server default (--spec) and
+    a per-request choice, greedy and seeded, each give the tokens of plain single-process
+    `generate`; the drafts show in the spec_decode metrics. sparse-self drafts with a budget of
+    36 keys, far below the outputs' contexts."""
     greedy_want = reference_tokens("Once upon a time", 200)
     seeded = ("--temperature=0.9", "--top-k=40", "--repetition-penalty=1.1", "--seed=11")
     seeded_want = reference_tokens("Once upon a time", 120, sampling=seeded)
     c = Cluster(extra=[f"--disagg-threshold={threshold}", "--spec=prompt-lookup",
                        "--spec-controller=false"])
     try:
-        for method in ("", "prompt-lookup", "lookahead", "none"):
-            req = greedy_request("Once upon a time", max_tokens=200)
+        def choose(req, method):
             if method:
                 req.speculation.method = method
             if method == "lookahead":
                 req.speculation.lookahead_window = 4
                 req.speculation.lookahead_ngram = 4
                 req.speculation.lookahead_guesses = 4
+            if method == "sparse-self":
+                req.speculation.sparse_self_sinks = 4
+                req.speculation.sparse_self_window = 16
+                req.speculation.sparse_self_k = 16
+
+        for method in ("", "prompt-lookup", "lookahead", "sparse-self", "none"):
+            req = greedy_request("Once upon a time", max_tokens=200)
+            choose(req, method)
             _, text, last = run(c.stub, req)
             assert text == greedy_want, method
             assert last.timings.disaggregated == disaggregated
             req = greedy_request("Once upon a time", max_tokens=120)
             req.sampling.temperature, req.sampling.top_k, req.sampling.seed = 0.9, 40, 11
             req.sampling.repetition_penalty = 1.1
-            if method:
-                req.speculation.method = method
+            choose(req, method)
             req.speculation.controller = True  # under the controller too
             assert run(c.stub, req)[1] == seeded_want, method
         page = scrape(c.role("decode")[0]["metrics"])
@@ -948,11 +955,12 @@ def test_speculation_through_up_equals_plain_decoding(threshold, disaggregated):
                        if line.startswith(f"sparseserve_spec_decode_{family}{{") and
                        f'method="{method}"' in line)
 
-        for method in ("prompt-lookup", "lookahead"):
+        for method in ("prompt-lookup", "lookahead", "sparse-self"):
             assert spec("draft_tokens_total", method) > 0, method
             assert spec("accepted_tokens_per_position_total", method) == \
                 spec("accepted_tokens_total", method)
-        assert spec("accepted_tokens_total", "prompt-lookup") > 0
-        assert spec("mean_accepted_length", "prompt-lookup") > 0
+        for method in ("prompt-lookup", "sparse-self"):
+            assert spec("accepted_tokens_total", method) > 0, method
+            assert spec("mean_accepted_length", method) > 0, method
     finally:
         c.close()
