@@ -326,7 +326,7 @@ void DecodeScheduler::EngineStep() {
   // a prompt, and every decode row, gets its token sampled on the backend with the sequence's own
   // draws. Drafts take what the roots and chunks leave of the budget, of the context and of the
   // free KV blocks, so speculation never delays a prompt or preempts a sequence.
-  const absl::Time step_start = absl::Now();
+  absl::Time step_start = absl::Now();
   int budget = options_.max_step_tokens;
   std::vector<engine::StepRows> rows;
   std::vector<Running*> owners;
@@ -363,10 +363,11 @@ void DecodeScheduler::EngineStep() {
     }
   }
   if (!model_drafts.empty()) {
-    if (absl::Status s = engine::RunModelDrafts(*runner_, model_drafts); !s.ok()) {
+    if (absl::Status s = engine::RunModelDrafts(*runner_, model_drafts, &step_cost_); !s.ok()) {
       SS_LOG_WARNING("sparse-self draft passes failed; verifying what they drafted: {}",
                      s.ToString());
     }
+    step_start = absl::Now();  // the draft passes are priced apart (StepCostModel)
   }
   bool has_decode = false, has_prefill = false;
   std::vector<Running*> planned;  // speculating sequences whose step was planned

@@ -184,7 +184,6 @@ class SpecBench {
         }
         depth = engine::PickDraftDepths(cost_, rooms, static_cast<int>(live.size()));
       }
-      const Clock::time_point step_start = Clock::now();
       std::vector<engine::ModelDraftJob> model_drafts;
       for (size_t j = 0; j < live.size(); ++j) {
         const int i = live[j];
@@ -193,7 +192,10 @@ class SpecBench {
               {spec[i].get(), &seqs[i], history[i], samplers[i].get(), depth[j]});
         }
       }
-      if (!model_drafts.empty()) SS_RETURN_IF_ERROR(engine::RunModelDrafts(*runner_, model_drafts));
+      if (!model_drafts.empty()) {
+        SS_RETURN_IF_ERROR(engine::RunModelDrafts(*runner_, model_drafts, &cost_));
+      }
+      const Clock::time_point step_start = Clock::now();  // draft passes are priced apart
       result.sequence_steps += static_cast<int64_t>(live.size());
       std::vector<engine::StepRows> rows(live.size());
       kernels::SamplingBatch sampling;

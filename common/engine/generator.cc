@@ -139,15 +139,16 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
     const int wanted = request.max_tokens - produced - 1;
     const DraftRoom draft_room{spec.get(), room, wanted};
     const int depth = PickDraftDepths(step_cost_, absl::MakeConstSpan(&draft_room, 1), 1)[0];
-    const Clock::time_point step_start = Clock::now();
     if (spec->drafts_on_model() && depth > 0) {
       const ModelDraftJob job{spec.get(), &seq, history, &sampler, depth};
-      if (absl::Status drafted = RunModelDrafts(*runner_, absl::MakeConstSpan(&job, 1));
+      if (absl::Status drafted =
+              RunModelDrafts(*runner_, absl::MakeConstSpan(&job, 1), &step_cost_);
           !drafted.ok()) {
         status = drafted;
         break;
       }
     }
+    const Clock::time_point step_start = Clock::now();  // the draft passes are priced apart
     kernels::SamplingBatch sampling;
     spec->Plan(depth, history, &seq, decode_pattern, sampler, &rows, &sampling);
     absl::StatusOr<std::vector<int32_t>> next =

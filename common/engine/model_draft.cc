@@ -1,13 +1,15 @@
 #include "common/engine/model_draft.h"
 
 #include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "common/core/check.h"
 
 namespace sparseserve::engine {
 
-absl::Status RunModelDrafts(ModelRunner& runner, absl::Span<const ModelDraftJob> jobs) {
+absl::Status RunModelDrafts(ModelRunner& runner, absl::Span<const ModelDraftJob> jobs,
+                            spec::StepCostModel* cost) {
   struct Drafting {
     const ModelDraftJob* job;
     std::vector<double> draws;  // the sequence's next draws, one per draft depth
@@ -59,10 +61,16 @@ absl::Status RunModelDrafts(ModelRunner& runner, absl::Span<const ModelDraftJob>
                                                        &sampling.penalized_ids));
       sampling.penalized_begin.push_back(static_cast<int32_t>(sampling.penalized_ids.size()));
     }
+    const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<std::vector<int32_t>> next = runner.Step(rows, sampling);
     if (!next.ok()) {
       status = next.status();
       break;
+    }
+    if (cost != nullptr) {
+      cost->RecordDraftPass(
+          static_cast<int>(rows.size()),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     for (size_t i = 0; i < owners.size(); ++i) owners[i]->chain.push_back((*next)[i]);
   }

@@ -22,6 +22,7 @@
 #include "common/engine/model_runner.h"
 #include "common/engine/speculative_sequence.h"
 #include "common/sampling/sampler.h"
+#include "common/spec/draft_length_controller.h"
 
 namespace sparseserve::engine {
 
@@ -36,8 +37,10 @@ struct ModelDraftJob {
 // Drafts each job's chain into its SpeculativeSequence (SetModelDraft). On an error of a draft
 // step (the pool out of blocks, a backend failure) every job keeps what it drafted before it —
 // its next step verifies a shorter draft or runs plain — and the error is returned for the
-// caller to log; nothing is left pending.
-absl::Status RunModelDrafts(ModelRunner& runner, absl::Span<const ModelDraftJob> jobs);
+// caller to log; nothing is left pending. `cost`, when given, records each pass's time
+// (StepCostModel::RecordDraftPass: the controller prices draft depths with it).
+absl::Status RunModelDrafts(ModelRunner& runner, absl::Span<const ModelDraftJob> jobs,
+                            spec::StepCostModel* cost = nullptr);
 
 }  // namespace sparseserve::engine
 

@@ -96,6 +96,7 @@ void SpeculativeSequence::SetModelDraft(std::vector<int32_t> chain) {
 spec::DraftOption SpeculativeSequence::Option(int room, int wanted) const {
   spec::DraftOption option;
   option.stats = &acceptance_;
+  option.model_draft = drafts_on_model();
   for (int k = 1; k <= std::min(max_depth_, wanted); ++k) {
     const int rows = proposer_->RowsAt(k);
     if (rows > room) break;

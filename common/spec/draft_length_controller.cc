@@ -53,8 +53,11 @@ int StepCostModel::Bucket(int rows) {
 }
 
 double StepCostModel::Shape(int rows, bool speculative) const {
+  return ShapeIn(speculative && !spec_shape_.empty() ? spec_shape_ : shape_, rows);
+}
+
+double StepCostModel::ShapeIn(const std::map<int, double>& shapes, int rows) const {
   const int b = Bucket(rows);
-  const std::map<int, double>& shapes = speculative && !spec_shape_.empty() ? spec_shape_ : shape_;
   const auto hi = shapes.lower_bound(b);
   if (hi != shapes.end() && hi->first == b) return hi->second;
   if (hi == shapes.begin()) return hi->second;  // below every measurement: no cheaper
@@ -113,6 +116,19 @@ double StepCostModel::Estimate(int rows, bool speculative) const {
   return level_ * Shape(rows, speculative);
 }
 
+void StepCostModel::RecordDraftPass(int rows, double seconds) {
+  constexpr double kShapeWeight = 0.2;
+  if (shape_.empty()) return;  // priced against the level, which plain steps set first
+  const double measured = std::min(seconds / level_, 4 * EstimateDraftPass(rows) / level_);
+  const auto [it, inserted] = draft_shape_.try_emplace(Bucket(rows), measured);
+  if (!inserted) it->second += kShapeWeight * (measured - it->second);
+}
+
+double StepCostModel::EstimateDraftPass(int rows) const {
+  if (shape_.empty()) return 1.0;
+  return level_ * (draft_shape_.empty() ? Shape(rows, false) : ShapeIn(draft_shape_, rows));
+}
+
 std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const DraftOption> options,
                                    int base_rows) {
   // Tables first: E_s(k) per option, and the cost of every row count a choice can reach (the
@@ -127,6 +143,35 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
   }
   std::vector<int> best_depth(options.size(), 0);
   if (max_depth == 0 || !cost.measured() || cost.PlainDue()) return best_depth;
+  bool unmeasured = false;  // some sequence's acceptance is still the prior
+  bool model_drafts = false;
+  for (const DraftOption& o : options) {
+    unmeasured |= !o.rows_at.empty() && !o.stats->measured();
+    model_drafts |= o.model_draft && !o.rows_at.empty();
+  }
+  // Model drafters' passes: passes[j] = model-drafted sequences drafting deeper than j; a pass of
+  // n sequences costs EstimateDraftPass(n), looked up in a table.
+  std::vector<int> passes(static_cast<size_t>(max_depth), 0);
+  std::vector<double> pass_cost(options.size() + 1, -1.0);
+  auto pass_seconds = [&](int n) {
+    double& c = pass_cost[static_cast<size_t>(n)];
+    if (c < 0) c = n == 0 ? 0.0 : cost.EstimateDraftPass(n);
+    return c;
+  };
+  auto draft_seconds = [&]() {
+    double total = 0;
+    if (model_drafts) {
+      for (const int n : passes) total += pass_seconds(n);
+    }
+    return total;
+  };
+  auto set_passes = [&](size_t s, int from, int to) {  // sequence s goes from depth `from` to `to`
+    if (!options[s].model_draft) return;
+    const int delta = to > from ? 1 : -1;
+    for (int j = std::max(std::min(from, to), 0); j < std::max(from, to); ++j) {
+      passes[static_cast<size_t>(j)] += delta;
+    }
+  };
   // Costs by row count, filled as the search reaches them (0 = not yet).
   std::vector<double> plain_cost(static_cast<size_t>(max_rows - base_rows) + 1, 0.0);
   std::vector<double> spec_cost(plain_cost.size(), 0.0);
@@ -134,7 +179,7 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
   auto rate = [&](double tokens, int rows, int drafting) {
     double& c = (drafting > 0 ? spec_cost : plain_cost)[static_cast<size_t>(rows - base_rows)];
     if (c == 0) c = cost.Estimate(rows, drafting > 0);
-    return tokens / c;
+    return tokens / (c + draft_seconds());
   };
   const double plain_rate = rate(static_cast<double>(options.size()), base_rows, 0);
   // The cheap way out, every step that speculation cannot win: even every sequence's deepest
@@ -158,13 +203,18 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
     std::vector<int> depth(options.size());
     double tokens = static_cast<double>(options.size());  // every root emits one
     int rows = base_rows, drafting = 0;
+    std::fill(passes.begin(), passes.end(), 0);
     for (size_t s = 0; s < options.size(); ++s) {
       depth[s] = std::min(start, static_cast<int>(options[s].rows_at.size()));
+      set_passes(s, 0, depth[s]);
       tokens += expected[s][depth[s]];
       rows += rows_of(s, depth[s]);
       drafting += depth[s] > 0;
     }
     double current = rate(tokens, rows, drafting);
+    // The uniform start itself: what exploring runs if the ascent below goes back to plain.
+    const std::vector<int> start_depth = depth;
+    const double start_rate = current;
     for (int pass = 0; pass < 3; ++pass) {
       bool changed = false;
       for (size_t s = 0; s < options.size(); ++s) {
@@ -174,8 +224,10 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
         const int drafting_without = drafting - (now > 0);
         int pick = now;
         for (int k = 0; k <= static_cast<int>(options[s].rows_at.size()); ++k) {
+          set_passes(s, now, k);
           const double r = rate(tokens_without + expected[s][k], rows_without + rows_of(s, k),
                                 drafting_without + (k > 0));
+          set_passes(s, k, now);
           // A change must gain 1% (measurement noise must not flip depths every step).
           if (k != pick && r > current * 1.01) {
             current = r;
@@ -183,6 +235,7 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
           }
         }
         if (pick != now) {
+          set_passes(s, now, pick);
           depth[s] = pick;
           tokens = tokens_without + expected[s][pick];
           rows = rows_without + rows_of(s, pick);
@@ -196,17 +249,19 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
       best_rate = current;
       best_depth = depth;
     }
-    if (start > 0 && current > best_speculative_rate) {
-      best_speculative_rate = current;
-      best_speculative = depth;
+    const bool speculative = drafting > 0;
+    if (start > 0 && (speculative ? current : start_rate) > best_speculative_rate) {
+      best_speculative_rate = speculative ? current : start_rate;
+      best_speculative = speculative ? depth : start_depth;
     }
   }
   // Now and then a plain decision is checked by running the best speculative one: a cost or
   // acceptance measured once, badly (a first launch, a cold cache), must not keep speculation
   // off for good.
-  // Only choices priced within 2x of plain are retried (a CPU's linear rows are measured well).
+  // Only choices priced within 2x of plain are retried (a CPU's linear rows are measured well),
+  // unless an acceptance was never measured.
   if (best_rate == plain_rate && cost.ExploreDue() && !best_speculative.empty() &&
-      best_speculative_rate >= 0.5 * plain_rate) {
+      (best_speculative_rate >= 0.5 * plain_rate || unmeasured)) {
     return best_speculative;
   }
   return best_depth;

@@ -20,13 +20,17 @@
 // measured a step of r rows against r0 is assumed to cost 1 + log2(r / r0) / 4 times as much
 // (optimistic where rows are nearly free, as on a GPU, so that the first speculative steps get to
 // measure the truth). Speculative steps have their own shape, which falls back to the plain one
-// until measured. ChooseDraftDepths maximises the step's expected emitted tokens per second: Σ_s (1
+// until measured, and so do the draft passes of drafters that are the model itself (sparse-self:
+// a depth-k draft costs k forward passes of the drafting sequences before the step, priced per
+// pass by its sequences, and its step's measured time leaves them out). ChooseDraftDepths maximises the step's expected emitted tokens per second: Σ_s (1
 // + E_s(k_s)) / cost(base + Σ_s rows_s(k_s)), by coordinate ascent from all zeros and from every
 // uniform depth (a GPU's jump from plain to speculative steps is paid once per step, so one
 // sequence alone may not pay for it where all of them do), keeping the best; once every
 // StepCostModel::kExploreSteps steps a plain decision becomes the best speculative one, so a bad
 // first measurement cannot keep speculation off for good (≤ 1/128 of the steps, and only a choice
-// estimated at no worse than half of plain's rate), and a plain step runs whenever the
+// estimated at no worse than half of plain's rate — or any, while some sequence's acceptance was
+// never measured: a model drafter has no shadow draft to measure it on plain steps), and a plain
+// step runs whenever the
 // level is stale (StepCostModel::PlainDue). A measurement counts for at most 4x the
 // estimate it updates (a first launch of a kernel must not price a bucket out of reach). At
 // acceptance 0, every E is 0 and every depth stays 0: plain decoding. Not thread-safe.
@@ -53,6 +57,8 @@ class AcceptanceStats {
   // E(k), k in 0..max_depth.
   double ExpectedAccepted(int depth) const;
   int max_depth() const { return static_cast<int>(reached_.size()); }
+  // Whether any draft was recorded (else every α is the prior's).
+  bool measured() const { return !reached_.empty() && reached_[0] > 0; }
 
  private:
   double decay_;
@@ -67,6 +73,10 @@ class StepCostModel {
   void Record(int rows, double seconds, bool speculative = false);
   // Estimated seconds of a step of `rows` rows; 1 when nothing was measured.
   double Estimate(int rows, bool speculative = false) const;
+  // A model drafter's draft pass (one row per drafting sequence, `rows` of them), and its
+  // estimate: a plain step of as many rows until one was measured.
+  void RecordDraftPass(int rows, double seconds);
+  double EstimateDraftPass(int rows) const;
   // Whether a plain step was measured (the level every estimate scales).
   bool measured() const { return !shape_.empty(); }
   // The bucket `rows` is measured in (its smallest row count).
@@ -84,10 +94,12 @@ class StepCostModel {
 
  private:
   double Shape(int rows, bool speculative) const;
+  double ShapeIn(const std::map<int, double>& shapes, int rows) const;
   double level_ = 0;
   int reference_ = 0;  // the plain bucket whose shape is 1 (see Record)
   int64_t steps_ = 0, reference_seen_ = 0;
-  std::map<int, double> shape_, spec_shape_;  // bucket -> step time / level (plain, speculative)
+  // bucket -> step time / level (plain, speculative, draft pass)
+  std::map<int, double> shape_, spec_shape_, draft_shape_;
 };
 
 // One speculating sequence's choices for a step.
@@ -95,6 +107,9 @@ struct DraftOption {
   const AcceptanceStats* stats = nullptr;
   // Extra rows a draft of depth k adds (k = 1..), [max depth allowed]; rows_at[k - 1].
   std::vector<int> rows_at;
+  // The model drafts it (sparse-self): depth k also costs k draft passes before the step, shared
+  // with the other model-drafted sequences (StepCostModel::EstimateDraftPass).
+  bool model_draft = false;
 };
 
 // Depth per option (0 = plain), for a step whose other rows (every sequence's root row, prefill

@@ -242,5 +242,52 @@ TEST(ChooseDraftDepthsTest, SpeculatesOnlyWhereTheExpectedTokensPayForTheRows) {
   EXPECT_FALSE(jump.PlainDue());
 }
 
+// Model drafters (sparse-self): a depth-k draft also costs k draft passes, priced by the
+// sequences in each pass, so drafting pays only where a pass is cheap next to a step; and an
+// acceptance never measured (no shadow drafts) is explored once per kExploreSteps steps whatever
+// its price.
+TEST(ChooseDraftDepthsTest, ModelDraftsPayForTheirDraftPasses) {
+  AcceptanceStats good(4, 1.0);
+  for (int i = 0; i < 200; ++i) good.Record(4, 4);
+  DraftOption g{&good, {1, 2, 3, 4}};
+  g.model_draft = true;
+  StepCostModel flat;  // rows free; a draft pass as dear as a step until measured
+  for (int rows : {2, 6, 2, 6}) flat.Record(rows, 1.0);
+  EXPECT_NEAR(flat.EstimateDraftPass(2), 1.0, 1e-9);
+  // 1 + ~4 tokens for 1 + 4 passes of 1.0 each: not worth a plain step's 1 token for 1.0...
+  // (two sequences: 2 + ~8 tokens for 1 + 4 passes)
+  EXPECT_EQ(ChooseDraftDepths(flat, std::vector<DraftOption>{g, g}, 2), (std::vector<int>{0, 0}));
+  // ... but passes at a fifth of a step are: 10 tokens for 1.8.
+  for (int i = 0; i < 20; ++i) flat.RecordDraftPass(2, 0.2);
+  EXPECT_NEAR(flat.EstimateDraftPass(2), 0.2, 1e-6);
+  EXPECT_EQ(ChooseDraftDepths(flat, std::vector<DraftOption>{g, g}, 2), (std::vector<int>{4, 4}));
+  // The same draft from a proposer with no passes (prompt lookup) runs at any pass price.
+  StepCostModel dear = flat;
+  for (int i = 0; i < 40; ++i) dear.RecordDraftPass(2, 4.0);
+  EXPECT_EQ(ChooseDraftDepths(dear, std::vector<DraftOption>{g, g}, 2), (std::vector<int>{0, 0}));
+  DraftOption lookup = g;
+  lookup.model_draft = false;
+  EXPECT_EQ(ChooseDraftDepths(dear, std::vector<DraftOption>{lookup, lookup}, 2),
+            (std::vector<int>{4, 4}));
+  // Unmeasured acceptance (the prior, 0.5 per position) at a price that plain beats by far:
+  // plain, except on the exploring step, which drafts to measure it.
+  AcceptanceStats fresh(4, 1.0);
+  DraftOption f{&fresh, {1, 2, 3, 4}};
+  f.model_draft = true;
+  int explored = 0;
+  for (int i = 0; i < StepCostModel::kExploreSteps; ++i) {
+    const std::vector<int> depth = ChooseDraftDepths(dear, std::vector<DraftOption>{f, f}, 2);
+    explored += depth[0] > 0;
+    dear.Record(2, dear.Estimate(2));
+  }
+  EXPECT_EQ(explored, 1);
+  fresh.Record(4, 0);  // measured: nothing accepted; no exploring past the half-rate bar now
+  for (int i = 0; i < StepCostModel::kExploreSteps; ++i) {
+    EXPECT_EQ(ChooseDraftDepths(dear, std::vector<DraftOption>{f, f}, 2),
+              (std::vector<int>{0, 0}));
+    dear.Record(2, dear.Estimate(2));
+  }
+}
+
 }  // namespace
 }  // namespace sparseserve::spec
