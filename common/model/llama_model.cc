@@ -134,8 +134,12 @@ absl::StatusOr<LlamaModel::StepInputs> LlamaModel::FlattenBatch(
     }
     SS_RETURN_IF_ERROR(
         AnnotateStatus(CheckPattern(seq.pattern), absl::StrCat("Forward: sequence ", s)));
-    in.decode_only = in.decode_only && n == 1 && seq.mask.empty() &&
-                     seq.pattern.kind != kernels::AttentionMethodKind::kMInference;
+    in.graphable = in.graphable &&
+                   (n == 1 || (n <= kGraphRowsPerSequence && seq.mask.empty() &&
+                               seq.logits == LogitRows::kAll &&
+                               seq.pattern.kind != kernels::AttentionMethodKind::kTokenSelect)) &&
+                   seq.pattern.kind != kernels::AttentionMethodKind::kMInference;
+    in.max_seq_rows = std::max(in.max_seq_rows, n);
     kernels::SequenceAttention sa;
     sa.q_begin = static_cast<int32_t>(in.ids.size());
     sa.q_len = n;
@@ -217,8 +221,8 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
   // Decode steps take the step graph of their batch size where the backend has graphs; a probe
   // capture of nothing finds out once.
   // Models with windows on some layers only plan twice per step and run op by op.
-  const bool graph = in.decode_only && !in.mixed_windows && on_layer_kv_written == nullptr &&
-                     attention_probe_ == nullptr && m > 0 && graphs_.Eligible(n);
+  const bool graph = in.graphable && !in.mixed_windows && on_layer_kv_written == nullptr &&
+                     attention_probe_ == nullptr && m == n && graphs_.Eligible(n);
   if (graph) {
     if (graph_step_.rows < 0) {
       SS_ASSIGN_OR_RETURN(graph_step_, AllocateStepBuffers(graphs_.max_rows(), graphs_.max_rows()));
@@ -240,8 +244,12 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
                                       .plan = &plan,
                                       .shadow_plan = in.shadow ? &shadow_plan : nullptr,
                                       .shadow_count = in.shadow ? shadow.count : 0};
-    SS_RETURN_IF_ERROR(graphs_.Run(
-        n, baked, [&] { return RunLayers(v, plan, nullptr, shadowed, cache, nullptr); }));
+    const StepGraphCache::Shape step_shape{.rows = n,
+                                           .sequences = static_cast<int64_t>(batch.size()),
+                                           .max_seq_rows = in.max_seq_rows};
+    SS_RETURN_IF_ERROR(graphs_.Run(step_shape, baked, [&] {
+      return RunLayers(v, plan, nullptr, shadowed, cache, nullptr);
+    }));
     return v;
   }
   if (step_.rows != n || step_.logit_rows != m) {

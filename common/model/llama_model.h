@@ -193,11 +193,17 @@ class LlamaModel {
   // weights are in.
   absl::Status StackProjections();
 
+  // Rows a sequence of a graph-able step may add (the CUDA decode kernel's few-row limit).
+  static constexpr int kGraphRowsPerSequence = 8;
   // A step's batch flattened on the host: what its index tensors and attention plan hold.
   struct StepInputs {
     std::vector<int32_t> ids, positions, slots, logit_rows;
     kernels::AttentionBatch attn;
-    bool decode_only = true;  // every sequence adds one unmasked token (graph-able)
+    // Graph-able (StepGraphCache): every row sampled and every sequence adding one token, or a
+    // few unmasked ones (a speculative chain's verify step: at most kGraphRowsPerSequence, not
+    // TokenSelect or MInference); `max_seq_rows` is the most any sequence adds.
+    bool graphable = true;
+    int max_seq_rows = 0;
     // A model with windows on some layers only (Qwen2's max_window_layers): those layers'
     // attention batch, each sequence under the model's window (attn serves the other layers).
     bool mixed_windows = false;

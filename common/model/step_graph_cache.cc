@@ -35,9 +35,9 @@ bool StepGraphCache::Matches(const Slot& slot, const Baked& baked) {
          slot.shadow_layout == baked.shadow_plan->layout && slot.shadow_count == baked.shadow_count;
 }
 
-absl::Status StepGraphCache::Run(int64_t rows, const Baked& baked,
+absl::Status StepGraphCache::Run(const Shape& shape, const Baked& baked,
                                  const std::function<absl::Status()>& run) {
-  Slot& slot = slots_[2 * rows + (baked.shadow_plan != nullptr ? 1 : 0)];
+  Slot& slot = slots_[{shape, baked.shadow_plan != nullptr}];
   if (slot.graph != nullptr && !Matches(slot, baked)) slot.graph.reset();
   if (slot.graph != nullptr) {
     absl::Status launched = backend_->LaunchGraph(*slot.graph);
@@ -52,8 +52,9 @@ absl::Status StepGraphCache::Run(int64_t rows, const Baked& baked,
   absl::StatusOr<std::unique_ptr<kernels::StepGraph>> captured = backend_->CaptureGraph(run);
   if (!captured.ok()) {
     if (!absl::IsUnimplemented(captured.status())) {
-      SS_LOG_WARNING("decode steps of {} sequences run op by op: graph capture failed: {}", rows,
-                     captured.status().ToString());
+      SS_LOG_WARNING(
+          "steps of {} rows over {} sequences run op by op: graph capture failed: {}", shape.rows,
+          shape.sequences, captured.status().ToString());
       slot.failed = true;
     }
     return run();

@@ -1,8 +1,10 @@
 // StepGraphCache: the step-graph policy of a model's decode steps, and the graphs themselves.
 //
-// Which steps: a step of 1..max_rows() sequences that the caller found graph-able (one unmasked
-// token each, no per-layer hook, no probe), on a backend that can capture graphs (CUDA; probed
-// once with an empty capture). Per (rows, shadowed) slot: the first step runs op by op (what ops
+// Which steps: a step of 1..max_rows() rows that the caller found graph-able (one token per
+// sequence, or a few unmasked ones each — speculative verify steps — every row sampled, no
+// per-layer hook, no probe), on a backend that can capture graphs (CUDA; probed once with an empty
+// capture). Per (rows, sequences, most rows of a sequence, shadowed) slot — so decode and verify
+// steps of one row count keep graphs of their own — the first step runs op by op (what ops
 // create lazily — GEMM plans, workspaces — must exist before a capture, which may not allocate),
 // the second is captured, later ones replay it. A capture bakes in the KV cache's memory, the
 // attention workspace's buffers and the plan's offsets into them (and the shadow plan's): a step
@@ -16,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -34,6 +37,18 @@ class StepGraphCache {
     int64_t shadow_count = 0;
   };
 
+  // A step's shape: which slot it takes.
+  struct Shape {
+    int64_t rows = 0;
+    int64_t sequences = 0;
+    int max_seq_rows = 0;
+    bool operator==(const Shape&) const = default;
+    template <typename H>
+    friend H AbslHashValue(H h, const Shape& s) {
+      return H::combine(std::move(h), s.rows, s.sequences, s.max_seq_rows);
+    }
+  };
+
   // `backend` is borrowed. `max_rows` 0 = graphs off.
   StepGraphCache(kernels::Backend* backend, int max_rows);
 
@@ -42,14 +57,15 @@ class StepGraphCache {
   void Reset(int max_rows);
   void Clear() { Reset(max_rows_); }
 
-  // True when a graph-able step of `rows` sequences should go through Run: within max_rows()
-  // on a backend that has graphs.
+  // True when a graph-able step of `rows` rows should go through Run: within max_rows() on a
+  // backend that has graphs.
   bool Eligible(int64_t rows);
 
-  // Runs one step of `rows` sequences whose device ops `run` records: replays its graph, or runs
-  // `run` op by op (first use, failed capture, backend's request), or captures `run` and
-  // launches the capture. Errors from `run` and the backend.
-  absl::Status Run(int64_t rows, const Baked& baked, const std::function<absl::Status()>& run);
+  // Runs one step of `shape` whose device ops `run` records: replays its graph, or runs `run` op
+  // by op (first use, failed capture, backend's request), or captures `run` and launches the
+  // capture. Errors from `run` and the backend.
+  absl::Status Run(const Shape& shape, const Baked& baked,
+                   const std::function<absl::Status()>& run);
 
  private:
   struct Slot {
@@ -70,7 +86,7 @@ class StepGraphCache {
   kernels::Backend* backend_;
   int max_rows_;
   Support support_ = Support::kUnknown;
-  absl::flat_hash_map<int64_t, Slot> slots_;  // by 2 * rows + shadowed
+  absl::flat_hash_map<std::pair<Shape, bool>, Slot> slots_;  // by (shape, shadowed)
 };
 
 }  // namespace sparseserve::model

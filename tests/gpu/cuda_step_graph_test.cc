@@ -1,8 +1,9 @@
 // Step graphs on the CUDA backend: decode steps replayed from a CUDA graph give exactly the logits
 // of the same steps run kernel by kernel (the same kernels read the same inputs), while contexts
 // grow across KV blocks and split-KV chunk sizes, batch sizes change, with dense and
-// sliding-window attention; workspaces that grow mark the graphs read from them; captures refuse
-// ops that cannot be recorded.
+// sliding-window attention; speculative verify steps (a few rows per sequence) keep graphs of
+// their own beside decode steps; workspaces that grow mark the graphs read from them; captures
+// refuse ops that cannot be recorded.
 #include "common/model/llama_model.h"
 #include "tests/gpu/cuda_test_util.h"
 
@@ -113,6 +114,49 @@ TEST_F(CudaStepGraphTest, ReplayedSlidingWindowDecodeStepsEqualKernelByKernelSte
   window.sink_tokens = 4;
   ReplayMatchesKernelByKernel(Make(LlamaModel::kDefaultStepGraphRows, 4 * kPerSeq),
                               Make(0, 4 * kPerSeq), window, kPerSeq);
+}
+
+// Verify steps: every sequence feeds 5 rows (a chain, all sampled) on two steps of three and one
+// row on the third, so both shapes warm up, capture and replay interleaved, and the batch
+// shrinks; replayed logits equal kernel-by-kernel ones exactly.
+TEST_F(CudaStepGraphTest, ReplayedVerifyStepsEqualKernelByKernelSteps) {
+  constexpr int kPerSeq = 256;
+  Run graphs = Make(LlamaModel::kDefaultStepGraphRows, 4 * kPerSeq);
+  Run eager = Make(0, 4 * kPerSeq);
+  std::vector<ForwardSequence> seqs = Prompts({5, 63, 2000, 17}, kPerSeq);
+  for (ForwardSequence& seq : seqs) {
+    ASSERT_TRUE(graphs.model->Forward({seq}, *graphs.cache).ok());
+    ASSERT_TRUE(eager.model->Forward({seq}, *eager.cache).ok());
+    seq.start_pos = static_cast<int32_t>(seq.tokens.size());
+    seq.tokens = {1};
+  }
+  for (int step = 0; step < 45; ++step) {
+    const size_t batch = step < 30 ? 4 : 3;
+    const int rows = step % 3 == 2 ? 1 : 5;
+    std::vector<ForwardSequence> active(seqs.begin(), seqs.begin() + batch);
+    for (ForwardSequence& seq : active) {
+      while (static_cast<int>(seq.tokens.size()) < rows) {
+        seq.tokens.push_back((seq.tokens.back() * 7 + 3) % 1000);
+      }
+      seq.tokens.resize(rows);
+      seq.logits = model::LogitRows::kAll;
+    }
+    auto a = graphs.model->Forward(active, *graphs.cache);
+    auto b = eager.model->Forward(active, *eager.cache);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_EQ(a->numel(), static_cast<int64_t>(batch * rows * 1000));
+    ASSERT_EQ(a->numel(), b->numel());
+    for (int64_t i = 0; i < a->numel(); ++i) {
+      ASSERT_EQ(a->data<float>()[i], b->data<float>()[i])
+          << "step " << step << " rows " << rows << " element " << i;
+    }
+    for (size_t s = 0; s < batch; ++s) {
+      const float* row = a->data<float>() + (s * rows + rows - 1) * 1000;
+      seqs[s].start_pos += rows;
+      seqs[s].tokens = {static_cast<int32_t>(std::max_element(row, row + 1000) - row)};
+    }
+  }
 }
 
 TEST_F(CudaStepGraphTest, CaptureRefusesAllocationsCopiesAndSyncs) {
