@@ -4,8 +4,9 @@
 # (continue a story for $SPEC_GEN_TOKENS tokens, default 4096) at $SPEC_LENGTHS (default 4K)
 # through `sparseserve eval --device cuda`, plainly and under each speculation method of
 # $SPEC_METHODS (default prompt-lookup, lookahead and sparse-self, issue 15, with its default
-# draft attention: TokenSelect over 16 sinks + 256 recent + 768 selected tokens), with the
-# controller and at a fixed draft length. Each run prints decode tokens/s, steps compression
+# draft attention: TokenSelect over 16 sinks + 256 recent + 768 selected tokens; and
+# sparse-self-window, the same with a sliding-window draft), with the controller and at a fixed
+# draft length. Each run prints decode tokens/s, steps compression
 # (tok/step) and accepted draft share; every run's outputs must equal plain greedy decoding's
 # (printed per method: outputs equal / differ, with the first differing token position).
 # Prompts: $SPEC_EVAL_NUM (default 8).
@@ -23,11 +24,15 @@ rc=0
 echo "### plain"
 sparseserve eval --device cuda --model $model --tasks "$tmp/tasks.jsonl" \
   --out "$out/spec_plain.json" 2>>"$out/spec_progress.log" || rc=1
-for method in ${SPEC_METHODS:-prompt-lookup lookahead sparse-self}; do
+for method in ${SPEC_METHODS:-prompt-lookup lookahead sparse-self sparse-self-window}; do
+  # sparse-self-window: sparse-self drafting with a sliding window (16 sinks + 256 recent keys).
+  flags=(--spec "$method")
+  [ "$method" = sparse-self-window ] &&
+    flags=(--spec sparse-self --sparse-self-attention sliding-window)
   for controller in true false; do
     name="spec_${method}_controller_$controller"
     echo "### $method, controller $controller"
-    sparseserve eval --device cuda --model $model --tasks "$tmp/tasks.jsonl" --spec $method \
+    sparseserve eval --device cuda --model $model --tasks "$tmp/tasks.jsonl" "${flags[@]}" \
       --spec-controller=$controller --out "$out/$name.json" 2>>"$out/spec_progress.log" || rc=1
     python3 - "$out/spec_plain.json" "$out/$name.json" <<'PY' || rc=1
 import json, sys

@@ -143,10 +143,10 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
   }
   std::vector<int> best_depth(options.size(), 0);
   if (max_depth == 0 || !cost.measured() || cost.PlainDue()) return best_depth;
-  bool unmeasured = false;  // some sequence's acceptance is still the prior
+  bool unmeasured = false;  // some sequence's acceptance rests on too few drafts
   bool model_drafts = false;
   for (const DraftOption& o : options) {
-    unmeasured |= !o.rows_at.empty() && !o.stats->measured();
+    unmeasured |= !o.rows_at.empty() && o.stats->samples() < StepCostModel::kMinAcceptanceSamples;
     model_drafts |= o.model_draft && !o.rows_at.empty();
   }
   // Model drafters' passes: passes[j] = model-drafted sequences drafting deeper than j; a pass of
@@ -190,8 +190,10 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
     most_tokens += expected[s].back();
     if (!options[s].rows_at.empty()) fewest_rows = std::min(fewest_rows, options[s].rows_at[0]);
   }
+  const bool explore =
+      cost.ExploreDue() || (unmeasured && cost.ExploreDue(StepCostModel::kExploreUnmeasuredSteps));
   if (most_tokens / cost.Estimate(base_rows + fewest_rows, true) <= plain_rate * 1.01 &&
-      !cost.ExploreDue()) {
+      !explore) {
     return best_depth;
   }
   double best_rate = plain_rate, best_speculative_rate = 0;
@@ -260,7 +262,7 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
   // off for good.
   // Only choices priced within 2x of plain are retried (a CPU's linear rows are measured well),
   // unless an acceptance was never measured.
-  if (best_rate == plain_rate && cost.ExploreDue() && !best_speculative.empty() &&
+  if (best_rate == plain_rate && explore && !best_speculative.empty() &&
       (best_speculative_rate >= 0.5 * plain_rate || unmeasured)) {
     return best_speculative;
   }

@@ -28,9 +28,9 @@
 // sequence alone may not pay for it where all of them do), keeping the best; once every
 // StepCostModel::kExploreSteps steps a plain decision becomes the best speculative one, so a bad
 // first measurement cannot keep speculation off for good (≤ 1/128 of the steps, and only a choice
-// estimated at no worse than half of plain's rate — or any, while some sequence's acceptance was
-// never measured: a model drafter has no shadow draft to measure it on plain steps), and a plain
-// step runs whenever the
+// estimated at no worse than half of plain's rate — or any, once every 8 steps, while some
+// sequence's acceptance rests on fewer than 8 drafts: a model drafter has no shadow draft to
+// measure it on plain steps), and a plain step runs whenever the
 // level is stale (StepCostModel::PlainDue). A measurement counts for at most 4x the
 // estimate it updates (a first launch of a kernel must not price a bucket out of reach). At
 // acceptance 0, every E is 0 and every depth stays 0: plain decoding. Not thread-safe.
@@ -57,8 +57,8 @@ class AcceptanceStats {
   // E(k), k in 0..max_depth.
   double ExpectedAccepted(int depth) const;
   int max_depth() const { return static_cast<int>(reached_.size()); }
-  // Whether any draft was recorded (else every α is the prior's).
-  bool measured() const { return !reached_.empty() && reached_[0] > 0; }
+  // Drafts recorded (decayed): below a few, the prior still weighs on every α.
+  double samples() const { return reached_.empty() ? 0 : reached_[0]; }
 
  private:
   double decay_;
@@ -84,7 +84,12 @@ class StepCostModel {
   // True once every kExploreSteps recorded steps: ChooseDraftDepths then runs its best
   // speculative choice even where plain decoding looks better, to measure it again.
   static constexpr int kExploreSteps = 128;
-  bool ExploreDue() const { return steps_ % kExploreSteps == kExploreSteps - 1; }
+  bool ExploreDue(int every = kExploreSteps) const { return steps_ % every == every - 1; }
+  // While a sequence's acceptance rests on fewer than kMinAcceptanceSamples drafts (a model
+  // drafter has no shadow drafts: only its speculative steps measure it), every
+  // kExploreUnmeasuredSteps-th step explores instead.
+  static constexpr int kMinAcceptanceSamples = 8;
+  static constexpr int kExploreUnmeasuredSteps = 8;
   // True when no step of the reference bucket ran for kPlainSteps steps: the level (which only
   // plain steps of that bucket update) may be stale — contexts shrank or grew under a streak of
   // speculative steps, which would otherwise keep pricing themselves against an old level —

@@ -270,7 +270,7 @@ TEST(ChooseDraftDepthsTest, ModelDraftsPayForTheirDraftPasses) {
   EXPECT_EQ(ChooseDraftDepths(dear, std::vector<DraftOption>{lookup, lookup}, 2),
             (std::vector<int>{4, 4}));
   // Unmeasured acceptance (the prior, 0.5 per position) at a price that plain beats by far:
-  // plain, except on the exploring step, which drafts to measure it.
+  // plain, except on every 8th step, which drafts to measure it.
   AcceptanceStats fresh(4, 1.0);
   DraftOption f{&fresh, {1, 2, 3, 4}};
   f.model_draft = true;
@@ -280,8 +280,9 @@ TEST(ChooseDraftDepthsTest, ModelDraftsPayForTheirDraftPasses) {
     explored += depth[0] > 0;
     dear.Record(2, dear.Estimate(2));
   }
-  EXPECT_EQ(explored, 1);
-  fresh.Record(4, 0);  // measured: nothing accepted; no exploring past the half-rate bar now
+  EXPECT_EQ(explored, StepCostModel::kExploreSteps / StepCostModel::kExploreUnmeasuredSteps);
+  // Measured: nothing accepted in 8 drafts; no exploring past the half-rate bar now.
+  for (int i = 0; i < StepCostModel::kMinAcceptanceSamples; ++i) fresh.Record(4, 0);
   for (int i = 0; i < StepCostModel::kExploreSteps; ++i) {
     EXPECT_EQ(ChooseDraftDepths(dear, std::vector<DraftOption>{f, f}, 2),
               (std::vector<int>{0, 0}));
