@@ -470,7 +470,9 @@ void DecodeScheduler::EngineStep() {
     }
     bool speculative = false;
     for (const engine::StepRows& r : rows) speculative |= r.speculative;
-    step_cost_.Record(total_rows, absl::ToDoubleSeconds(absl::Now() - step_start), speculative);
+    if (!runner_->last_step_was_graph_setup()) {  // a graph's warm-up or capture: not its cost
+      step_cost_.Record(total_rows, absl::ToDoubleSeconds(absl::Now() - step_start), speculative);
+    }
     std::erase_if(running_, [&](const std::unique_ptr<Running>& r) {
       return std::find(finished.begin(), finished.end(), r.get()) != finished.end();
     });

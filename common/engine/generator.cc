@@ -163,9 +163,11 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
       status = done.status();
       break;
     }
-    step_cost_.Record(static_cast<int>(rows.tokens.size()),
-                      std::chrono::duration<double>(Clock::now() - step_start).count(),
-                      rows.speculative);
+    if (!runner_->last_step_was_graph_setup()) {
+      step_cost_.Record(static_cast<int>(rows.tokens.size()),
+                        std::chrono::duration<double>(Clock::now() - step_start).count(),
+                        rows.speculative);
+    }
     result.spec_draft_tokens += done->drafted;
     result.spec_accepted_tokens += done->accepted;
     emitted.assign(done->emitted.begin() + 1, done->emitted.end());

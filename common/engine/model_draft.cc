@@ -67,7 +67,7 @@ absl::Status RunModelDrafts(ModelRunner& runner, absl::Span<const ModelDraftJob>
       status = next.status();
       break;
     }
-    if (cost != nullptr) {
+    if (cost != nullptr && !runner.last_step_was_graph_setup()) {
       cost->RecordDraftPass(
           static_cast<int>(rows.size()),
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

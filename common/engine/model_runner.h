@@ -251,6 +251,9 @@ class ModelRunner {
   SelectionCacheCounts selection_cache_counts() const { return selection_cache_counts_; }
 
   const model::ModelConfig& config() const { return model_->config(); }
+  // Whether the last Step warmed up or captured a step graph (LlamaModel): its time says little
+  // about the steps after it, so speculation's cost model leaves it out.
+  bool last_step_was_graph_setup() const { return model_->last_step_was_graph_setup(); }
   int max_context() const { return model_->config().max_position_embeddings; }
   // The window of a rolling-KV model (every layer windowed: blocks that left it return to the
   // pool as a sequence goes on), else 0.

@@ -221,6 +221,7 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
   // Decode steps take the step graph of their batch size where the backend has graphs; a probe
   // capture of nothing finds out once.
   // Models with windows on some layers only plan twice per step and run op by op.
+  last_step_graph_setup_ = false;
   const bool graph = in.graphable && !in.mixed_windows && on_layer_kv_written == nullptr &&
                      attention_probe_ == nullptr && m == n && graphs_.Eligible(n);
   if (graph) {
@@ -247,9 +248,9 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
     const StepGraphCache::Shape step_shape{.rows = n,
                                            .sequences = static_cast<int64_t>(batch.size()),
                                            .max_seq_rows = in.max_seq_rows};
-    SS_RETURN_IF_ERROR(graphs_.Run(step_shape, baked, [&] {
-      return RunLayers(v, plan, nullptr, shadowed, cache, nullptr);
-    }));
+    SS_RETURN_IF_ERROR(graphs_.Run(
+        step_shape, baked, [&] { return RunLayers(v, plan, nullptr, shadowed, cache, nullptr); }));
+    last_step_graph_setup_ = graphs_.last_run_was_setup();
     return v;
   }
   if (step_.rows != n || step_.logit_rows != m) {

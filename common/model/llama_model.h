@@ -133,13 +133,16 @@ class LlamaModel {
       const kernels::SamplingBatch& sampling,
       const std::function<absl::Status(int layer)>& on_layer_kv_written = nullptr);
 
-  // Decode steps (one new token per sequence, dense or sliding-window attention, no mask, no
-  // per-layer hook) of at most `rows` sequences run as step graphs on backends that have them
-  // (CUDA graphs): a batch size's first step runs op by op, its second is captured, later ones
-  // replay the capture. 0 turns graphs off. Default kDefaultStepGraphRows. Drops the graphs
-  // captured so far.
+  // Decode steps (one new token per sequence, or a few: verify steps; dense or sliding-window
+  // attention, no mask, no per-layer hook) of at most `rows` rows run as step graphs on backends
+  // that have them (CUDA graphs): a batch size's first step runs op by op, its second is captured,
+  // later ones replay the capture. 0 turns graphs off. Default kDefaultStepGraphRows. Drops the
+  // graphs captured so far.
   void set_step_graph_rows(int rows);
   static constexpr int kDefaultStepGraphRows = 64;
+  // Whether the last forward step warmed up or captured a step graph (much slower than the
+  // replays that follow: speculation's step-cost model skips it).
+  bool last_step_was_graph_setup() const { return last_step_graph_setup_; }
 
   // The per-sequence state every step's attention batch carries (AttentionBatch::sequence_state):
   // i32 [num_slots, slot_words] in the backend's memory, a view kept alive by its owner (the
@@ -297,12 +300,13 @@ class LlamaModel {
   const kernels::AttentionWorkspace* sparse_workspace_ = nullptr;  // where sparse_pending_ lives
   std::vector<SparseWork> sparse_work_;
   AttentionProbe attention_probe_;  // set_attention_probe; null = off
-  StepGraphCache graphs_;           // which decode steps replay graphs, and the graphs
-  Tensor embedding_;                // [vocab, hidden]
-  Tensor final_norm_;               // [hidden]
-  Tensor lm_head_;                  // [vocab, hidden] (the embedding when tied)
-  Tensor inv_freq_;                 // f32 [head_dim / 2]
-  Tensor sequence_state_;           // i32 [num_slots, slot_words] or empty (set_sequence_state)
+  bool last_step_graph_setup_ = false;
+  StepGraphCache graphs_;  // which decode steps replay graphs, and the graphs
+  Tensor embedding_;       // [vocab, hidden]
+  Tensor final_norm_;      // [hidden]
+  Tensor lm_head_;         // [vocab, hidden] (the embedding when tied)
+  Tensor inv_freq_;        // f32 [head_dim / 2]
+  Tensor sequence_state_;  // i32 [num_slots, slot_words] or empty (set_sequence_state)
   std::vector<LayerWeights> layers_;
 };
 

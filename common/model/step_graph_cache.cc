@@ -38,6 +38,7 @@ bool StepGraphCache::Matches(const Slot& slot, const Baked& baked) {
 absl::Status StepGraphCache::Run(const Shape& shape, const Baked& baked,
                                  const std::function<absl::Status()>& run) {
   Slot& slot = slots_[{shape, baked.shadow_plan != nullptr}];
+  last_run_was_setup_ = false;
   if (slot.graph != nullptr && !Matches(slot, baked)) slot.graph.reset();
   if (slot.graph != nullptr) {
     absl::Status launched = backend_->LaunchGraph(*slot.graph);
@@ -46,15 +47,16 @@ absl::Status StepGraphCache::Run(const Shape& shape, const Baked& baked,
     return launched;
   }
   if (!slot.warmed || slot.failed) {
+    last_run_was_setup_ = !slot.warmed;
     slot.warmed = true;
     return run();
   }
+  last_run_was_setup_ = true;  // captured below
   absl::StatusOr<std::unique_ptr<kernels::StepGraph>> captured = backend_->CaptureGraph(run);
   if (!captured.ok()) {
     if (!absl::IsUnimplemented(captured.status())) {
-      SS_LOG_WARNING(
-          "steps of {} rows over {} sequences run op by op: graph capture failed: {}", shape.rows,
-          shape.sequences, captured.status().ToString());
+      SS_LOG_WARNING("steps of {} rows over {} sequences run op by op: graph capture failed: {}",
+                     shape.rows, shape.sequences, captured.status().ToString());
       slot.failed = true;
     }
     return run();

@@ -66,6 +66,9 @@ class StepGraphCache {
   // capture. Errors from `run` and the backend.
   absl::Status Run(const Shape& shape, const Baked& baked,
                    const std::function<absl::Status()>& run);
+  // Whether the last Run warmed its slot up or captured it: a step much slower than its replays,
+  // which a cost model should not learn from.
+  bool last_run_was_setup() const { return last_run_was_setup_; }
 
  private:
   struct Slot {
@@ -86,6 +89,7 @@ class StepGraphCache {
   kernels::Backend* backend_;
   int max_rows_;
   Support support_ = Support::kUnknown;
+  bool last_run_was_setup_ = false;
   absl::flat_hash_map<std::pair<Shape, bool>, Slot> slots_;  // by (shape, shadowed)
 };
 
