@@ -146,7 +146,9 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
   bool unmeasured = false;  // some sequence's acceptance rests on too few drafts
   bool model_drafts = false;
   for (const DraftOption& o : options) {
-    unmeasured |= !o.rows_at.empty() && o.stats->samples() < StepCostModel::kMinAcceptanceSamples;
+    // Only model drafters: the others' acceptance is measured on plain steps too (shadow drafts).
+    unmeasured |= o.model_draft && !o.rows_at.empty() &&
+                  o.stats->samples() < StepCostModel::kMinAcceptanceSamples;
     model_drafts |= o.model_draft && !o.rows_at.empty();
   }
   // Model drafters' passes: passes[j] = model-drafted sequences drafting deeper than j; a pass of

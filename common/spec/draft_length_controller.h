@@ -28,9 +28,9 @@
 // sequence alone may not pay for it where all of them do), keeping the best; once every
 // StepCostModel::kExploreSteps steps a plain decision becomes the best speculative one, so a bad
 // first measurement cannot keep speculation off for good (≤ 1/128 of the steps, and only a choice
-// estimated at no worse than half of plain's rate — or any, once every 8 steps, while some
-// sequence's acceptance rests on fewer than 8 drafts: a model drafter has no shadow draft to
-// measure it on plain steps), and a plain step runs whenever the
+// estimated at no worse than half of plain's rate — or any, once every 8 steps, while a model
+// drafter's acceptance rests on fewer than 8 drafts: it has no shadow draft to measure it on plain
+// steps), and a plain step runs whenever the
 // level is stale (StepCostModel::PlainDue). A measurement counts for at most 4x the
 // estimate it updates (a first launch of a kernel must not price a bucket out of reach). At
 // acceptance 0, every E is 0 and every depth stays 0: plain decoding. Not thread-safe.
@@ -85,8 +85,8 @@ class StepCostModel {
   // speculative choice even where plain decoding looks better, to measure it again.
   static constexpr int kExploreSteps = 128;
   bool ExploreDue(int every = kExploreSteps) const { return steps_ % every == every - 1; }
-  // While a sequence's acceptance rests on fewer than kMinAcceptanceSamples drafts (a model
-  // drafter has no shadow drafts: only its speculative steps measure it), every
+  // While a model-drafted sequence's acceptance rests on fewer than kMinAcceptanceSamples drafts
+  // (it has no shadow drafts: only its speculative steps measure it), every
   // kExploreUnmeasuredSteps-th step explores instead.
   static constexpr int kMinAcceptanceSamples = 8;
   static constexpr int kExploreUnmeasuredSteps = 8;
