@@ -194,8 +194,7 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
   }
   const bool explore =
       cost.ExploreDue() || (unmeasured && cost.ExploreDue(StepCostModel::kExploreUnmeasuredSteps));
-  if (most_tokens / cost.Estimate(base_rows + fewest_rows, true) <= plain_rate * 1.01 &&
-      !explore) {
+  if (most_tokens / cost.Estimate(base_rows + fewest_rows, true) <= plain_rate * 1.01 && !explore) {
     return best_depth;
   }
   double best_rate = plain_rate, best_speculative_rate = 0;

@@ -23,7 +23,7 @@ namespace sparseserve::kernels::cuda {
 namespace {
 
 constexpr int kTile = kDecodeTileTokens;
-constexpr int kThreads = 256;  // 8 warps: enough loads in flight at 2 CTAs per SM
+constexpr int kThreads = 256;                 // 8 warps: enough loads in flight at 2 CTAs per SM
 constexpr int kMaxGroup = kMaxDecodeQueries;  // (row, query head) pairs per KV head
 
 template <int D>
@@ -315,7 +315,8 @@ cudaError_t LaunchDecodeAttention(const bf16_t* q, const bf16_t* kv_layer,
   switch (dims.head_dim * 2 + (work.masked ? 1 : 0)) {
     case 128: return LaunchForGroup<64, false>(queries, q, kv_layer, seqs, work, dims, out, stream);
     case 129: return LaunchForGroup<64, true>(queries, q, kv_layer, seqs, work, dims, out, stream);
-    case 256: return LaunchForGroup<128, false>(queries, q, kv_layer, seqs, work, dims, out, stream);
+    case 256:
+      return LaunchForGroup<128, false>(queries, q, kv_layer, seqs, work, dims, out, stream);
     case 257: return LaunchForGroup<128, true>(queries, q, kv_layer, seqs, work, dims, out, stream);
     default: return cudaErrorInvalidValue;
   }

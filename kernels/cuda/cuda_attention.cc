@@ -288,8 +288,7 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   // The decode partials (then TokenSelect's) and the MInference estimation scratch share
   // `partial`: the scratch is dead once BuildAttentionIndex's kernels are done, before
   // Attention's decode kernels run.
-  l.tokenselect_partial =
-      int64_t{max_items} * decode_rows * shape.num_heads * (shape.head_dim + 1);
+  l.tokenselect_partial = int64_t{max_items} * decode_rows * shape.num_heads * (shape.head_dim + 1);
   const int64_t partial_floats = l.tokenselect_partial + tokenselect.partial_floats;
   const int64_t stats_floats = 2 * std::max<int64_t>(1, num_seqs);
   const bool grow_metadata = workspace.metadata.numel() < static_cast<int64_t>(host.size());
@@ -505,8 +504,8 @@ absl::Status CudaBackend::Attention(const AttentionPlan& plan, const Tensor& q,
     work.masked = l.decode_masked;
     work.rows = l.decode_rows;
     work.partial_out = ws.partial.data<float>();
-    work.partial_lse = work.partial_out +
-                       int64_t{l.max_decode_items} * l.decode_rows * dims.heads * dims.head_dim;
+    work.partial_lse =
+        work.partial_out + int64_t{l.max_decode_items} * l.decode_rows * dims.heads * dims.head_dim;
     SS_RETURN_IF_ERROR(
         CudaStatus(cuda::LaunchDecodeAttention(q_ptr, kv_ptr, seqs, work, dims, out_ptr, stream()),
                    "Attention (decode)"));

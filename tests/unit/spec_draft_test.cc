@@ -284,8 +284,7 @@ TEST(ChooseDraftDepthsTest, ModelDraftsPayForTheirDraftPasses) {
   // Measured: nothing accepted in 8 drafts; no exploring past the half-rate bar now.
   for (int i = 0; i < StepCostModel::kMinAcceptanceSamples; ++i) fresh.Record(4, 0);
   for (int i = 0; i < StepCostModel::kExploreSteps; ++i) {
-    EXPECT_EQ(ChooseDraftDepths(dear, std::vector<DraftOption>{f, f}, 2),
-              (std::vector<int>{0, 0}));
+    EXPECT_EQ(ChooseDraftDepths(dear, std::vector<DraftOption>{f, f}, 2), (std::vector<int>{0, 0}));
     dear.Record(2, dear.Estimate(2));
   }
 }
