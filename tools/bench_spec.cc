@@ -1,6 +1,7 @@
 // `sparseserve bench spec`: speculative decoding against plain decoding on a real model, in
 // batches — tokens/s, steps compression, acceptance per draft position and exactness (greedy
-// outputs must equal plain decoding's) — for the real drafters and for an oracle drafter whose
+// outputs must equal plain decoding's) — for the real drafters (sparse-self's draft passes run
+// batched before each step, model_draft.h) and for an oracle drafter whose
 // every draft token is right with a forced probability, which measures the controller: with
 // acceptance 0 speculation must cost nothing (>= 0.95x plain), and it should gain where the
 // step cost allows (issue 14).
@@ -34,9 +35,8 @@ ABSL_FLAG(std::string, spec_modes,
           "prompt-lookup,lookahead,sparse-self,oracle:0,oracle:0.3,oracle:0.7",
           "bench spec: modes set against plain decoding, comma-separated: prompt-lookup, "
           "lookahead, sparse-self, or oracle:A (a drafter that knows plain decoding's output and "
-          "gets each draft "
-          "token right with probability A). --spec-max-draft, --spec-controller and the "
-          "--lookahead-* and --sparse-self-* flags apply to all.");
+          "gets each draft token right with probability A). --spec-max-draft, --spec-controller, "
+          "the --lookahead-* and the --sparse-self-* flags apply to all.");
 ABSL_FLAG(int, spec_tokens, 256, "bench spec: tokens generated per sequence (EOS ignored).");
 ABSL_FLAG(std::string, spec_prompts, "",
           "bench spec: a file of prompts, one per line (sequence i takes line i mod lines); "

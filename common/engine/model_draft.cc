@@ -29,7 +29,6 @@ absl::Status RunModelDrafts(ModelRunner& runner, absl::Span<const ModelDraftJob>
     depth = std::max(depth, job.depth);
   }
   absl::Status status;
-  std::vector<int32_t> window;
   for (int step = 0; step < depth && status.ok(); ++step) {
     std::vector<StepRows> rows;
     std::vector<Drafting*> owners;
@@ -45,20 +44,9 @@ absl::Status RunModelDrafts(ModelRunner& runner, absl::Span<const ModelDraftJob>
       row.draft = true;
       rows.push_back(std::move(row));
       owners.push_back(&d);
-      // Its penalty window: the history's tail and the chain so far (as the verification row
-      // at this depth sees them).
-      window.clear();
-      const sampling::SamplingParams& params = job.sampler->params();
-      if (params.repetition_penalty != 1.0f) {
-        const size_t tail =
-            params.penalty_window > 0
-                ? std::min(job.history.size(), static_cast<size_t>(params.penalty_window))
-                : job.history.size();
-        window.assign(job.history.end() - static_cast<std::ptrdiff_t>(tail), job.history.end());
-        window.insert(window.end(), d.chain.begin(), d.chain.end());
-      }
-      sampling.rows.push_back(job.sampler->RowWithDraw(window, d.draws[static_cast<size_t>(step)],
-                                                       &sampling.penalized_ids));
+      // Sampled as its verification row will be: after the history and the chain so far.
+      sampling.rows.push_back(job.sampler->RowWithDraw(
+          job.history, d.chain, d.draws[static_cast<size_t>(step)], &sampling.penalized_ids));
       sampling.penalized_begin.push_back(static_cast<int32_t>(sampling.penalized_ids.size()));
     }
     const auto start = std::chrono::steady_clock::now();

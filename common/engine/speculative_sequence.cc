@@ -176,26 +176,15 @@ void SpeculativeSequence::Plan(int depth, absl::Span<const int32_t> history, Seq
   std::vector<double> uniforms(static_cast<size_t>(depth_drawn) + 1);
   for (double& u : uniforms) u = sampler.DrawUniform();
   if (sampling->penalized_begin.empty()) sampling->penalized_begin.push_back(0);
-  // A row's penalty window: the history's tail and the row's path. Only built when the request
-  // penalises (the whole history would otherwise be copied per row).
-  const sampling::SamplingParams& params = sampler.params();
-  const bool penalised = params.repetition_penalty != 1.0f;
-  const size_t tail = params.penalty_window > 0
-                          ? std::min(history.size(), static_cast<size_t>(params.penalty_window))
-                          : history.size();
   for (int r = 0; r < n; ++r) {
     if (r > 0 && draft_.parents[r - 1] < 0) {  // auxiliary: greedy, unpenalised
       sampling->rows.push_back(kernels::SamplingRow{});
     } else {
       path_.clear();
       for (int32_t a = r; a != 0; a = draft_.parents[a - 1]) path_.push_back(draft_.tokens[a - 1]);
-      scratch_.clear();
-      if (penalised) {
-        scratch_.assign(history.end() - static_cast<std::ptrdiff_t>(tail), history.end());
-        scratch_.insert(scratch_.end(), path_.rbegin(), path_.rend());
-      }
+      std::reverse(path_.begin(), path_.end());  // root side first
       sampling->rows.push_back(
-          sampler.RowWithDraw(scratch_, uniforms[path_.size()], &sampling->penalized_ids));
+          sampler.RowWithDraw(history, path_, uniforms[path_.size()], &sampling->penalized_ids));
     }
     sampling->penalized_begin.push_back(static_cast<int32_t>(sampling->penalized_ids.size()));
   }

@@ -1,5 +1,7 @@
 #include "common/sampling/sampler.h"
 
+#include <algorithm>
+
 #include "common/core/check.h"
 
 namespace sparseserve::sampling {
@@ -49,9 +51,18 @@ double Sampler::DrawUniform() {
   return params_.temperature != 0.0f ? NextUniform() : 0.0;
 }
 
-kernels::SamplingRow Sampler::RowWithDraw(absl::Span<const int32_t> history, double uniform,
+kernels::SamplingRow Sampler::RowWithDraw(absl::Span<const int32_t> history,
+                                          absl::Span<const int32_t> continuation, double uniform,
                                           std::vector<int32_t>* penalized_ids) {
-  AppendPenalizedIds(history, penalized_ids);
+  if (params_.repetition_penalty != 1.0f) {
+    // The window's tail of the history, then the continuation (AppendPenalizedIds keeps the
+    // window's last tokens of the two); not built when nothing is penalised.
+    const size_t window = static_cast<size_t>(params_.penalty_window);
+    const size_t tail = window > 0 ? std::min(history.size(), window) : history.size();
+    window_.assign(history.end() - static_cast<std::ptrdiff_t>(tail), history.end());
+    window_.insert(window_.end(), continuation.begin(), continuation.end());
+    AppendPenalizedIds(window_, penalized_ids);
+  }
   kernels::SamplingRow row = Row();
   if (params_.temperature != 0.0f) row.uniform = uniform;
   return row;

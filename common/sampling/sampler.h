@@ -50,10 +50,12 @@ class Sampler {
   // Speculative decoding (common/spec/draft.h) samples several rows of one step, each with the
   // draw plain decoding would give its token, then keeps the draws of the tokens it emitted:
   // DrawUniform takes the next draw (0 without touching the stream when greedy), RowWithDraw
-  // builds a row from a given draw and history, and stream/set_stream save and rewind the
+  // builds a row from a given draw for the token after `history` followed by `continuation` (a
+  // draft row's path: the penalty window spans both), and stream/set_stream save and rewind the
   // random stream.
   double DrawUniform();
-  kernels::SamplingRow RowWithDraw(absl::Span<const int32_t> history, double uniform,
+  kernels::SamplingRow RowWithDraw(absl::Span<const int32_t> history,
+                                   absl::Span<const int32_t> continuation, double uniform,
                                    std::vector<int32_t>* penalized_ids);
   using Stream = std::mt19937_64;
   const Stream& stream() const { return rng_; }
@@ -83,6 +85,7 @@ class Sampler {
   kernels::SamplingScratch scratch_;
   std::vector<int32_t> ids_;   // penalised ids of the current call
   std::vector<uint8_t> seen_;  // 1 while an id is in ids_ (grown to the largest id seen)
+  std::vector<int32_t> window_;  // RowWithDraw's history tail + continuation
 };
 
 }  // namespace sparseserve::sampling
