@@ -46,10 +46,9 @@ absl::Status StepGraphCache::Run(const Shape& shape, const Baked& baked,
     if (absl::IsUnimplemented(launched)) return run();
     return launched;
   }
-  const int runs_before_capture = shape.max_seq_rows > 1 ? kVerifyRunsBeforeCapture : 1;
-  if (slot.uses < runs_before_capture || slot.failed) {
-    last_run_was_setup_ = slot.uses == 0;  // the first run creates what ops create lazily
-    ++slot.uses;
+  if (!slot.warmed || slot.failed) {
+    last_run_was_setup_ = !slot.warmed;
+    slot.warmed = true;
     return run();
   }
   last_run_was_setup_ = true;  // captured below

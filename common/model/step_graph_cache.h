@@ -6,8 +6,7 @@
 // capture). Per (rows, sequences, most rows of a sequence, shadowed) slot — so decode and verify
 // steps of one row count keep graphs of their own — the first step runs op by op (what ops
 // create lazily — GEMM plans, workspaces — must exist before a capture, which may not allocate),
-// the second is captured (a verify shape's fifth: kVerifyRunsBeforeCapture), later ones replay
-// it. A capture bakes in the KV cache's memory, the
+// the second is captured, later ones replay it. A capture bakes in the KV cache's memory, the
 // attention workspace's buffers and the plan's offsets into them (and the shadow plan's): a step
 // that differs in any of them captures again. A failed capture keeps its size op by op; a
 // backend that asks for op-by-op runs (kUnimplemented, per-op timing) gets them.
@@ -67,10 +66,6 @@ class StepGraphCache {
   // capture. Errors from `run` and the backend.
   absl::Status Run(const Shape& shape, const Baked& baked,
                    const std::function<absl::Status()>& run);
-  // Op-by-op runs of a verify-step shape (several rows per sequence) before it is captured: the
-  // controller's changing draft depths make many shapes, most of them rare, and a capture costs
-  // several steps' time; decode shapes capture at their second step.
-  static constexpr int kVerifyRunsBeforeCapture = 4;
   // Whether the last Run warmed its slot up or captured it: a step much slower than its replays,
   // which a cost model should not learn from.
   bool last_run_was_setup() const { return last_run_was_setup_; }
@@ -84,7 +79,7 @@ class StepGraphCache {
     uint64_t shadow_workspace_generation = 0;
     kernels::AttentionPlan::Layout shadow_layout;
     int64_t shadow_count = 0;
-    int uses = 0;         // steps of this shape run op by op so far
+    bool warmed = false;  // one step of this size ran op by op
     bool failed = false;  // capture failed: this size stays op by op
   };
   enum class Support { kUnknown, kYes, kNo };
