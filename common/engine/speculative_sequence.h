@@ -122,7 +122,7 @@ class SpeculativeSequence {
   std::vector<int32_t> shadow_actual_;
   static constexpr int kShadowEvery = 4;
   int plain_steps_since_shadow_ = kShadowEvery - 1;  // the first plain step makes one
-  std::vector<int32_t> path_;  // a row's draft path
+  std::vector<int32_t> path_;                        // a row's draft path
   Verifier verifier_ = &spec::AcceptDraft;
 };
 

@@ -83,8 +83,8 @@ class Sampler {
   SamplingParams params_;
   std::mt19937_64 rng_;
   kernels::SamplingScratch scratch_;
-  std::vector<int32_t> ids_;   // penalised ids of the current call
-  std::vector<uint8_t> seen_;  // 1 while an id is in ids_ (grown to the largest id seen)
+  std::vector<int32_t> ids_;     // penalised ids of the current call
+  std::vector<uint8_t> seen_;    // 1 while an id is in ids_ (grown to the largest id seen)
   std::vector<int32_t> window_;  // RowWithDraw's history tail + continuation
 };
 
