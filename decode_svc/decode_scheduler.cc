@@ -502,7 +502,8 @@ std::vector<int> DecodeScheduler::DraftDepths(absl::Span<Running* const> decoder
   }
   if (which.empty()) return depths;
   std::vector<spec::DraftOption> options;
-  const std::vector<int> chosen = engine::PickDraftDepths(step_cost_, rooms, base_rows, &options);
+  const std::vector<int> chosen = engine::PickDraftDepths(step_cost_, rooms, base_rows, &options,
+                                                          runner_->replays_step_graphs());
   // Within the budget and the spare blocks, in admission order.
   for (size_t j = 0; j < which.size(); ++j) {
     int depth = chosen[j];

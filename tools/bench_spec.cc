@@ -182,7 +182,8 @@ class SpecBench {
                            runner_->max_context() - static_cast<int>(seqs[i].tokens.size()) - 1,
                            tokens_ - static_cast<int>(result.outputs[i].size()) - 1});
         }
-        depth = engine::PickDraftDepths(cost_, rooms, static_cast<int>(live.size()));
+        depth = engine::PickDraftDepths(cost_, rooms, static_cast<int>(live.size()), nullptr,
+                                        runner_->replays_step_graphs());
       }
       std::vector<engine::ModelDraftJob> model_drafts;
       for (size_t j = 0; j < live.size(); ++j) {

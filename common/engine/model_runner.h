@@ -254,6 +254,9 @@ class ModelRunner {
   // Whether the last Step warmed up or captured a step graph (LlamaModel): its time says little
   // about the steps after it, so speculation's cost model leaves it out.
   bool last_step_was_graph_setup() const { return model_->last_step_was_graph_setup(); }
+  // Whether steps replay graphs per shape (LlamaModel::replays_step_graphs): speculation then
+  // picks one draft depth per step (spec::ChooseDraftDepths' `uniform`).
+  bool replays_step_graphs() { return model_->replays_step_graphs(); }
   int max_context() const { return model_->config().max_position_embeddings; }
   // The window of a rolling-KV model (every layer windowed: blocks that left it return to the
   // pool as a sequence goes on), else 0.

@@ -113,7 +113,7 @@ int SpeculativeSequence::FixedDepth(int room, int wanted) const {
 
 std::vector<int> PickDraftDepths(const spec::StepCostModel& cost,
                                  absl::Span<const DraftRoom> sequences, int base_rows,
-                                 std::vector<spec::DraftOption>* options) {
+                                 std::vector<spec::DraftOption>* options, bool uniform) {
   std::vector<spec::DraftOption> local;
   std::vector<spec::DraftOption>& opts = options != nullptr ? *options : local;
   opts.clear();
@@ -129,7 +129,7 @@ std::vector<int> PickDraftDepths(const spec::StepCostModel& cost,
     }
   }
   if (!controlled) return depths;
-  const std::vector<int> chosen = spec::ChooseDraftDepths(cost, opts, base_rows);
+  const std::vector<int> chosen = spec::ChooseDraftDepths(cost, opts, base_rows, uniform);
   for (size_t i = 0; i < sequences.size(); ++i) {
     if (sequences[i].seq->controlled()) depths[i] = chosen[i];
   }

@@ -137,9 +137,11 @@ struct DraftRoom {
 // Each sequence's draft depth this step: the controller's (spec::ChooseDraftDepths over every
 // sequence that uses it, `base_rows` being the step's other rows), FixedDepth for the others.
 // `options`, when given, receives each sequence's option (its rows per depth).
+// `uniform` as spec::ChooseDraftDepths (ModelRunner::replays_step_graphs()).
 std::vector<int> PickDraftDepths(const spec::StepCostModel& cost,
                                  absl::Span<const DraftRoom> sequences, int base_rows,
-                                 std::vector<spec::DraftOption>* options = nullptr);
+                                 std::vector<spec::DraftOption>* options = nullptr,
+                                 bool uniform = false);
 
 }  // namespace sparseserve::engine
 

@@ -140,6 +140,9 @@ class LlamaModel {
   // graphs captured so far.
   void set_step_graph_rows(int rows);
   static constexpr int kDefaultStepGraphRows = 64;
+  // Whether decode and verify steps replay step graphs here (graphs on, and the backend captures
+  // them; probed once).
+  bool replays_step_graphs() { return graphs_.Eligible(1); }
   // Whether the last forward step warmed up or captured a step graph (much slower than the
   // replays that follow: speculation's step-cost model skips it).
   bool last_step_was_graph_setup() const { return last_step_graph_setup_; }

@@ -130,7 +130,7 @@ double StepCostModel::EstimateDraftPass(int rows) const {
 }
 
 std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const DraftOption> options,
-                                   int base_rows) {
+                                   int base_rows, bool uniform) {
   // Tables first: E_s(k) per option, and the cost of every row count a choice can reach (the
   // search below evaluates thousands of configurations at batch 64; each must be a lookup).
   int max_depth = 0, max_rows = base_rows;
@@ -199,9 +199,14 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
   }
   double best_rate = plain_rate, best_speculative_rate = 0;
   std::vector<int> best_speculative;
-  // Starts: all plain, every sequence at depth 1, and every sequence at its deepest.
-  const std::vector<int> starts =
+  // Starts: all plain, every sequence at depth 1, and every sequence at its deepest; uniform
+  // steps try every depth and keep it (no per-sequence ascent).
+  std::vector<int> starts =
       max_depth > 1 ? std::vector<int>{0, 1, max_depth} : std::vector<int>{0, 1};
+  if (uniform) {
+    starts.clear();
+    for (int k = 0; k <= max_depth; ++k) starts.push_back(k);
+  }
   for (const int start : starts) {
     std::vector<int> depth(options.size());
     double tokens = static_cast<double>(options.size());  // every root emits one
@@ -218,7 +223,7 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
     // The uniform start itself: what exploring runs if the ascent below goes back to plain.
     const std::vector<int> start_depth = depth;
     const double start_rate = current;
-    for (int pass = 0; pass < 3; ++pass) {
+    for (int pass = 0; pass < (uniform ? 0 : 3); ++pass) {
       bool changed = false;
       for (size_t s = 0; s < options.size(); ++s) {
         const int now = depth[s];

@@ -119,9 +119,11 @@ struct DraftOption {
 };
 
 // Depth per option (0 = plain), for a step whose other rows (every sequence's root row, prefill
-// chunks) number `base_rows`.
+// chunks) number `base_rows`. `uniform`: one depth for every sequence (within its own options),
+// for backends that replay step graphs per step shape — per-sequence depths make many shapes,
+// each run op by op and captured before it replays.
 std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const DraftOption> options,
-                                   int base_rows);
+                                   int base_rows, bool uniform = false);
 
 }  // namespace sparseserve::spec
 

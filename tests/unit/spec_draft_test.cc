@@ -234,6 +234,13 @@ TEST(ChooseDraftDepthsTest, SpeculatesOnlyWhereTheExpectedTokensPayForTheRows) {
   EXPECT_EQ(ChooseDraftDepths(jump, one_good, 8), std::vector<int>(8, 0));
   one_good[0] = g;
   EXPECT_EQ(ChooseDraftDepths(jump, one_good, 8), (std::vector<int>{4, 0, 0, 0, 0, 0, 0, 0}));
+  // Uniform steps (graph-replaying backends): one depth for all, so the good sequence's draft
+  // must pay for the bad ones' rows too. Rows at a tenth of a step each: alone it pays (12 tokens
+  // for 2.0 against 8 for 1.6), with the bad ones' 28 rows it does not; eight good ones draft.
+  EXPECT_EQ(ChooseDraftDepths(mild, one_good, 8), (std::vector<int>{4, 0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(ChooseDraftDepths(mild, one_good, 8, /*uniform=*/true), std::vector<int>(8, 0));
+  EXPECT_EQ(ChooseDraftDepths(mild, std::vector<DraftOption>(8, g), 8, /*uniform=*/true),
+            std::vector<int>(8, 4));
   // A streak of speculative steps leaves the level stale: then one plain step runs.
   for (int i = 0; i < StepCostModel::kPlainSteps; ++i) jump.Record(40, 1.3, true);
   EXPECT_TRUE(jump.PlainDue());
