@@ -95,14 +95,27 @@ lib=.devbundle/lib/libsparseserve_cuda_ops.so
 # under the controller and at a fixed draft length (the verify steps' cost per draft and batch).
 # sparse-self drafts with a 64-token window + 4 sinks here: CUDA's TokenSelect needs head_dim 64
 # or 128 (stories260K's is 8).
+# tokenswift drafts with the same window and stories260K's trained heads (tests/data/spec_adapters).
 if has spec; then
   for controller in true false; do
     run "spec_controller_$controller" sparseserve bench spec --device cuda \
       --model models/stories260K/stories260K.gguf --kv-cache-tokens 200000 \
       --spec-batches "${SPEC_BATCHES:-1,8,64}" --spec-tokens "${SPEC_TOKENS:-400}" \
       --spec-controller=$controller --sparse-self-attention sliding-window \
-      --sparse-self-window 64 --sparse-self-sinks 4 ${SPEC_FLAGS:-}
+      --sparse-self-window 64 --sparse-self-sinks 4 \
+      --tokenswift-heads tests/data/spec_adapters/stories260K_tokenswift.safetensors ${SPEC_FLAGS:-}
   done
+fi
+# Issue 15: TokenSwift's draft heads trained by self-distillation (tools/train_spec_adapters.py)
+# for stories260K and the long-context test model; the adapters land in $out/adapters.
+if has spec_train; then
+  mkdir -p "$out/adapters"
+  run spec_train_stories python3 tools/train_spec_adapters.py --method tokenswift \
+    --model models/stories260K/stories260K.bin \
+    --out "$out/adapters/stories260K_tokenswift.safetensors" ${SPEC_TRAIN_STORIES_FLAGS:-}
+  run spec_train_longctx python3 tools/train_spec_adapters.py --method tokenswift \
+    --model tests/data/longctx_model \
+    --out "$out/adapters/longctx_model_tokenswift.safetensors" ${SPEC_TRAIN_LONGCTX_FLAGS:-}
 fi
 has spec_eval && run spec_eval bash bench/longctx/spec_check.sh "$out"
 has window && run window bash bench/window/window_check.sh "$out"

@@ -33,6 +33,12 @@ ABSL_FLAG(int, cuda_graph_batch, 64,
           "size's first step runs kernel by kernel, its second is captured, later ones replay "
           "it in one launch. 0 = off.");
 
+ABSL_FLAG(std::string, tokenswift_heads, "",
+          "TokenSwift's trained multi-token draft heads: a safetensors adapter made by "
+          "tools/train_spec_adapters.py for this model (tests/data has ones for stories260K and "
+          "the long-context test model). Without it --spec tokenswift drafts one token per step "
+          "from the model's own logits, plus its 4-gram table.");
+
 // Defined with the other attention flags (request_options_flags.cc); the runner loads them.
 ABSL_DECLARE_FLAG(std::string, minference_config);
 ABSL_DECLARE_FLAG(std::string, minference_index);
@@ -77,6 +83,7 @@ absl::StatusOr<engine::ModelRunnerOptions> RunnerOptionsFromFlags() {
   options.step_graph_rows = CudaGraphBatchFromFlags();
   options.shadow_dense_rate = absl::GetFlag(FLAGS_shadow_dense_rate);
   options.tokenselect_max_k = absl::GetFlag(FLAGS_tokenselect_k);
+  options.tokenswift_heads = absl::GetFlag(FLAGS_tokenswift_heads);
   return options;
 }
 

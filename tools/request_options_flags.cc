@@ -1,9 +1,12 @@
 #include "tools/request_options_flags.h"
 
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "common/core/status.h"
 
 ABSL_FLAG(std::string, attention, "",
@@ -71,6 +74,16 @@ ABSL_FLAG(int, sparse_self_window, 256,
 ABSL_FLAG(int, sparse_self_k, 768,
           "sparse-self with tokenselect: tokens selected per layer besides the sinks and the "
           "window; at most --tokenselect-k on a server.");
+ABSL_FLAG(std::vector<std::string>, tokenswift_tree, {},
+          "tokenswift: candidates per draft depth, comma-separated, the first 1 (the token the model "
+          "drafts), then the top candidates of each draft head (--tokenswift-heads); empty = "
+          "TokenSwift's 1,3,3,3 (27 paths, 40 nodes).");
+ABSL_FLAG(int, tokenswift_ngram_k, -1,
+          "tokenswift: the most frequent 4-grams of the output starting with the drafted token "
+          "that each step also verifies (token reutilization); -1 = 20 (TokenSwift's), 0 = off.");
+ABSL_FLAG(int, tokenswift_ngram_lag, -1,
+          "tokenswift: W, the 4-gram table counts the output up to this many tokens before its "
+          "end; -1 = 1024 (TokenSwift's), or an eighth of the context of models with less.");
 
 namespace sparseserve::tools {
 namespace {
@@ -116,6 +129,16 @@ absl::StatusOr<engine::RequestOptions> OptionsOfFlags() {
   options.spec.sparse_self_sinks = absl::GetFlag(FLAGS_sparse_self_sinks);
   options.spec.sparse_self_window = absl::GetFlag(FLAGS_sparse_self_window);
   options.spec.sparse_self_k = absl::GetFlag(FLAGS_sparse_self_k);
+  for (const std::string& b : absl::GetFlag(FLAGS_tokenswift_tree)) {
+    int value = 0;
+    if (!absl::SimpleAtoi(b, &value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tokenswift-tree: '", b, "' is not a number (e.g. 1,3,3,3)"));
+    }
+    options.spec.tokenswift_tree.push_back(value);
+  }
+  options.spec.tokenswift_ngram_k = absl::GetFlag(FLAGS_tokenswift_ngram_k);
+  options.spec.tokenswift_ngram_lag = absl::GetFlag(FLAGS_tokenswift_ngram_lag);
   return options;
 }
 
@@ -185,6 +208,11 @@ absl::Status SetRequestOptionsFromChangedFlags(v1::GenerateRequest* request) {
   if (Changed("sparse_self_sinks")) s->set_sparse_self_sinks(options.spec.sparse_self_sinks);
   if (Changed("sparse_self_window")) s->set_sparse_self_window(options.spec.sparse_self_window);
   if (Changed("sparse_self_k")) s->set_sparse_self_k(options.spec.sparse_self_k);
+  for (const int b : options.spec.tokenswift_tree) s->add_tokenswift_tree(b);
+  if (Changed("tokenswift_ngram_k")) s->set_tokenswift_ngram_k(options.spec.tokenswift_ngram_k);
+  if (Changed("tokenswift_ngram_lag")) {
+    s->set_tokenswift_ngram_lag(options.spec.tokenswift_ngram_lag);
+  }
   return absl::OkStatus();
 }
 
@@ -210,7 +238,10 @@ const std::vector<const char*>& RequestOptionFlagNames() {
                                                  "sparse_self_attention",
                                                  "sparse_self_sinks",
                                                  "sparse_self_window",
-                                                 "sparse_self_k"};
+                                                 "sparse_self_k",
+                                                 "tokenswift_tree",
+                                                 "tokenswift_ngram_k",
+                                                 "tokenswift_ngram_lag"};
   return names;
 }
 

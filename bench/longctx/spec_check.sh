@@ -5,7 +5,9 @@
 # through `sparseserve eval --device cuda`, plainly and under each speculation method of
 # $SPEC_METHODS (default prompt-lookup, lookahead and sparse-self, issue 15, with its default
 # draft attention: TokenSelect over 16 sinks + 256 recent + 768 selected tokens; and
-# sparse-self-window, the same with a sliding-window draft), with the controller and at a fixed
+# sparse-self-window, the same with a sliding-window draft; tokenswift without draft heads and
+# tokenswift-heads with the model's trained heads, tests/data/spec_adapters), with the
+# controller and at a fixed
 # draft length. Each run prints decode tokens/s, steps compression
 # (tok/step) and accepted draft share; every run's outputs must equal plain greedy decoding's
 # (printed per method: outputs equal / differ, with the first differing token position).
@@ -24,11 +26,14 @@ rc=0
 echo "### plain"
 sparseserve eval --device cuda --model $model --tasks "$tmp/tasks.jsonl" \
   --out "$out/spec_plain.json" 2>>"$out/spec_progress.log" || rc=1
-for method in ${SPEC_METHODS:-prompt-lookup lookahead sparse-self sparse-self-window}; do
+methods="prompt-lookup lookahead sparse-self sparse-self-window tokenswift tokenswift-heads"
+for method in ${SPEC_METHODS:-$methods}; do
   # sparse-self-window: sparse-self drafting with a sliding window (16 sinks + 256 recent keys).
   flags=(--spec "$method")
   [ "$method" = sparse-self-window ] &&
     flags=(--spec sparse-self --sparse-self-attention sliding-window)
+  [ "$method" = tokenswift-heads ] &&
+    flags=(--spec tokenswift --tokenswift-heads tests/data/spec_adapters/longctx_model_tokenswift.safetensors)
   for controller in true false; do
     name="spec_${method}_controller_$controller"
     echo "### $method, controller $controller"

@@ -34,6 +34,9 @@ struct ModelDraftJob {
   int depth = 0;  // tokens to draft; 0 = none
 };
 
+// TokenSwift drafts in one pass (SpeculativeSequence::DraftPassesAt), whose draft heads
+// (LlamaModel::LoadDraftHeads) also give candidates for the tokens after the drafted one.
+//
 // Drafts each job's chain into its SpeculativeSequence (SetModelDraft). On an error of a draft
 // step (the pool out of blocks, a backend failure) every job keeps what it drafted before it —
 // its next step verifies a shorter draft or runs plain — and the error is returned for the

@@ -6,6 +6,7 @@
 #include "common/core/status.h"
 #include "common/engine/minference_config.h"
 #include "common/kv/rolling_window.h"
+#include "common/model/safetensors_file.h"
 #include "kernels/sampling_plan_check.h"
 
 namespace sparseserve::engine {
@@ -67,6 +68,12 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
       model::LlamaModel::Load(source.config, *source.weights, source.naming, backend));
   model->set_step_graph_rows(options.step_graph_rows);
   model->set_shadow_dense(options.shadow_dense_rate, options.shadow_dense_seed);
+  if (!options.tokenswift_heads.empty()) {
+    SS_ASSIGN_OR_RETURN(std::unique_ptr<model::SafetensorsFile> heads,
+                        model::SafetensorsFile::Open(options.tokenswift_heads));
+    SS_RETURN_IF_ERROR(AnnotateStatus(model->LoadDraftHeads(*heads),
+                                      absl::StrCat("--tokenswift-heads ", options.tokenswift_heads)));
+  }
   const model::ModelConfig& c = model->config();
   // The state slots first: the KV pool gets the memory left after them.
   int64_t state_words = options.sequence_state_words;
@@ -349,7 +356,7 @@ std::vector<StepRows> ModelRunner::DecodeRows(const std::vector<SequenceKv*>& se
 
 absl::StatusOr<std::vector<int32_t>> ModelRunner::Step(
     absl::Span<const StepRows> rows, const kernels::SamplingBatch& sampling,
-    const std::function<absl::Status(int layer)>& on_layer_done) {
+    const std::function<absl::Status(int layer)>& on_layer_done, model::DraftHeadTokens* heads) {
   int64_t sampled = 0;
   for (const StepRows& r : rows) {
     sampled += r.sample == model::LogitRows::kAll    ? static_cast<int64_t>(r.tokens.size())
@@ -363,7 +370,7 @@ absl::StatusOr<std::vector<int32_t>> ModelRunner::Step(
   }
   SS_ASSIGN_OR_RETURN(std::vector<model::ForwardSequence> batch, PrepareStep(rows));
   absl::StatusOr<std::vector<int32_t>> next =
-      model_->ForwardSample(batch, *cache_, sampling, on_layer_done);
+      model_->ForwardSample(batch, *cache_, sampling, on_layer_done, heads);
   if (!next.ok()) {
     UndoStep(rows);
     return next.status();

@@ -74,6 +74,10 @@ struct ModelRunnerOptions {
   // random weights only).
   std::string minference_config;
   bool minference_planted = false;
+  // TokenSwift's trained multi-token draft heads (--tokenswift-heads, issue 15): a safetensors
+  // adapter from tools/train_spec_adapters.py, loaded once by Create (LlamaModel::LoadDraftHeads);
+  // empty = none (TokenSwift then drafts with the model's own logits and the n-gram table only).
+  std::string tokenswift_heads;
 };
 
 // KV state of one sequence. Owned by the caller; handed to the runner for every step.
@@ -170,9 +174,12 @@ class ModelRunner {
   // unless these are draft rows) or
   // a sampling plan that does not match the sampled rows; nothing changes on error (except that a
   // sequence keeps a state slot it took, until Release).
+  // `heads`, when given, receives the draft heads' candidates of every sampled row
+  // (LlamaModel::ForwardSample; only with num_draft_heads() > 0 and every row sampled).
   absl::StatusOr<std::vector<int32_t>> Step(
       absl::Span<const StepRows> rows, const kernels::SamplingBatch& sampling,
-      const std::function<absl::Status(int layer)>& on_layer_done = nullptr);
+      const std::function<absl::Status(int layer)>& on_layer_done = nullptr,
+      model::DraftHeadTokens* heads = nullptr);
 
   // Keeps the pending rows `keep` (ascending indices into seq.pending_tokens) of a speculative
   // step: their KV moves to consecutive slots after the committed tokens (Backend::ReadKv +
@@ -251,6 +258,8 @@ class ModelRunner {
   SelectionCacheCounts selection_cache_counts() const { return selection_cache_counts_; }
 
   const model::ModelConfig& config() const { return model_->config(); }
+  // TokenSwift's draft heads loaded (options.tokenswift_heads), 0 without.
+  int num_draft_heads() const { return model_->num_draft_heads(); }
   // Whether the last Step warmed up or captured a step graph (LlamaModel): its time says little
   // about the steps after it, so speculation's cost model leaves it out.
   bool last_step_was_graph_setup() const { return model_->last_step_was_graph_setup(); }

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/core/status.h"
 
 namespace sparseserve::engine {
@@ -144,27 +145,53 @@ absl::Status Validate(const RequestOptions& options) {
         "speculation parameters too large: max_draft, lookahead window and guesses <= 64, "
         "n-gram <= 16");
   }
-  if (spec.method == SpecMethod::kSparseSelf) {
+  if (spec.method == SpecMethod::kSparseSelf || spec.method == SpecMethod::kTokenSwift) {
+    const absl::string_view name = SpecMethodName(spec.method);
     if (spec.sparse_self_attention != AttentionMethod::kTokenSelect &&
         spec.sparse_self_attention != AttentionMethod::kSlidingWindow) {
       return absl::InvalidArgumentError(
-          absl::StrCat("sparse-self drafts with tokenselect or sliding-window attention, not ",
+          absl::StrCat(name, " drafts with tokenselect or sliding-window attention, not ",
                        AttentionMethodName(spec.sparse_self_attention)));
     }
     if (spec.sparse_self_sinks < 0 || spec.sparse_self_window < 1 || spec.sparse_self_k < 1) {
       return absl::InvalidArgumentError(
-          absl::StrCat("sparse-self needs sinks >= 0, window >= 1 and k >= 1; got sinks ",
+          absl::StrCat(name, " needs sinks >= 0, window >= 1 and k >= 1; got sinks ",
                        spec.sparse_self_sinks, ", window ", spec.sparse_self_window, ", k ",
                        spec.sparse_self_k));
     }
     // The drafts are checked against the request's own decode attention; a sparse one would
     // share the draft's selection state (TokenSelect) or make the draft pointless.
     if (options.decode.method != AttentionMethod::kDense) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sparse-self speculation verifies with dense attention: the decode attention must be "
-          "dense, not ",
-          AttentionMethodName(options.decode.method)));
+      return absl::InvalidArgumentError(
+          absl::StrCat(name,
+                       " speculation verifies with dense attention: the decode attention must be "
+                       "dense, not ",
+                       AttentionMethodName(options.decode.method)));
     }
+  }
+  if (!spec.tokenswift_tree.empty()) {
+    int nodes = 0, level = 1;
+    bool ok = spec.tokenswift_tree[0] == 1 && spec.tokenswift_tree.size() <= 8;
+    for (const int b : spec.tokenswift_tree) {
+      ok = ok && b >= 1 && b <= 16;
+      if (!ok) break;
+      level *= b;
+      nodes += level;
+      ok = nodes <= kMaxTokenSwiftTreeNodes;
+    }
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tokenswift tree: candidates per depth, the first 1, each in [1, 16], at most 8 depths "
+          "and ",
+          kMaxTokenSwiftTreeNodes, " nodes (TokenSwift's is 1,3,3,3); got ",
+          absl::StrJoin(spec.tokenswift_tree, ",")));
+    }
+  }
+  if (spec.tokenswift_ngram_k < -1 || spec.tokenswift_ngram_k > 64 ||
+      spec.tokenswift_ngram_lag < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tokenswift: n-gram k in [0, 64] and lag >= 0 (-1 = default); got k ",
+        spec.tokenswift_ngram_k, ", lag ", spec.tokenswift_ngram_lag));
   }
   return absl::OkStatus();
 }
@@ -184,7 +211,7 @@ absl::Status CheckImplemented(const RequestOptions& options) {
   // The speculation methods whose issue has not landed yet (issue 15) are refused by name;
   // attention methods a backend lacks are refused by Backend::SupportsAttention.
   const SpecMethod m = options.spec.method;
-  if (m == SpecMethod::kTokenSwift || m == SpecMethod::kKangaroo) {
+  if (m == SpecMethod::kKangaroo) {
     return absl::UnimplementedError(absl::StrCat("speculation method '",
                                                  SpecMethodName(options.spec.method),
                                                  "' is not implemented in this build yet"));

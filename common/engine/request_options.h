@@ -13,6 +13,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -64,6 +65,15 @@ struct SpeculationChoice {
   int sparse_self_sinks = 16;
   int sparse_self_window = 256;
   int sparse_self_k = 768;
+  // tokenswift (papers/tokenswift.md): drafts in one pass with the sparse-self attention above
+  // (its partial KV cache), the model's draft heads (--tokenswift-heads) and a 4-gram table, and
+  // verifies a tree of candidates. `tokenswift_tree`: candidates per depth, the first 1 (empty =
+  // TokenSwift's [1, 3, 3, 3]); `tokenswift_ngram_k`: 4-grams reused per step (-1 = 20, 0 = off);
+  // `tokenswift_ngram_lag`: W, how far behind the end the 4-gram table is counted (-1 = 1024,
+  // or an eighth of the context on models with shorter ones).
+  std::vector<int> tokenswift_tree;
+  int tokenswift_ngram_k = -1;
+  int tokenswift_ngram_lag = -1;
 };
 
 struct RequestOptions {
@@ -96,7 +106,7 @@ absl::Status Validate(const RequestOptions& options);
 // kUnimplemented naming the first chosen method this build does not have yet.
 absl::Status CheckImplemented(const RequestOptions& options);
 
-// The attention sparse-self speculation drafts with (SpeculationChoice::sparse_self_*), as a
+// The attention sparse-self and TokenSwift draft with (SpeculationChoice::sparse_self_*), as a
 // decode-phase choice.
 AttentionChoice SparseSelfDraftAttention(const SpeculationChoice& spec);
 
@@ -115,6 +125,9 @@ absl::StatusOr<double> AttentionDensity(const RequestOptions& options, int64_t p
                                         int64_t generated_tokens,
                                         std::optional<double> measured_prefill_density = {},
                                         std::optional<double> measured_decode_density = {});
+
+// Most nodes a TokenSwift tree may have (its default [1, 3, 3, 3] has 40).
+inline constexpr int kMaxTokenSwiftTreeNodes = 128;
 
 // Sinks a sliding window chosen per request keeps when it does not say (StreamingLLM §3: four
 // initial tokens hold most of the attention mass that a pure window would lose).

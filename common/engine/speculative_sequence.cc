@@ -7,6 +7,7 @@
 #include "common/core/status.h"
 #include "common/spec/lookahead.h"
 #include "common/spec/prompt_lookup.h"
+#include "common/spec/tokenswift.h"
 
 namespace sparseserve::engine {
 
@@ -40,21 +41,34 @@ absl::StatusOr<std::unique_ptr<SpeculativeSequence>> SpeculativeSequence::Create
       proposer = std::make_unique<spec::LookaheadProposer>(params);
       break;
     }
-    case SpecMethod::kSparseSelf: {
+    case SpecMethod::kSparseSelf:
+    case SpecMethod::kTokenSwift: {
+      const bool tokenswift = choice.method == SpecMethod::kTokenSwift;
+      const absl::string_view name = SpecMethodName(choice.method);
       // Its drafts run sparse attention, which a model with its own window does not (the
       // window is the model's attention; LlamaModel::CheckPattern).
       if (config.sliding_window > 0) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "speculation sparse-self: not available on a model with its own sliding window (",
+            "speculation ", name, ": not available on a model with its own sliding window (",
             config.sliding_window, " tokens); prompt-lookup is"));
       }
       absl::StatusOr<kernels::AttentionPattern> draft_pattern =
           runner.DecodePattern(SparseSelfDraftAttention(choice));
       if (!draft_pattern.ok()) {
-        return AnnotateStatus(draft_pattern.status(), "speculation sparse-self draft attention");
+        return AnnotateStatus(draft_pattern.status(),
+                              absl::StrCat("speculation ", name, " draft attention"));
       }
-      if (depth == 0) depth = spec::kDefaultSparseSelfDepth;
-      auto drafter = std::make_unique<spec::ModelDraftProposer>(depth);
+      std::unique_ptr<spec::ModelDraftProposer> drafter;
+      if (tokenswift) {
+        const spec::TokenSwiftParams params = TokenSwiftParamsOf(choice, config);
+        const int most = spec::TokenSwiftProposer::DepthOf(params, runner.num_draft_heads());
+        depth = depth == 0 ? most : std::min(depth, most);
+        drafter =
+            std::make_unique<spec::TokenSwiftProposer>(params, runner.num_draft_heads(), depth);
+      } else {
+        if (depth == 0) depth = spec::kDefaultSparseSelfDepth;
+        drafter = std::make_unique<spec::ModelDraftProposer>(depth);
+      }
       spec::ModelDraftProposer* model_draft = drafter.get();
       auto seq = std::unique_ptr<SpeculativeSequence>(
           new SpeculativeSequence(choice, std::move(drafter), depth));
@@ -69,6 +83,17 @@ absl::StatusOr<std::unique_ptr<SpeculativeSequence>> SpeculativeSequence::Create
   depth = depth == 0 ? proposer->max_depth() : std::min(depth, proposer->max_depth());
   return std::unique_ptr<SpeculativeSequence>(
       new SpeculativeSequence(choice, std::move(proposer), depth));
+}
+
+spec::TokenSwiftParams TokenSwiftParamsOf(const SpeculationChoice& spec,
+                                           const model::ModelConfig& config) {
+  spec::TokenSwiftParams p;
+  if (!spec.tokenswift_tree.empty()) p.tree = spec.tokenswift_tree;
+  if (spec.tokenswift_ngram_k >= 0) p.ngram_k = spec.tokenswift_ngram_k;
+  p.ngram_lag = spec.tokenswift_ngram_lag >= 0
+                    ? spec.tokenswift_ngram_lag
+                    : std::min(p.ngram_lag, config.max_position_embeddings / 8);
+  return p;
 }
 
 std::unique_ptr<SpeculativeSequence> SpeculativeSequence::CreateWithProposer(
@@ -88,15 +113,16 @@ SpeculativeSequence::SpeculativeSequence(const SpeculationChoice& choice,
       max_depth_(max_depth),
       acceptance_(max_depth) {}
 
-void SpeculativeSequence::SetModelDraft(std::vector<int32_t> chain) {
+void SpeculativeSequence::SetModelDraft(spec::ModelDraft draft) {
   SS_CHECK(model_draft_ != nullptr);
-  model_draft_->SetChain(std::move(chain));
+  model_draft_->SetDraft(std::move(draft));
 }
 
 spec::DraftOption SpeculativeSequence::Option(int room, int wanted) const {
   spec::DraftOption option;
   option.stats = &acceptance_;
   option.model_draft = drafts_on_model();
+  option.one_pass = drafts_on_model() && model_draft_->PassesAt(max_depth_) == 1;
   for (int k = 1; k <= std::min(max_depth_, wanted); ++k) {
     const int rows = proposer_->RowsAt(k);
     if (rows > room) break;

@@ -30,6 +30,7 @@
 #include "common/spec/draft_length_controller.h"
 #include "common/spec/draft_proposer.h"
 #include "common/spec/model_draft.h"
+#include "common/spec/tokenswift.h"
 #include "kernels/sampling_plan.h"
 
 namespace sparseserve::engine {
@@ -64,13 +65,18 @@ class SpeculativeSequence {
   int max_depth() const { return max_depth_; }
   const spec::AcceptanceStats& acceptance() const { return acceptance_; }
 
-  // Whether its drafts are forward passes of the model (sparse-self): the decode loop runs them
-  // with RunModelDrafts (model_draft.h) under draft_pattern() before Plan, at the planned depth.
+  // Whether its drafts are forward passes of the model (sparse-self, TokenSwift): the decode loop
+  // runs them with RunModelDrafts (model_draft.h) under draft_pattern() before Plan, at the
+  // planned depth.
   bool drafts_on_model() const { return model_draft_ != nullptr; }
   const kernels::AttentionPattern& draft_pattern() const { return draft_pattern_; }
-  // The chain those passes drafted; the next Plan verifies it (at most its depth).
+  // Forward passes a draft of `depth` takes, and the draft heads' candidates the first asks for
+  // (0 = none). REQUIRES: drafts_on_model().
+  int DraftPassesAt(int depth) const { return model_draft_->PassesAt(depth); }
+  int DraftHeadTopK() const { return model_draft_->HeadTopK(); }
+  // What those passes drafted; the next Plan verifies it (at most its depth).
   // REQUIRES: drafts_on_model().
-  void SetModelDraft(std::vector<int32_t> chain);
+  void SetModelDraft(spec::ModelDraft draft);
 
   // The controller's choices for this step: `room` is the most rows the sequence may add after
   // its root (context left, KV blocks the step may take), `wanted` the tokens it still wants
@@ -103,7 +109,8 @@ class SpeculativeSequence {
  private:
   SpeculativeSequence(const SpeculationChoice& choice,
                       std::unique_ptr<spec::DraftProposer> proposer, int max_depth);
-  // The drafter when it is the model (sparse-self; owned by proposer_), and its attention.
+  // The drafter when it is the model (sparse-self, TokenSwift; owned by proposer_), and its
+  // attention.
   spec::ModelDraftProposer* model_draft_ = nullptr;
   kernels::AttentionPattern draft_pattern_;
   // Adds the emitted tokens to a pending shadow draft and records it once it is decided.
@@ -125,6 +132,11 @@ class SpeculativeSequence {
   std::vector<int32_t> path_;                        // a row's draft path
   Verifier verifier_ = &spec::AcceptDraft;
 };
+
+// TokenSwift's parameters of `spec` on a model of `config` (the defaults of TokenSwiftParams;
+// the 4-gram lag scaled down to an eighth of a shorter context).
+spec::TokenSwiftParams TokenSwiftParamsOf(const SpeculationChoice& spec,
+                                          const model::ModelConfig& config);
 
 // One speculating sequence's room in a step: the rows it may add after its root and the tokens
 // it still wants after the root's (SpeculativeSequence::Option).

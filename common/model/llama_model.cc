@@ -79,7 +79,7 @@ absl::Status LlamaModel::StackProjections() {
 absl::StatusOr<std::vector<int32_t>> LlamaModel::ForwardSample(
     const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
     const kernels::SamplingBatch& sampling,
-    const std::function<absl::Status(int layer)>& on_layer_kv_written) {
+    const std::function<absl::Status(int layer)>& on_layer_kv_written, DraftHeadTokens* heads) {
   SS_ASSIGN_OR_RETURN(const StepViews v, ComputeLogits(batch, cache, on_layer_kv_written));
   if (v.logits.dim(0) == 0) {  // no row asked for a token (a prompt's middle chunk)
     SS_RETURN_IF_ERROR(ReadStepReports());
@@ -88,6 +88,9 @@ absl::StatusOr<std::vector<int32_t>> LlamaModel::ForwardSample(
   SS_RETURN_IF_ERROR(backend_->Sample(v.logits, sampling, v.tokens));
   Tensor host = Tensor::Zeros(DType::kI32, v.tokens.shape());
   SS_RETURN_IF_ERROR(backend_->CopyToHost(v.tokens, host));
+  if (heads != nullptr && !draft_heads_.empty()) {
+    SS_RETURN_IF_ERROR(RunDraftHeads(v, sampling, *heads));
+  }
   // After the tokens' copy the step is done: a shadowed step's errors cost one small copy more.
   SS_RETURN_IF_ERROR(ReadStepReports());
   return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + host.numel());

@@ -71,6 +71,23 @@ using AttentionProbe =
     std::function<absl::Status(int layer, const kernels::AttentionPlan& plan, const Tensor& q,
                                const Tensor& kv_layer, const Tensor& out)>;
 
+// One of TokenSwift's multi-token draft heads (papers/tokenswift.md, "Draft pass"): from the
+// residual stream h_{i-1} after the last decoder layer (h_0, before the final norm), head i makes
+// h_i = h_{i-1} + proj · RmsNorm(h_{i-1}; norm), and its logits are the model's own
+// LMHead(final_norm(h_i)): the draft of the token i + 1 places after the one the model's logits
+// predict.
+struct DraftHeadWeights {
+  Tensor norm;  // [hidden]
+  Tensor proj;  // [hidden, hidden]
+};
+
+// Asks ForwardSample for the draft heads' candidates of every logits row.
+struct DraftHeadTokens {
+  int top_k = 0;  // candidates per head and row, best first (the sampling row's repetition
+                  // penalty applied to the logits first, as the target's sampling applies it)
+  std::vector<int32_t> tokens;  // out: [num_draft_heads][logits rows][top_k]
+};
+
 struct LayerWeights {
   Tensor attn_norm, wq, wk, wv, wo;
   Tensor bq, bk, bv, bo;  // empty without attention bias; bo only for Llama's attention_bias
@@ -128,10 +145,21 @@ class LlamaModel {
   // token id per logits row. Errors of Forward, and kInvalidArgument from Backend::Sample for a
   // plan that does not match the rows.
   // `on_layer_kv_written` as in Forward.
+  // `heads`, when given (and the model has draft heads), also receives the draft heads'
+  // candidates of each logits row; kInvalidArgument when some row of the step has no logits
+  // (the heads start from every row's residual stream).
   absl::StatusOr<std::vector<int32_t>> ForwardSample(
       const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
       const kernels::SamplingBatch& sampling,
-      const std::function<absl::Status(int layer)>& on_layer_kv_written = nullptr);
+      const std::function<absl::Status(int layer)>& on_layer_kv_written = nullptr,
+      DraftHeadTokens* heads = nullptr);
+
+  // Loads TokenSwift's draft heads from an adapter (tools/train_spec_adapters.py writes it):
+  // tensors heads.{j}.norm.weight [hidden] and heads.{j}.proj.weight [hidden, hidden] for j = 0,
+  // 1, ... (at least one). kInvalidArgument for a shape that does not fit this model or an
+  // adapter without heads, naming the tensor; replaces heads loaded before.
+  absl::Status LoadDraftHeads(const TensorFile& file);
+  int num_draft_heads() const { return static_cast<int>(draft_heads_.size()); }
 
   // Decode steps (one new token per sequence, or a few: verify steps; dense or sliding-window
   // attention, no mask, no per-layer hook) of at most `rows` rows run as step graphs on backends
@@ -269,6 +297,11 @@ class LlamaModel {
   void NoteSparseWork(const kernels::AttentionBatch& batch,
                       const kernels::AttentionWorkspace& workspace);
 
+  // Runs the draft heads from the residual stream of step `v` (every row a logits row) and
+  // fills `heads` on the host. Overwrites v.h, v.x, v.branch, v.last and v.logits.
+  absl::Status RunDraftHeads(const StepViews& v, const kernels::SamplingBatch& sampling,
+                             DraftHeadTokens& heads);
+
   // One step up to the logits; returns the views holding them.
   absl::StatusOr<StepViews> ComputeLogits(
       const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
@@ -311,6 +344,7 @@ class LlamaModel {
   Tensor inv_freq_;        // f32 [head_dim / 2]
   Tensor sequence_state_;  // i32 [num_slots, slot_words] or empty (set_sequence_state)
   std::vector<LayerWeights> layers_;
+  std::vector<DraftHeadWeights> draft_heads_;  // LoadDraftHeads; empty = none
 };
 
 }  // namespace sparseserve::model

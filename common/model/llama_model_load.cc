@@ -137,6 +137,26 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& 
   return model;
 }
 
+absl::Status LlamaModel::LoadDraftHeads(const TensorFile& file) {
+  WeightUploader up(file, *backend_);
+  const int64_t hidden = config_.hidden_size;
+  std::vector<DraftHeadWeights> heads;
+  for (int j = 0; file.HasTensor(absl::StrCat("heads.", j, ".proj.weight")); ++j) {
+    DraftHeadWeights w;
+    SS_ASSIGN_OR_RETURN(w.norm, up.Load(absl::StrCat("heads.", j, ".norm.weight"), {hidden}));
+    SS_ASSIGN_OR_RETURN(w.proj,
+                        up.Load(absl::StrCat("heads.", j, ".proj.weight"), {hidden, hidden}));
+    heads.push_back(std::move(w));
+  }
+  if (heads.empty()) {
+    return absl::InvalidArgumentError(
+        "draft heads: the adapter has no tensor heads.0.proj.weight (not a TokenSwift adapter "
+        "from tools/train_spec_adapters.py?)");
+  }
+  draft_heads_ = std::move(heads);
+  return absl::OkStatus();
+}
+
 absl::Status LlamaModel::UploadInverseFrequencies() {
   kernels::RopeFrequencyParams rope;
   rope.head_dim = config_.head_dim;

@@ -169,6 +169,10 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
   };
   auto set_passes = [&](size_t s, int from, int to) {  // sequence s goes from depth `from` to `to`
     if (!options[s].model_draft) return;
+    if (options[s].one_pass) {
+      passes[0] += (to > 0 ? 1 : 0) - (from > 0 ? 1 : 0);
+      return;
+    }
     const int delta = to > from ? 1 : -1;
     for (int j = std::max(std::min(from, to), 0); j < std::max(from, to); ++j) {
       passes[static_cast<size_t>(j)] += delta;

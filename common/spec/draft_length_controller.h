@@ -114,8 +114,10 @@ struct DraftOption {
   // Extra rows a draft of depth k adds (k = 1..), [max depth allowed]; rows_at[k - 1].
   std::vector<int> rows_at;
   // The model drafts it (sparse-self): depth k also costs k draft passes before the step, shared
-  // with the other model-drafted sequences (StepCostModel::EstimateDraftPass).
+  // with the other model-drafted sequences (StepCostModel::EstimateDraftPass); `one_pass`
+  // (TokenSwift): every depth costs one.
   bool model_draft = false;
+  bool one_pass = false;
 };
 
 // Depth per option (0 = plain), for a step whose other rows (every sequence's root row, prefill

@@ -1,9 +1,9 @@
 // ModelDraftProposer: the drafter of methods whose draft tokens come from forward passes of the
-// model itself (sparse self-speculation: the target model under sparse attention). The engine
-// runs those passes (engine/model_draft.h) just before the step and hands the drafted chain in;
-// Propose returns it as the step's draft. It cannot make a draft without them, so a plain step
-// has no shadow draft (verify_only proposes nothing) and acceptance is measured on speculative
-// steps only. Not thread-safe.
+// model itself — sparse self-speculation (the target model under sparse attention) and, through
+// its subclass TokenSwiftProposer, TokenSwift. The engine runs those passes (engine/model_draft.h)
+// just before the step and hands what they drafted in; Propose turns it into the step's draft. It
+// cannot make a draft without them, so a plain step has no shadow draft (verify_only proposes
+// nothing) and acceptance is measured on speculative steps only. Not thread-safe.
 #ifndef SPARSESERVE_COMMON_SPEC_MODEL_DRAFT_H_
 #define SPARSESERVE_COMMON_SPEC_MODEL_DRAFT_H_
 
@@ -16,6 +16,16 @@
 
 namespace sparseserve::spec {
 
+// What one step's draft passes made for one sequence.
+struct ModelDraft {
+  // One token per pass, each sampled from the pass's logits with the draw its verification row
+  // samples with (engine/model_draft.h).
+  std::vector<int32_t> chain;
+  // The first pass's draft heads (TokenSwift), when the model has them and the drafter asked:
+  // head_candidates[i] = candidates for the token i + 1 places after chain[0], best first.
+  std::vector<std::vector<int32_t>> head_candidates;
+};
+
 class ModelDraftProposer : public DraftProposer {
  public:
   // `max_depth`: tokens drafted per step at most (>= 1).
@@ -23,14 +33,20 @@ class ModelDraftProposer : public DraftProposer {
 
   int max_depth() const override { return max_depth_; }
   int RowsAt(int depth) const override { return depth; }
-  // The chain the model drafted for the next step (cleared by the Propose that uses it).
-  void SetChain(std::vector<int32_t> chain) { chain_ = std::move(chain); }
+  // Forward passes a draft of `depth` (>= 1) needs: one per token.
+  virtual int PassesAt(int depth) const { return depth; }
+  // Candidates per draft head the first pass should return; 0 = no heads.
+  virtual int HeadTopK() const { return 0; }
+  // What the passes drafted for the next step (cleared by the Propose that uses it).
+  void SetDraft(ModelDraft draft) { draft_ = std::move(draft); }
   void Propose(absl::Span<const int32_t> history, int depth, bool verify_only,
                StepDraft* draft) override;
 
+ protected:
+  ModelDraft draft_;
+
  private:
   int max_depth_;
-  std::vector<int32_t> chain_;
 };
 
 // Sparse self-speculation's default draft length (MagicDec drafts 2-4 tokens per step; the

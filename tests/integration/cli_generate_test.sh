@@ -164,10 +164,26 @@ expect_error "sparse-self with a sparse decode" "decode attention must be dense"
   --model "$model" --prompt hi --spec sparse-self --decode-attention tokenselect
 expect_error "sparse-self draft k above --tokenselect-k" "--tokenselect-k" generate \
   --model "$model" --prompt hi --spec sparse-self --sparse-self-k 4096
+# tokenswift (issue 15): one draft pass with the trained heads, a tree of candidates verified.
+heads=$data/spec_adapters/stories260K_tokenswift.safetensors
+"$bin" generate --model "$model" --prompt "Once upon a time" --max-tokens 120 --temperature 0 \
+  --spec tokenswift --spec-controller=false --tokenswift-heads "$heads" --sparse-self-sinks 4 \
+  --sparse-self-window 16 --sparse-self-k 16 --tokenswift-ngram-lag 16 >"$tmp/swift" 2>"$tmp/swift_err"
+if cmp -s "$tmp/swift" "$tmp/plain" && grep -q 'speculation (tokenswift): .* accepted' "$tmp/swift_err"; then
+  pass "generate --spec tokenswift = plain"
+else
+  fail "generate --spec tokenswift = plain"; cat "$tmp/swift_err"
+fi
+expect_error "tokenswift heads of another model" "heads.0.norm.weight" generate --model "$model" \
+  --prompt hi --spec tokenswift --tokenswift-heads "$data/spec_adapters/longctx_model_tokenswift.safetensors"
+expect_error "tokenswift heads file missing" "nope.safetensors" generate --model "$model" \
+  --prompt hi --spec tokenswift --tokenswift-heads "$tmp/nope.safetensors"
+expect_error "tokenswift tree" "tokenswift tree" generate --model "$model" --prompt hi \
+  --spec tokenswift --tokenswift-tree 2,3
 if "$bin" bench spec --model "$model" --spec-batches 3 --spec-tokens 60 \
-     --spec-modes prompt-lookup,lookahead,sparse-self,oracle:0.5 --lookahead-window 4 \
-     --sparse-self-window 16 --sparse-self-k 16 >"$tmp/bench" 2>/dev/null &&
-   [ "$(grep -c '| = plain |$' "$tmp/bench")" -eq 4 ]; then
+     --spec-modes prompt-lookup,lookahead,sparse-self,tokenswift,oracle:0.5 --lookahead-window 4 \
+     --sparse-self-window 16 --sparse-self-k 16 --tokenswift-heads "$heads" >"$tmp/bench" 2>/dev/null &&
+   [ "$(grep -c '| = plain |$' "$tmp/bench")" -eq 5 ]; then
   pass "bench spec: every mode = plain"
 else
   fail "bench spec: every mode = plain"; cat "$tmp/bench"

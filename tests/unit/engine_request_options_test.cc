@@ -57,7 +57,7 @@ TEST(RequestOptionsTest, ValidateChecksPhasesAndParameters) {
   EXPECT_TRUE(CheckImplemented(o).ok());
   o.spec.method = SpecMethod::kPromptLookup;
   EXPECT_TRUE(CheckImplemented(o).ok());
-  o.spec.method = SpecMethod::kTokenSwift;  // issue 15
+  o.spec.method = SpecMethod::kKangaroo;  // issue 15
   EXPECT_EQ(CheckImplemented(o).code(), absl::StatusCode::kUnimplemented);
   o.spec.method = SpecMethod::kLookahead;
   o.spec.lookahead_ngram = 1;
@@ -111,6 +111,39 @@ TEST(RequestOptionsTest, SparseSelfDraftsSparseAndVerifiesDense) {
   o.spec.method = SpecMethod::kPromptLookup;
   o.spec.sparse_self_k = 0;
   EXPECT_TRUE(Validate(o).ok());
+}
+
+TEST(RequestOptionsTest, TokenSwiftChecksItsTreeAndTable) {
+  RequestOptions o;
+  o.spec.method = SpecMethod::kTokenSwift;
+  EXPECT_TRUE(Validate(o).ok());
+  EXPECT_TRUE(CheckImplemented(o).ok());
+  o.spec.tokenswift_tree = {1, 3, 3, 3};
+  EXPECT_TRUE(Validate(o).ok());
+  // The first level is the one token the model drafts; each level 1..16; at most 128 nodes.
+  for (const std::vector<int>& bad : std::vector<std::vector<int>>{
+           {3, 3}, {1, 0}, {1, 17}, {1, 8, 8, 8}, {1, 1, 1, 1, 1, 1, 1, 1, 1}}) {
+    o.spec.tokenswift_tree = bad;
+    const absl::Status s = Validate(o);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(s.message(), HasSubstr("tokenswift tree"));
+  }
+  o.spec.tokenswift_tree = {1, 4, 4};
+  for (const auto& [k, lag] : {std::pair{-2, 0}, {65, 0}, {20, -2}}) {
+    o.spec.tokenswift_ngram_k = k;
+    o.spec.tokenswift_ngram_lag = lag;
+    EXPECT_EQ(Validate(o).code(), absl::StatusCode::kInvalidArgument) << k << " " << lag;
+  }
+  o.spec.tokenswift_ngram_k = 0;
+  o.spec.tokenswift_ngram_lag = 0;
+  EXPECT_TRUE(Validate(o).ok());
+  // It drafts with the sparse-self attention and verifies dense, as sparse-self does.
+  o.decode.method = AttentionMethod::kTokenSelect;
+  EXPECT_THAT(Validate(o).message(), HasSubstr("tokenswift speculation verifies with dense"));
+  // Kangaroo is the one method not built yet.
+  o = RequestOptions();
+  o.spec.method = SpecMethod::kKangaroo;
+  EXPECT_EQ(CheckImplemented(o).code(), absl::StatusCode::kUnimplemented);
 }
 
 RequestOptions Apply(absl::string_view attention, absl::string_view prefill,

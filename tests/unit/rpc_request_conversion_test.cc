@@ -132,7 +132,7 @@ TEST(RequestOptionsFromProtoTest, ValidateErrorsAreInvalidArgument) {
 
 TEST(RequestOptionsFromProtoTest, MethodsNotBuiltYetAreUnimplementedNamingThem) {
   for (const auto& [field, method] :
-       {std::pair<std::string, std::string>{"spec", "tokenswift"}, {"spec", "kangaroo"}}) {
+       {std::pair<std::string, std::string>{"spec", "kangaroo"}}) {
     v1::GenerateRequest r;
     if (field == "prefill") r.mutable_prefill_attention()->set_method(method);
     if (field == "decode") r.mutable_decode_attention()->set_method(method);
@@ -142,7 +142,7 @@ TEST(RequestOptionsFromProtoTest, MethodsNotBuiltYetAreUnimplementedNamingThem) 
     EXPECT_THAT(s.message(), HasSubstr("'" + method + "'"));
   }
   // Explicit "none" and "dense" are fine, and so are minference (issue 12), tokenselect
-  // (issue 13), prompt-lookup and lookahead (issue 14) and sparse-self (issue 15).
+  // (issue 13), prompt-lookup and lookahead (issue 14), sparse-self and tokenswift (issue 15).
   v1::GenerateRequest r;
   r.mutable_prefill_attention()->set_method("minference");
   r.mutable_speculation()->set_method("none");
@@ -176,6 +176,22 @@ TEST(RequestOptionsFromProtoTest, MethodsNotBuiltYetAreUnimplementedNamingThem) 
   absl::Status s = Convert(r).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("speculation.sparse_self_attention"));
+  // tokenswift: its tree and 4-gram table; a tree not starting with 1 is refused naming it.
+  r.mutable_speculation()->set_sparse_self_attention("sliding-window");
+  r.mutable_speculation()->set_method("tokenswift");
+  for (const int b : {1, 2, 2}) r.mutable_speculation()->add_tokenswift_tree(b);
+  r.mutable_speculation()->set_tokenswift_ngram_k(0);
+  r.mutable_speculation()->set_tokenswift_ngram_lag(7);
+  o = Convert(r);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->spec.method, engine::SpecMethod::kTokenSwift);
+  EXPECT_EQ(o->spec.tokenswift_tree, (std::vector<int>{1, 2, 2}));
+  EXPECT_EQ(o->spec.tokenswift_ngram_k, 0);
+  EXPECT_EQ(o->spec.tokenswift_ngram_lag, 7);
+  r.mutable_speculation()->set_tokenswift_tree(0, 2);
+  s = Convert(r).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("tokenswift tree"));
 }
 
 }  // namespace

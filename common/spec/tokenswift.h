@@ -1,0 +1,81 @@
+// TokenSwiftProposer: TokenSwift's drafter (papers/tokenswift.md; issue 15 item 1). One draft
+// pass of the model over its partial KV cache (the sparse self-drafting attention of sparse-self:
+// sinks plus TokenSelect's selection or a window) drafts the token after the root from the model's
+// own logits and, with trained multi-token heads (LlamaModel::LoadDraftHeads), candidates for the
+// tokens after it; the step verifies a tree of them against the full cache:
+//   - the tree [1, 3, 3, 3]: the drafted token, then every path through the top 3 of heads 1..3
+//     (27 paths, 40 nodes);
+//   - token reutilization: the ngram_k most frequent 4-grams of the output so far that start with
+//     the drafted token, each a chain (merged with the tree where they share a prefix); the table
+//     counts the 4-grams that end ngram_lag (W) tokens or more before the end.
+// Verification is the framework's sample-and-match walk (draft.h): one target sample per tree
+// node, with the draw plain decoding would use, so the output equals plain decoding under
+// sampling too (the paper's code samples one token per branch, which is biased). Without heads
+// the tree is the drafted token alone and the 4-grams carry the depth. Not thread-safe.
+#ifndef SPARSESERVE_COMMON_SPEC_TOKENSWIFT_H_
+#define SPARSESERVE_COMMON_SPEC_TOKENSWIFT_H_
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/types/span.h"
+#include "common/spec/model_draft.h"
+
+namespace sparseserve::spec {
+
+// Counts of the 4-grams of a growing token sequence, by first token.
+class FourGramTable {
+ public:
+  using Continuation = std::array<int32_t, 3>;
+  // Counts the 4-grams of `history` that end at or before index `end` and were not counted yet.
+  // `history` only grows between calls (REQUIRES: a prefix of the next call's).
+  void Update(absl::Span<const int32_t> history, int64_t end);
+  // Up to `k` continuations of `first`, most frequent first (ties: smaller tokens first, so the
+  // order does not depend on hashing).
+  std::vector<Continuation> Top(int32_t first, int k) const;
+  int64_t counted_end() const { return counted_end_; }
+
+ private:
+  absl::flat_hash_map<int32_t, absl::flat_hash_map<Continuation, int64_t>> counts_;
+  int64_t counted_end_ = 0;  // 4-grams ending before this index are counted
+};
+
+struct TokenSwiftParams {
+  // Candidates per depth: tree[0] must be 1 (the token the model drafted), tree[d] the top
+  // tree[d] tokens of draft head d (the token d places after it); levels without a head are cut.
+  std::vector<int> tree = {1, 3, 3, 3};
+  int ngram_k = 20;      // 4-grams reused per step (the paper's top-k); 0 = off
+  int ngram_lag = 1024;  // W (papers/tokenswift.md, [code]); >= 0
+};
+
+class TokenSwiftProposer : public ModelDraftProposer {
+ public:
+  // `heads`: the model's draft heads (0 = none). `max_depth` caps the tree and the 4-grams.
+  TokenSwiftProposer(const TokenSwiftParams& params, int heads, int max_depth);
+
+  int RowsAt(int depth) const override;
+  int PassesAt(int depth) const override { return depth > 0 ? 1 : 0; }
+  int HeadTopK() const override;
+  void Propose(absl::Span<const int32_t> history, int depth, bool verify_only,
+               StepDraft* draft) override;
+
+  // The deepest draft these parameters make with `heads` draft heads.
+  static int DepthOf(const TokenSwiftParams& params, int heads);
+
+ private:
+  // Tree levels the heads can fill (the drafted token's level included).
+  int TreeLevels() const;
+
+  TokenSwiftParams params_;
+  int heads_;
+  FourGramTable table_;
+};
+
+// The n-grams token reutilization counts (TokenSwift's 4-gram table).
+inline constexpr int kTokenSwiftNgramLength = 4;
+
+}  // namespace sparseserve::spec
+
+#endif  // SPARSESERVE_COMMON_SPEC_TOKENSWIFT_H_

@@ -1,0 +1,124 @@
+// TokenSwiftProposer and FourGramTable: the tree [1, 3, 3, 3] built from the draft heads'
+// candidates, the 4-grams merged into it, the table counting only what lies W tokens behind the
+// end, the row bound the controller prices, and the depth without heads.
+#include "common/spec/tokenswift.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace sparseserve::spec {
+namespace {
+
+TEST(FourGramTableTest, CountsFourGramsUpToTheEndAndRanksByCount) {
+  FourGramTable table;
+  const std::vector<int32_t> h = {5, 1, 2, 3, 5, 1, 2, 3, 5, 1, 2, 4, 5, 9, 9, 9};
+  table.Update(h, 4);  // only 5 1 2 3
+  ASSERT_EQ(table.Top(5, 10).size(), 1u);
+  table.Update(h, static_cast<int64_t>(h.size()));
+  const std::vector<FourGramTable::Continuation> top = table.Top(5, 10);
+  ASSERT_EQ(top.size(), 3u);
+  EXPECT_EQ(top[0], (FourGramTable::Continuation{1, 2, 3}));  // twice
+  EXPECT_EQ(top[1], (FourGramTable::Continuation{1, 2, 4}));  // once; ties: smaller tokens first
+  EXPECT_EQ(top[2], (FourGramTable::Continuation{9, 9, 9}));
+  EXPECT_EQ(table.Top(5, 1).size(), 1u);
+  EXPECT_TRUE(table.Top(7, 5).empty());
+  // Updating again with the same end counts nothing twice.
+  table.Update(h, static_cast<int64_t>(h.size()));
+  EXPECT_EQ(table.Top(5, 1)[0], (FourGramTable::Continuation{1, 2, 3}));
+  EXPECT_EQ(table.counted_end(), static_cast<int64_t>(h.size()));
+}
+
+TEST(TokenSwiftProposerTest, BuildsTheTreeFromTheHeadsCandidates) {
+  TokenSwiftParams params;
+  params.ngram_k = 0;
+  TokenSwiftProposer proposer(params, /*heads=*/3, /*max_depth=*/8);
+  EXPECT_EQ(proposer.max_depth(), 4);
+  EXPECT_EQ(proposer.HeadTopK(), 3);
+  EXPECT_EQ(proposer.PassesAt(4), 1);
+  EXPECT_EQ(proposer.RowsAt(1), 1);
+  EXPECT_EQ(proposer.RowsAt(2), 4);
+  EXPECT_EQ(proposer.RowsAt(4), 40);
+  ModelDraft made;
+  made.chain = {10};
+  made.head_candidates = {{20, 21, 22}, {30, 31, 32}, {40, 41, 42}};
+  proposer.SetDraft(made);
+  StepDraft draft;
+  const std::vector<int32_t> history = {1, 2, 3};
+  proposer.Propose(history, 4, /*verify_only=*/false, &draft);
+  ASSERT_EQ(draft.size(), 40);
+  EXPECT_EQ(draft.MaxDepth(), 4);
+  EXPECT_EQ(draft.tokens[0], 10);
+  EXPECT_EQ(draft.parents[0], 0);
+  // Every path root -> 10 -> 2x -> 3x -> 4x is in the tree.
+  for (const int32_t a : {20, 21, 22}) {
+    for (const int32_t b : {30, 31, 32}) {
+      for (const int32_t c : {40, 41, 42}) {
+        StepDraft copy = draft;
+        const std::vector<int32_t> path = {10, a, b, c};
+        copy.AddChain(path);
+        EXPECT_EQ(copy.size(), 40) << a << " " << b << " " << c;  // nothing new
+      }
+    }
+  }
+  // A shallower step cuts the tree; the draft is used once.
+  proposer.SetDraft(made);
+  proposer.Propose(history, 2, false, &draft);
+  EXPECT_EQ(draft.size(), 4);
+  proposer.Propose(history, 2, false, &draft);
+  EXPECT_TRUE(draft.empty());
+  // A shadow proposal (a plain step) has no draft pass to use.
+  proposer.SetDraft(made);
+  proposer.Propose(history, 4, /*verify_only=*/true, &draft);
+  EXPECT_TRUE(draft.empty());
+}
+
+TEST(TokenSwiftProposerTest, MergesTheFourGramsOfTheDraftedTokenBehindTheLag) {
+  TokenSwiftParams params;
+  params.tree = {1, 2};
+  params.ngram_k = 2;
+  params.ngram_lag = 4;
+  TokenSwiftProposer proposer(params, /*heads=*/1, /*max_depth=*/4);
+  EXPECT_EQ(proposer.max_depth(), 4);  // the 4-grams reach deeper than the tree
+  EXPECT_EQ(proposer.RowsAt(4), 1 + 2 + 2 * 3);
+  // 7 8 9 6 occurs twice, 7 8 5 5 once, 7 3 3 3 once but only in the last 4 tokens.
+  const std::vector<int32_t> history = {7, 8, 9, 6, 1, 7, 8, 9, 6, 7, 8, 5, 5, 2, 7, 3, 3, 3};
+  ModelDraft made;
+  made.chain = {7};
+  made.head_candidates = {{8, 4}};
+  proposer.SetDraft(made);
+  StepDraft draft;
+  proposer.Propose(history, 4, false, &draft);
+  // Tree: 7 -> {8, 4}; the 4-grams 7 8 9 6 and 7 8 5 5 share 7 8 with it: 2 + 2 new rows each.
+  EXPECT_EQ(draft.size(), 3 + 2 + 2);
+  EXPECT_EQ(draft.MaxDepth(), 4);
+  StepDraft copy = draft;
+  for (const std::vector<int32_t>& path :
+       {std::vector<int32_t>{7, 8, 9, 6}, {7, 8, 5, 5}, {7, 4}}) {
+    copy.AddChain(path);
+  }
+  EXPECT_EQ(copy.size(), draft.size());
+  copy.AddChain(std::vector<int32_t>{7, 3, 3, 3});  // behind the lag: not in the draft
+  EXPECT_EQ(copy.size(), draft.size() + 3);
+}
+
+TEST(TokenSwiftProposerTest, WithoutHeadsTheDraftedTokenAndTheFourGramsAreTheDraft) {
+  TokenSwiftParams params;
+  EXPECT_EQ(TokenSwiftProposer::DepthOf(params, 0), 4);
+  params.ngram_k = 0;
+  EXPECT_EQ(TokenSwiftProposer::DepthOf(params, 0), 1);
+  EXPECT_EQ(TokenSwiftProposer::DepthOf(params, 2), 3);
+  TokenSwiftProposer proposer(params, /*heads=*/0, /*max_depth=*/4);
+  EXPECT_EQ(proposer.max_depth(), 1);
+  EXPECT_EQ(proposer.HeadTopK(), 0);
+  ModelDraft made;
+  made.chain = {3};
+  proposer.SetDraft(made);
+  StepDraft draft;
+  proposer.Propose(std::vector<int32_t>{1, 2}, 1, false, &draft);
+  ASSERT_EQ(draft.size(), 1);
+  EXPECT_EQ(draft.tokens[0], 3);
+}
+
+}  // namespace
+}  // namespace sparseserve::spec
