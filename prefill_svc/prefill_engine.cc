@@ -55,7 +55,7 @@ kv::KvLayout PrefillEngine::layout() const {
   kv::KvLayout layout;
   layout.dtype = runner_->cache().dtype();
   layout.block_tokens = runner_->block_tokens();
-  layout.num_layers = runner_->config().num_layers;
+  layout.num_layers = runner_->cache().shape().num_layers;
   layout.num_kv_heads = runner_->config().num_kv_heads;
   layout.head_dim = runner_->config().head_dim;
   return layout;

@@ -39,6 +39,13 @@ ABSL_FLAG(std::string, tokenswift_heads, "",
           "the long-context test model). Without it --spec tokenswift drafts one token per step "
           "from the model's own logits, plus its 4-gram table.");
 
+ABSL_FLAG(std::string, kangaroo_adapter, "",
+          "Kangaroo's trained early-exit adapter: a safetensors file made by "
+          "tools/train_spec_adapters.py --method kangaroo for this model (tests/data/spec_adapters "
+          "has ones for stories260K and the long-context test model). Adds one layer to the KV "
+          "cache that every step fills; --spec kangaroo needs it. Prefill and decode workers of "
+          "one deployment load the same adapter (their KV layouts must match).");
+
 // Defined with the other attention flags (request_options_flags.cc); the runner loads them.
 ABSL_DECLARE_FLAG(std::string, minference_config);
 ABSL_DECLARE_FLAG(std::string, minference_index);
@@ -84,6 +91,7 @@ absl::StatusOr<engine::ModelRunnerOptions> RunnerOptionsFromFlags() {
   options.shadow_dense_rate = absl::GetFlag(FLAGS_shadow_dense_rate);
   options.tokenselect_max_k = absl::GetFlag(FLAGS_tokenselect_k);
   options.tokenswift_heads = absl::GetFlag(FLAGS_tokenswift_heads);
+  options.kangaroo_adapter = absl::GetFlag(FLAGS_kangaroo_adapter);
   return options;
 }
 

@@ -81,6 +81,9 @@ ABSL_FLAG(std::vector<std::string>, tokenswift_tree, {},
 ABSL_FLAG(int, tokenswift_ngram_k, -1,
           "tokenswift: the most frequent 4-grams of the output starting with the drafted token "
           "that each step also verifies (token reutilization); -1 = 20 (TokenSwift's), 0 = off.");
+ABSL_FLAG(double, kangaroo_eta, 0.6,
+          "kangaroo: a draft stops before the first token whose top probability is at most this "
+          "(the second early exit; Kangaroo's 0.6). Needs the server's --kangaroo-adapter.");
 ABSL_FLAG(int, tokenswift_ngram_lag, -1,
           "tokenswift: W, the 4-gram table counts the output up to this many tokens before its "
           "end; -1 = 1024 (TokenSwift's), or an eighth of the context of models with less.");
@@ -139,6 +142,7 @@ absl::StatusOr<engine::RequestOptions> OptionsOfFlags() {
   }
   options.spec.tokenswift_ngram_k = absl::GetFlag(FLAGS_tokenswift_ngram_k);
   options.spec.tokenswift_ngram_lag = absl::GetFlag(FLAGS_tokenswift_ngram_lag);
+  options.spec.kangaroo_eta = static_cast<float>(absl::GetFlag(FLAGS_kangaroo_eta));
   return options;
 }
 
@@ -213,6 +217,7 @@ absl::Status SetRequestOptionsFromChangedFlags(v1::GenerateRequest* request) {
   if (Changed("tokenswift_ngram_lag")) {
     s->set_tokenswift_ngram_lag(options.spec.tokenswift_ngram_lag);
   }
+  if (Changed("kangaroo_eta")) s->set_kangaroo_eta(options.spec.kangaroo_eta);
   return absl::OkStatus();
 }
 
@@ -241,7 +246,8 @@ const std::vector<const char*>& RequestOptionFlagNames() {
                                                  "sparse_self_k",
                                                  "tokenswift_tree",
                                                  "tokenswift_ngram_k",
-                                                 "tokenswift_ngram_lag"};
+                                                 "tokenswift_ngram_lag",
+                                                 "kangaroo_eta"};
   return names;
 }
 

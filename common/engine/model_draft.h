@@ -36,6 +36,9 @@ struct ModelDraftJob {
 
 // TokenSwift drafts in one pass (SpeculativeSequence::DraftPassesAt), whose draft heads
 // (LlamaModel::LoadDraftHeads) also give candidates for the tokens after the drafted one.
+// Kangaroo's passes exit early through its adapter (model::DraftPass::early_exit: steps of their
+// own) and a sequence's draft stops before the first token whose top probability is at most its
+// η, so later passes carry fewer rows.
 //
 // Drafts each job's chain into its SpeculativeSequence (SetModelDraft). On an error of a draft
 // step (the pool out of blocks, a backend failure) every job keeps what it drafted before it —

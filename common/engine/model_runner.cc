@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/core/status.h"
 #include "common/engine/minference_config.h"
@@ -14,7 +15,8 @@ namespace {
 
 // The KV pool's capacity: the explicit option, else what the device's memory allows after the
 // weights (already loaded) and a forward step's activations, else (CPU) four full contexts.
-absl::StatusOr<int64_t> KvCacheTokens(const model::ModelConfig& c, kernels::Backend& backend,
+absl::StatusOr<int64_t> KvCacheTokens(const model::ModelConfig& c, int kv_layers,
+                                      kernels::Backend& backend,
                                       const ModelRunnerOptions& options) {
   if (options.kv_cache_tokens > 0) return options.kv_cache_tokens;
   absl::StatusOr<kernels::Backend::MemoryInfo> memory = backend.GetMemoryInfo();
@@ -24,7 +26,7 @@ absl::StatusOr<int64_t> KvCacheTokens(const model::ModelConfig& c, kernels::Back
         absl::StrCat("gpu_memory_fraction must be in (0, 1], got ", options.gpu_memory_fraction));
   }
   const int64_t elem = static_cast<int64_t>(DTypeSize(backend.compute_dtype()));
-  const int64_t kv_token_bytes = int64_t{2} * c.num_layers * c.num_kv_heads * c.head_dim * elem;
+  const int64_t kv_token_bytes = int64_t{2} * kv_layers * c.num_kv_heads * c.head_dim * elem;
   // Activations of one prefill chunk (residual, norm, q, k, v, attention output, gate, up, branch)
   // plus f32 logits for every row, and 256 MiB for library workspaces and fragmentation.
   const int64_t row_bytes =
@@ -46,6 +48,22 @@ absl::StatusOr<int64_t> KvCacheTokens(const model::ModelConfig& c, kernels::Back
         " (raise --gpu-memory-fraction or use a smaller model)"));
   }
   return tokens;
+}
+
+// Kangaroo's adapter (--kangaroo-adapter): the safetensors file's metadata names the layer it
+// exits after (exit_layer, written by tools/train_spec_adapters.py).
+absl::Status LoadKangarooAdapter(const std::string& path, model::LlamaModel& model) {
+  const std::string context = absl::StrCat("--kangaroo-adapter ", path);
+  SS_ASSIGN_OR_RETURN(std::unique_ptr<model::SafetensorsFile> file,
+                      model::SafetensorsFile::Open(path));
+  const auto it = file->metadata().find("exit_layer");
+  int exit_layer = 0;
+  if (it == file->metadata().end() || !absl::SimpleAtoi(it->second, &exit_layer)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        context, ": no exit_layer in its metadata (not a Kangaroo adapter from "
+                 "tools/train_spec_adapters.py?)"));
+  }
+  return AnnotateStatus(model.LoadEarlyExitAdapter(*file, exit_layer), context);
 }
 
 }  // namespace
@@ -74,6 +92,9 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     SS_RETURN_IF_ERROR(AnnotateStatus(model->LoadDraftHeads(*heads),
                                       absl::StrCat("--tokenswift-heads ", options.tokenswift_heads)));
   }
+  if (!options.kangaroo_adapter.empty()) {
+    SS_RETURN_IF_ERROR(LoadKangarooAdapter(options.kangaroo_adapter, *model));
+  }
   const model::ModelConfig& c = model->config();
   // The state slots first: the KV pool gets the memory left after them.
   int64_t state_words = options.sequence_state_words;
@@ -87,9 +108,9 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     SS_ASSIGN_OR_RETURN(state,
                         SequenceStateTable::Create(*backend, options.max_sequences, state_words));
   }
-  SS_ASSIGN_OR_RETURN(const int64_t tokens, KvCacheTokens(c, *backend, options));
+  SS_ASSIGN_OR_RETURN(const int64_t tokens, KvCacheTokens(c, model->kv_layers(), *backend, options));
   model::PagedKvCacheShape shape;
-  shape.num_layers = c.num_layers;
+  shape.num_layers = model->kv_layers();
   shape.num_blocks = static_cast<int>((tokens + options.block_tokens - 1) / options.block_tokens);
   shape.block_tokens = options.block_tokens;
   shape.num_kv_heads = c.num_kv_heads;
@@ -356,7 +377,7 @@ std::vector<StepRows> ModelRunner::DecodeRows(const std::vector<SequenceKv*>& se
 
 absl::StatusOr<std::vector<int32_t>> ModelRunner::Step(
     absl::Span<const StepRows> rows, const kernels::SamplingBatch& sampling,
-    const std::function<absl::Status(int layer)>& on_layer_done, model::DraftHeadTokens* heads) {
+    const std::function<absl::Status(int layer)>& on_layer_done, model::DraftPass* draft) {
   int64_t sampled = 0;
   for (const StepRows& r : rows) {
     sampled += r.sample == model::LogitRows::kAll    ? static_cast<int64_t>(r.tokens.size())
@@ -370,7 +391,7 @@ absl::StatusOr<std::vector<int32_t>> ModelRunner::Step(
   }
   SS_ASSIGN_OR_RETURN(std::vector<model::ForwardSequence> batch, PrepareStep(rows));
   absl::StatusOr<std::vector<int32_t>> next =
-      model_->ForwardSample(batch, *cache_, sampling, on_layer_done, heads);
+      model_->ForwardSample(batch, *cache_, sampling, on_layer_done, draft);
   if (!next.ok()) {
     UndoStep(rows);
     return next.status();
@@ -432,7 +453,7 @@ absl::Status ModelRunner::Commit(SequenceKv& seq, absl::Span<const int32_t> keep
     SS_ASSIGN_OR_RETURN(const Tensor dst_flat, dst_slots.Reshape({m}));
     SS_ASSIGN_OR_RETURN(Tensor k, be.Allocate(be.compute_dtype(), kv_shape));
     SS_ASSIGN_OR_RETURN(Tensor v, be.Allocate(be.compute_dtype(), kv_shape));
-    for (int l = 0; l < config().num_layers; ++l) {
+    for (int l = 0; l < cache_->shape().num_layers; ++l) {  // the adapter's layer too
       SS_RETURN_IF_ERROR(be.ReadKv(cache_->layer(l), src_flat, k, v));
       SS_RETURN_IF_ERROR(be.WriteKv(k, v, dst_flat, cache_->layer(l)));
     }

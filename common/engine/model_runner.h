@@ -78,6 +78,10 @@ struct ModelRunnerOptions {
   // adapter from tools/train_spec_adapters.py, loaded once by Create (LlamaModel::LoadDraftHeads);
   // empty = none (TokenSwift then drafts with the model's own logits and the n-gram table only).
   std::string tokenswift_heads;
+  // Kangaroo's trained early-exit adapter (--kangaroo-adapter, issue 15): a safetensors file from
+  // tools/train_spec_adapters.py --method kangaroo (LlamaModel::LoadEarlyExitAdapter); the KV
+  // cache gets one more layer for it, filled by every step. Empty = none (Kangaroo refused).
+  std::string kangaroo_adapter;
 };
 
 // KV state of one sequence. Owned by the caller; handed to the runner for every step.
@@ -174,12 +178,12 @@ class ModelRunner {
   // unless these are draft rows) or
   // a sampling plan that does not match the sampled rows; nothing changes on error (except that a
   // sequence keeps a state slot it took, until Release).
-  // `heads`, when given, receives the draft heads' candidates of every sampled row
-  // (LlamaModel::ForwardSample; only with num_draft_heads() > 0 and every row sampled).
+  // `draft`, when given, makes the step a draft pass (model::DraftPass: TokenSwift's draft heads,
+  // Kangaroo's early exit; LlamaModel::ForwardSample's errors).
   absl::StatusOr<std::vector<int32_t>> Step(
       absl::Span<const StepRows> rows, const kernels::SamplingBatch& sampling,
       const std::function<absl::Status(int layer)>& on_layer_done = nullptr,
-      model::DraftHeadTokens* heads = nullptr);
+      model::DraftPass* draft = nullptr);
 
   // Keeps the pending rows `keep` (ascending indices into seq.pending_tokens) of a speculative
   // step: their KV moves to consecutive slots after the committed tokens (Backend::ReadKv +
@@ -260,6 +264,8 @@ class ModelRunner {
   const model::ModelConfig& config() const { return model_->config(); }
   // TokenSwift's draft heads loaded (options.tokenswift_heads), 0 without.
   int num_draft_heads() const { return model_->num_draft_heads(); }
+  // Whether Kangaroo's early-exit adapter is loaded (options.kangaroo_adapter).
+  bool has_early_exit_adapter() const { return model_->has_early_exit_adapter(); }
   // Whether the last Step warmed up or captured a step graph (LlamaModel): its time says little
   // about the steps after it, so speculation's cost model leaves it out.
   bool last_step_was_graph_setup() const { return model_->last_step_was_graph_setup(); }

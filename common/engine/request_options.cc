@@ -145,6 +145,22 @@ absl::Status Validate(const RequestOptions& options) {
         "speculation parameters too large: max_draft, lookahead window and guesses <= 64, "
         "n-gram <= 16");
   }
+  const bool model_drafts = spec.method == SpecMethod::kSparseSelf ||
+                            spec.method == SpecMethod::kTokenSwift ||
+                            spec.method == SpecMethod::kKangaroo;
+  if (model_drafts && options.decode.method != AttentionMethod::kDense) {
+    // The drafts are checked against the request's own decode attention; a sparse one would
+    // share the draft's selection state (TokenSelect) or make the draft pointless.
+    return absl::InvalidArgumentError(
+        absl::StrCat(SpecMethodName(spec.method),
+                     " speculation verifies with dense attention: the decode attention must be "
+                     "dense, not ",
+                     AttentionMethodName(options.decode.method)));
+  }
+  if (!(spec.kangaroo_eta >= 0 && spec.kangaroo_eta <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kangaroo eta must be in [0, 1], got ", spec.kangaroo_eta));
+  }
   if (spec.method == SpecMethod::kSparseSelf || spec.method == SpecMethod::kTokenSwift) {
     const absl::string_view name = SpecMethodName(spec.method);
     if (spec.sparse_self_attention != AttentionMethod::kTokenSelect &&
@@ -158,15 +174,6 @@ absl::Status Validate(const RequestOptions& options) {
           absl::StrCat(name, " needs sinks >= 0, window >= 1 and k >= 1; got sinks ",
                        spec.sparse_self_sinks, ", window ", spec.sparse_self_window, ", k ",
                        spec.sparse_self_k));
-    }
-    // The drafts are checked against the request's own decode attention; a sparse one would
-    // share the draft's selection state (TokenSelect) or make the draft pointless.
-    if (options.decode.method != AttentionMethod::kDense) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name,
-                       " speculation verifies with dense attention: the decode attention must be "
-                       "dense, not ",
-                       AttentionMethodName(options.decode.method)));
     }
   }
   if (!spec.tokenswift_tree.empty()) {
@@ -208,14 +215,9 @@ AttentionChoice SparseSelfDraftAttention(const SpeculationChoice& spec) {
 }
 
 absl::Status CheckImplemented(const RequestOptions& options) {
-  // The speculation methods whose issue has not landed yet (issue 15) are refused by name;
-  // attention methods a backend lacks are refused by Backend::SupportsAttention.
-  const SpecMethod m = options.spec.method;
-  if (m == SpecMethod::kKangaroo) {
-    return absl::UnimplementedError(absl::StrCat("speculation method '",
-                                                 SpecMethodName(options.spec.method),
-                                                 "' is not implemented in this build yet"));
-  }
+  // Every speculation method of the API is built (issues 14, 15); attention methods a backend
+  // lacks are refused by Backend::SupportsAttention.
+  (void)options;
   return absl::OkStatus();
 }
 

@@ -74,6 +74,10 @@ struct SpeculationChoice {
   std::vector<int> tokenswift_tree;
   int tokenswift_ngram_k = -1;
   int tokenswift_ngram_lag = -1;
+  // kangaroo (papers/lookahead.md §2): drafts with the model's first layers and the server's
+  // early-exit adapter (--kangaroo-adapter) and stops a draft at the first token whose top
+  // probability is at most `kangaroo_eta` (the second early exit; Kangaroo's η = 0.6).
+  float kangaroo_eta = 0.6f;
 };
 
 struct RequestOptions {
@@ -103,7 +107,8 @@ absl::Status ApplyAttentionMethodNames(absl::string_view attention, absl::string
 // kInvalidArgument when a method is used in the wrong phase (minference for decode) or its
 // parameters are out of range (a sliding window < 1, ...).
 absl::Status Validate(const RequestOptions& options);
-// kUnimplemented naming the first chosen method this build does not have yet.
+// kUnimplemented naming the first chosen method this build does not have yet (none today; the
+// backend refuses attention methods it lacks, Backend::SupportsAttention).
 absl::Status CheckImplemented(const RequestOptions& options);
 
 // The attention sparse-self and TokenSwift draft with (SpeculationChoice::sparse_self_*), as a

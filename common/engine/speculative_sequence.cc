@@ -76,7 +76,22 @@ absl::StatusOr<std::unique_ptr<SpeculativeSequence>> SpeculativeSequence::Create
       seq->draft_pattern_ = *std::move(draft_pattern);
       return seq;
     }
-    default:  // CheckImplemented refused it
+    case SpecMethod::kKangaroo: {
+      if (!runner.has_early_exit_adapter()) {
+        return absl::FailedPreconditionError(
+            "speculation kangaroo: the server has no early-exit adapter (start it with "
+            "--kangaroo-adapter, made by tools/train_spec_adapters.py --method kangaroo)");
+      }
+      if (depth == 0) depth = spec::kDefaultKangarooDepth;
+      auto drafter = std::make_unique<spec::ModelDraftProposer>(depth);
+      spec::ModelDraftProposer* model_draft = drafter.get();
+      auto seq = std::unique_ptr<SpeculativeSequence>(
+          new SpeculativeSequence(choice, std::move(drafter), depth));
+      seq->model_draft_ = model_draft;
+      seq->draft_early_exit_ = true;  // dense attention over the shallow layers' full cache
+      return seq;
+    }
+    default:
       return absl::InternalError(
           absl::StrCat("no drafter for speculation method '", SpecMethodName(choice.method), "'"));
   }

@@ -74,6 +74,10 @@ class SpeculativeSequence {
   // (0 = none). REQUIRES: drafts_on_model().
   int DraftPassesAt(int depth) const { return model_draft_->PassesAt(depth); }
   int DraftHeadTopK() const { return model_draft_->HeadTopK(); }
+  // Kangaroo: the passes exit early through the adapter (model::DraftPass::early_exit), and the
+  // draft stops before the first token whose top probability is at most DraftStopProbability().
+  bool DraftEarlyExit() const { return draft_early_exit_; }
+  float DraftStopProbability() const { return choice_.kangaroo_eta; }
   // What those passes drafted; the next Plan verifies it (at most its depth).
   // REQUIRES: drafts_on_model().
   void SetModelDraft(spec::ModelDraft draft);
@@ -113,6 +117,7 @@ class SpeculativeSequence {
   // attention.
   spec::ModelDraftProposer* model_draft_ = nullptr;
   kernels::AttentionPattern draft_pattern_;
+  bool draft_early_exit_ = false;
   // Adds the emitted tokens to a pending shadow draft and records it once it is decided.
   void FeedShadow(absl::Span<const int32_t> emitted);
 

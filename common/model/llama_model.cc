@@ -79,8 +79,13 @@ absl::Status LlamaModel::StackProjections() {
 absl::StatusOr<std::vector<int32_t>> LlamaModel::ForwardSample(
     const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
     const kernels::SamplingBatch& sampling,
-    const std::function<absl::Status(int layer)>& on_layer_kv_written, DraftHeadTokens* heads) {
-  SS_ASSIGN_OR_RETURN(const StepViews v, ComputeLogits(batch, cache, on_layer_kv_written));
+    const std::function<absl::Status(int layer)>& on_layer_kv_written, DraftPass* draft) {
+  const bool early_exit = draft != nullptr && draft->early_exit;
+  if (early_exit && !has_early_exit_adapter()) {
+    return absl::FailedPreconditionError("an early-exit draft pass needs the Kangaroo adapter");
+  }
+  SS_ASSIGN_OR_RETURN(const StepViews v,
+                      ComputeLogits(batch, cache, on_layer_kv_written, early_exit));
   if (v.logits.dim(0) == 0) {  // no row asked for a token (a prompt's middle chunk)
     SS_RETURN_IF_ERROR(ReadStepReports());
     return std::vector<int32_t>();
@@ -88,8 +93,9 @@ absl::StatusOr<std::vector<int32_t>> LlamaModel::ForwardSample(
   SS_RETURN_IF_ERROR(backend_->Sample(v.logits, sampling, v.tokens));
   Tensor host = Tensor::Zeros(DType::kI32, v.tokens.shape());
   SS_RETURN_IF_ERROR(backend_->CopyToHost(v.tokens, host));
-  if (heads != nullptr && !draft_heads_.empty()) {
-    SS_RETURN_IF_ERROR(RunDraftHeads(v, sampling, *heads));
+  if (early_exit) SS_RETURN_IF_ERROR(ReadTopProbabilities(v, *draft));
+  if (draft != nullptr && draft->head_top_k > 0 && !draft_heads_.empty()) {
+    SS_RETURN_IF_ERROR(RunDraftHeads(v, sampling, *draft));
   }
   // After the tokens' copy the step is done: a shadowed step's errors cost one small copy more.
   SS_RETURN_IF_ERROR(ReadStepReports());
@@ -203,7 +209,7 @@ absl::Status LlamaModel::UploadIndices(const StepInputs& in, const StepBuffers& 
 
 absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
     const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
-    const std::function<absl::Status(int layer)>& on_layer_kv_written) {
+    const std::function<absl::Status(int layer)>& on_layer_kv_written, bool early_exit) {
   kernels::Backend& be = *backend_;
   shadow_errors_.clear();
   shadow_pending_.clear();
@@ -226,7 +232,7 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
   // Models with windows on some layers only plan twice per step and run op by op.
   last_step_graph_setup_ = false;
   const bool graph = in.graphable && !in.mixed_windows && on_layer_kv_written == nullptr &&
-                     attention_probe_ == nullptr && m == n && graphs_.Eligible(n);
+                     attention_probe_ == nullptr && m == n && !early_exit && graphs_.Eligible(n);
   if (graph) {
     if (graph_step_.rows < 0) {
       SS_ASSIGN_OR_RETURN(graph_step_, AllocateStepBuffers(graphs_.max_rows(), graphs_.max_rows()));
@@ -279,15 +285,16 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
   }
   SS_RETURN_IF_ERROR(RunLayers(v, plan, in.mixed_windows ? &window_plan : nullptr,
                                in.shadow ? &shadow : nullptr, cache, on_layer_kv_written,
-                               attention_probe_ != nullptr ? &attention_probe_ : nullptr));
+                               attention_probe_ != nullptr ? &attention_probe_ : nullptr,
+                               early_exit));
   return v;
 }
 
 absl::Status LlamaModel::RunLayers(
     const StepViews& v, const kernels::AttentionPlan& plan,
     const kernels::AttentionPlan* window_plan, const ShadowPass* shadow, PagedKvCache& cache,
-    const std::function<absl::Status(int layer)>& on_layer_kv_written,
-    const AttentionProbe* probe) {
+    const std::function<absl::Status(int layer)>& on_layer_kv_written, const AttentionProbe* probe,
+    bool early_exit) {
   const ModelConfig& c = config_;
   kernels::Backend& be = *backend_;
   const int64_t n = v.ids.dim(0);
@@ -300,13 +307,17 @@ absl::Status LlamaModel::RunLayers(
   SS_ASSIGN_OR_RETURN(Tensor attn2, attn_out.Reshape({n, c.num_heads * hd}));
 
   SS_RETURN_IF_ERROR(be.Embedding(embedding_, v.ids, h));
-  for (int l = 0; l < c.num_layers; ++l) {
+  const int exit_layer = early_exit_.exit_layer;  // 0 = no adapter
+  for (int l = 0; l < (early_exit ? exit_layer : c.num_layers); ++l) {
     const LayerWeights& w = layers_[l];
     if (l == 0) {
       SS_RETURN_IF_ERROR(be.RmsNorm(h, w.attn_norm, c.rms_norm_eps, x));
     } else {  // adds the previous layer's FFN output into the residual stream
       SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, w.attn_norm, c.rms_norm_eps, x));
     }
+    // h is the output of layer l - 1: the early-exit adapter's K/V of these rows come from it
+    // (branch is free until this layer's attention output).
+    if (exit_layer > 0 && l == exit_layer) SS_RETURN_IF_ERROR(WriteAdapterKv(v, branch, cache));
     SS_RETURN_IF_ERROR(be.Linear(x, w.wqkv, w.bqkv, v.qkv));
     SS_RETURN_IF_ERROR(be.RopeWriteKv(v.qkv, v.positions, inv_freq_, v.slots, q, cache.layer(l)));
     if (on_layer_kv_written) SS_RETURN_IF_ERROR(on_layer_kv_written(l));
@@ -328,7 +339,22 @@ absl::Status LlamaModel::RunLayers(
     SS_RETURN_IF_ERROR(be.SiluMul(gate, up, v.act));
     SS_RETURN_IF_ERROR(be.Linear(v.act, w.w_down, Tensor(), branch));
   }
-  SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, final_norm_, c.rms_norm_eps, x));
+  if (early_exit) {  // Kangaroo's draft: the adapter's attention layer over its own KV
+    const EarlyExitAdapter& a = early_exit_;
+    const Tensor& kv = cache.layer(c.num_layers);
+    SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, a.input_norm, c.rms_norm_eps, x));
+    SS_RETURN_IF_ERROR(be.Linear(x, a.wqkv, Tensor(), v.qkv));
+    SS_RETURN_IF_ERROR(be.RopeWriteKv(v.qkv, v.positions, inv_freq_, v.slots, q, kv));
+    SS_RETURN_IF_ERROR(be.Attention(plan, q, kv, c.num_layers, attn_out));
+    SS_RETURN_IF_ERROR(be.Linear(attn2, a.wo, Tensor(), branch));
+    SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, a.output_norm, c.rms_norm_eps, x));
+  } else {
+    SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, final_norm_, c.rms_norm_eps, x));
+    // The adapter layer's K/V were written at layer exit_layer; reported last, in layer order.
+    if (exit_layer > 0 && on_layer_kv_written) {
+      SS_RETURN_IF_ERROR(on_layer_kv_written(c.num_layers));
+    }
+  }
   if (v.logit_rows.numel() == 0) return absl::OkStatus();  // no row asked for logits
   SS_RETURN_IF_ERROR(be.GatherRows(x, v.logit_rows, v.last));
   return be.Linear(v.last, lm_head_, Tensor(), v.logits);

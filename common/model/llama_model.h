@@ -81,11 +81,29 @@ struct DraftHeadWeights {
   Tensor proj;  // [hidden, hidden]
 };
 
-// Asks ForwardSample for the draft heads' candidates of every logits row.
-struct DraftHeadTokens {
-  int top_k = 0;  // candidates per head and row, best first (the sampling row's repetition
-                  // penalty applied to the logits first, as the target's sampling applies it)
-  std::vector<int32_t> tokens;  // out: [num_draft_heads][logits rows][top_k]
+// Kangaroo's early-exit adapter (papers/lookahead.md §2): after the model's first `exit_layer`
+// layers (residual stream h), a = h + wo · Attention(RopeQKV(wqkv · RmsNorm(h; input_norm))) over
+// the adapter's own KV cache — the paged cache's extra layer num_layers, which every full step
+// fills for its rows — and the draft's logits are the model's LMHead(RmsNorm(a; output_norm)).
+struct EarlyExitAdapter {
+  int exit_layer = 0;
+  Tensor input_norm, wqkv, wo, output_norm;  // wqkv: q, k, v stacked, as LayerWeights::wqkv
+};
+
+// A draft pass of the self-drafting methods: what it asks of ForwardSample besides each row's
+// sampled token, and what comes back.
+struct DraftPass {
+  // Kangaroo: run the first exit_layer layers and the early-exit adapter instead of the model's
+  // last layers (LoadEarlyExitAdapter; the step runs op by op, never as a step graph).
+  bool early_exit = false;
+  // TokenSwift: the draft heads' best `head_top_k` candidates of every logits row, best first
+  // (the sampling row's repetition penalty applied to the logits first, as the target's sampling
+  // applies it); 0 = none.
+  int head_top_k = 0;
+  std::vector<int32_t> head_tokens;  // out: [num_draft_heads][logits rows][head_top_k]
+  // out, early exit only: each logits row's largest probability (softmax of its raw logits),
+  // which Kangaroo's second exit compares with η.
+  std::vector<float> top_probability;
 };
 
 struct LayerWeights {
@@ -145,14 +163,15 @@ class LlamaModel {
   // token id per logits row. Errors of Forward, and kInvalidArgument from Backend::Sample for a
   // plan that does not match the rows.
   // `on_layer_kv_written` as in Forward.
-  // `heads`, when given (and the model has draft heads), also receives the draft heads'
-  // candidates of each logits row; kInvalidArgument when some row of the step has no logits
-  // (the heads start from every row's residual stream).
+  // `draft`, when given, makes the step a draft pass (DraftPass): draft heads need the model's
+  // heads (else none come back) and every row of the step a logits row (kInvalidArgument: the
+  // heads start from every row's residual stream); early exit needs the adapter
+  // (kFailedPrecondition).
   absl::StatusOr<std::vector<int32_t>> ForwardSample(
       const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
       const kernels::SamplingBatch& sampling,
       const std::function<absl::Status(int layer)>& on_layer_kv_written = nullptr,
-      DraftHeadTokens* heads = nullptr);
+      DraftPass* draft = nullptr);
 
   // Loads TokenSwift's draft heads from an adapter (tools/train_spec_adapters.py writes it):
   // tensors heads.{j}.norm.weight [hidden] and heads.{j}.proj.weight [hidden, hidden] for j = 0,
@@ -160,6 +179,17 @@ class LlamaModel {
   // adapter without heads, naming the tensor; replaces heads loaded before.
   absl::Status LoadDraftHeads(const TensorFile& file);
   int num_draft_heads() const { return static_cast<int>(draft_heads_.size()); }
+
+  // Loads Kangaroo's early-exit adapter (tools/train_spec_adapters.py --method kangaroo): tensors
+  // adapter.input_norm.weight, adapter.{q,k,v,o}_proj.weight (an attention layer of this model's
+  // shape) and adapter.output_norm.weight; the adapter drafts from the output of layer
+  // `exit_layer` - 1. kInvalidArgument for a shape that does not fit, an exit layer outside
+  // [1, num_layers) or a model with its own sliding window. The paged cache must then have
+  // kv_layers() layers.
+  absl::Status LoadEarlyExitAdapter(const TensorFile& file, int exit_layer);
+  bool has_early_exit_adapter() const { return early_exit_.exit_layer > 0; }
+  // Layers of the paged KV cache this model fills: its own, and the adapter's.
+  int kv_layers() const { return config_.num_layers + (has_early_exit_adapter() ? 1 : 0); }
 
   // Decode steps (one new token per sequence, or a few: verify steps; dense or sliding-window
   // attention, no mask, no per-layer hook) of at most `rows` rows run as step graphs on backends
@@ -298,14 +328,21 @@ class LlamaModel {
                       const kernels::AttentionWorkspace& workspace);
 
   // Runs the draft heads from the residual stream of step `v` (every row a logits row) and
-  // fills `heads` on the host. Overwrites v.h, v.x, v.branch, v.last and v.logits.
+  // fills draft.head_tokens on the host. Overwrites v.h, v.x, v.branch, v.last and v.logits.
   absl::Status RunDraftHeads(const StepViews& v, const kernels::SamplingBatch& sampling,
-                             DraftHeadTokens& heads);
+                             DraftPass& draft);
+  // Fills draft.top_probability from the logits of step `v` (copied to the host).
+  absl::Status ReadTopProbabilities(const StepViews& v, DraftPass& draft);
+  // The early-exit adapter's K/V of the rows of `v` from the residual stream h (the output of
+  // layer exit_layer - 1) into the cache's adapter layer; `scratch` [rows, hidden] in the compute
+  // dtype is overwritten, and so are v.qkv and v.q.
+  absl::Status WriteAdapterKv(const StepViews& v, const Tensor& scratch, PagedKvCache& cache);
 
   // One step up to the logits; returns the views holding them.
+  // `early_exit`: the draft pass of DraftPass::early_exit.
   absl::StatusOr<StepViews> ComputeLogits(
       const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
-      const std::function<absl::Status(int layer)>& on_layer_kv_written);
+      const std::function<absl::Status(int layer)>& on_layer_kv_written, bool early_exit = false);
   // The step's device ops, embedding to logits: what a step graph records.
   // `probe` (attention_probe_ on op-by-op steps, null under graphs) runs after each Attention.
   // `window_plan`, when not null, serves the model's windowed layers (StepInputs::window_attn).
@@ -313,7 +350,7 @@ class LlamaModel {
                          const kernels::AttentionPlan* window_plan, const ShadowPass* shadow,
                          PagedKvCache& cache,
                          const std::function<absl::Status(int layer)>& on_layer_kv_written,
-                         const AttentionProbe* probe = nullptr);
+                         const AttentionProbe* probe = nullptr, bool early_exit = false);
 
   ModelConfig config_;
   kernels::Backend* backend_;  // borrowed
@@ -345,6 +382,7 @@ class LlamaModel {
   Tensor sequence_state_;  // i32 [num_slots, slot_words] or empty (set_sequence_state)
   std::vector<LayerWeights> layers_;
   std::vector<DraftHeadWeights> draft_heads_;  // LoadDraftHeads; empty = none
+  EarlyExitAdapter early_exit_;                // LoadEarlyExitAdapter; exit_layer 0 = none
 };
 
 }  // namespace sparseserve::model

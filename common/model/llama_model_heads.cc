@@ -1,6 +1,8 @@
-// LlamaModel::RunDraftHeads — TokenSwift's multi-token draft heads after a forward step, and the
-// host-side choice of each head's candidates.
+// What LlamaModel adds to a forward step for the self-drafting methods: TokenSwift's multi-token
+// draft heads (and the host-side choice of each head's candidates), Kangaroo's adapter K/V and
+// its draft's top probabilities.
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -35,8 +37,33 @@ void TopK(const float* logits, int64_t vocab, float penalty, absl::Span<const in
 
 }  // namespace
 
+absl::Status LlamaModel::WriteAdapterKv(const StepViews& v, const Tensor& scratch,
+                                        PagedKvCache& cache) {
+  kernels::Backend& be = *backend_;
+  const EarlyExitAdapter& a = early_exit_;
+  SS_RETURN_IF_ERROR(be.RmsNorm(v.h, a.input_norm, config_.rms_norm_eps, scratch));
+  SS_RETURN_IF_ERROR(be.Linear(scratch, a.wqkv, Tensor(), v.qkv));
+  return be.RopeWriteKv(v.qkv, v.positions, inv_freq_, v.slots, v.q,
+                        cache.layer(config_.num_layers));
+}
+
+absl::Status LlamaModel::ReadTopProbabilities(const StepViews& v, DraftPass& draft) {
+  Tensor host = Tensor::Zeros(DType::kF32, v.logits.shape());
+  SS_RETURN_IF_ERROR(backend_->CopyToHost(v.logits, host));
+  const int64_t rows = host.dim(0), vocab = host.dim(1);
+  draft.top_probability.assign(static_cast<size_t>(rows), 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = host.data<float>() + r * vocab;
+    const float top = *std::max_element(row, row + vocab);
+    double sum = 0;  // softmax's denominator relative to the top logit: p_top = 1 / sum
+    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(row[i] - top));
+    draft.top_probability[static_cast<size_t>(r)] = static_cast<float>(1.0 / sum);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status LlamaModel::RunDraftHeads(const StepViews& v, const kernels::SamplingBatch& sampling,
-                                       DraftHeadTokens& heads) {
+                                       DraftPass& draft) {
   kernels::Backend& be = *backend_;
   const ModelConfig& c = config_;
   const int64_t m = v.logits.dim(0);
@@ -45,13 +72,9 @@ absl::Status LlamaModel::RunDraftHeads(const StepViews& v, const kernels::Sampli
         absl::StrCat("draft heads: every row of the step must have logits (", m, " of ",
                      v.h.dim(0), " do)"));
   }
-  if (heads.top_k < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("draft heads: top_k must be >= 1, got ", heads.top_k));
-  }
-  const int k = heads.top_k;
+  const int k = draft.head_top_k;
   const int64_t vocab = c.vocab_size;
-  heads.tokens.assign(draft_heads_.size() * static_cast<size_t>(m) * k, 0);
+  draft.head_tokens.assign(draft_heads_.size() * static_cast<size_t>(m) * k, 0);
   Tensor host = Tensor::Zeros(DType::kF32, v.logits.shape());
   std::vector<float> scratch;
   std::vector<int32_t> order;
@@ -72,7 +95,7 @@ absl::Status LlamaModel::RunDraftHeads(const StepViews& v, const kernels::Sampli
         const int32_t begin = sampling.penalized_begin[r], end = sampling.penalized_begin[r + 1];
         penalized = absl::MakeConstSpan(sampling.penalized_ids).subspan(begin, end - begin);
       }
-      int32_t* out = heads.tokens.data() + (i * static_cast<size_t>(m) + r) * k;
+      int32_t* out = draft.head_tokens.data() + (i * static_cast<size_t>(m) + r) * k;
       TopK(host.data<float>() + r * vocab, vocab, row.repetition_penalty, penalized, k, scratch,
            order, out);
     }

@@ -157,6 +157,41 @@ absl::Status LlamaModel::LoadDraftHeads(const TensorFile& file) {
   return absl::OkStatus();
 }
 
+absl::Status LlamaModel::LoadEarlyExitAdapter(const TensorFile& file, int exit_layer) {
+  const ModelConfig& c = config_;
+  if (exit_layer < 1 || exit_layer >= c.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("early-exit adapter: exit layer ", exit_layer,
+                                                   " is outside [1, ", c.num_layers, ")"));
+  }
+  if (c.sliding_window > 0) {
+    return absl::InvalidArgumentError(
+        "early-exit adapter: not available on a model with its own sliding window");
+  }
+  WeightUploader up(file, *backend_);
+  const int64_t hidden = c.hidden_size, q_dim = int64_t{c.num_heads} * c.head_dim;
+  const int64_t kv_dim = int64_t{c.num_kv_heads} * c.head_dim;
+  const bool permute = c.rope_pair_layout == RopePairLayout::kAdjacent;
+  EarlyExitAdapter a;
+  a.exit_layer = exit_layer;
+  SS_ASSIGN_OR_RETURN(a.input_norm, up.Load("adapter.input_norm.weight", {hidden}));
+  SS_ASSIGN_OR_RETURN(Tensor wq, up.Load("adapter.q_proj.weight", {q_dim, hidden},
+                                         permute ? c.num_heads : 0, c.head_dim));
+  SS_ASSIGN_OR_RETURN(Tensor wk, up.Load("adapter.k_proj.weight", {kv_dim, hidden},
+                                         permute ? c.num_kv_heads : 0, c.head_dim));
+  SS_ASSIGN_OR_RETURN(Tensor wv, up.Load("adapter.v_proj.weight", {kv_dim, hidden}));
+  SS_ASSIGN_OR_RETURN(a.wo, up.Load("adapter.o_proj.weight", {hidden, q_dim}));
+  SS_ASSIGN_OR_RETURN(a.output_norm, up.Load("adapter.output_norm.weight", {hidden}));
+  SS_ASSIGN_OR_RETURN(a.wqkv, backend_->Allocate(backend_->compute_dtype(),
+                                                 {q_dim + 2 * kv_dim, hidden}));
+  int64_t at = 0;
+  for (const Tensor* part : {&wq, &wk, &wv}) {
+    SS_RETURN_IF_ERROR(backend_->Copy(*part, a.wqkv.Slice(0, at, at + part->dim(0))));
+    at += part->dim(0);
+  }
+  early_exit_ = std::move(a);
+  return absl::OkStatus();
+}
+
 absl::Status LlamaModel::UploadInverseFrequencies() {
   kernels::RopeFrequencyParams rope;
   rope.head_dim = config_.head_dim;

@@ -82,6 +82,7 @@ absl::StatusOr<engine::RequestOptions> RequestOptionsFromProto(
   if (speculation.has_tokenswift_ngram_lag()) {
     s.tokenswift_ngram_lag = speculation.tokenswift_ngram_lag();
   }
+  if (speculation.has_kangaroo_eta()) s.kangaroo_eta = speculation.kangaroo_eta();
 
   SS_RETURN_IF_ERROR(engine::Validate(options));
   SS_RETURN_IF_ERROR(engine::CheckImplemented(options));

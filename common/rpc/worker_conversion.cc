@@ -18,7 +18,7 @@ v1::KvLayout KvLayoutOf(const engine::ModelRunner& runner) {
   v1::KvLayout layout;
   layout.set_dtype(std::string(DTypeName(runner.cache().dtype())));
   layout.set_block_tokens(runner.block_tokens());
-  layout.set_num_layers(runner.config().num_layers);
+  layout.set_num_layers(runner.cache().shape().num_layers);  // with an adapter's layer
   layout.set_num_kv_heads(runner.config().num_kv_heads);
   layout.set_head_dim(runner.config().head_dim);
   return layout;

@@ -1,6 +1,7 @@
 // ModelDraftProposer: the drafter of methods whose draft tokens come from forward passes of the
-// model itself — sparse self-speculation (the target model under sparse attention) and, through
-// its subclass TokenSwiftProposer, TokenSwift. The engine runs those passes (engine/model_draft.h)
+// model itself — sparse self-speculation (the target model under sparse attention), Kangaroo (its
+// first layers and an early-exit adapter) and, through its subclass TokenSwiftProposer,
+// TokenSwift. The engine runs those passes (engine/model_draft.h)
 // just before the step and hands what they drafted in; Propose turns it into the step's draft. It
 // cannot make a draft without them, so a plain step has no shadow draft (verify_only proposes
 // nothing) and acceptance is measured on speculative steps only. Not thread-safe.
@@ -48,6 +49,9 @@ class ModelDraftProposer : public DraftProposer {
  private:
   int max_depth_;
 };
+
+// Kangaroo's draft length γ (papers/lookahead.md §2: γ = 6; η stops most drafts earlier).
+inline constexpr int kDefaultKangarooDepth = 6;
 
 // Sparse self-speculation's default draft length (MagicDec drafts 2-4 tokens per step; the
 // controller shortens it where acceptance or step cost say so).

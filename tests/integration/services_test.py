@@ -702,12 +702,12 @@ def test_request_options_unknown_or_not_built_are_refused_by_name():
         req.decode_attention.window = 0
         code, details = _code_and_details(c.stub, req)
         assert code == grpc.StatusCode.INVALID_ARGUMENT and "window" in details
-        for field, value in (("speculation", "kangaroo"),):
-            req = greedy_request("Once upon a time", max_tokens=8)
-            getattr(req, field).method = value
-            code, details = _code_and_details(c.stub, req)
-            assert code == grpc.StatusCode.UNIMPLEMENTED, (field, value)
-            assert f"'{value}'" in details
+        # Kangaroo needs the server's early-exit adapter (this one has none).
+        req = greedy_request("Once upon a time", max_tokens=8)
+        req.speculation.method = "kangaroo"
+        code, details = _code_and_details(c.stub, req)
+        assert code == grpc.StatusCode.FAILED_PRECONDITION, details
+        assert "--kangaroo-adapter" in details
         # Explicit defaults and a window covering the whole context (= dense) are served.
         req = greedy_request("Once upon a time", max_tokens=60)
         req.prefill_attention.method = "dense"
@@ -916,13 +916,18 @@ def test_sliding_window_request_equals_generate_and_differs_from_dense(threshold
 def test_speculation_through_up_equals_plain_decoding(threshold, disaggregated):
     """Speculative decoding (issues 14, 15) on the decode worker: the server default (--spec) and
     a per-request choice, greedy and seeded, each give the tokens of plain single-process
-    `generate`; the drafts show in the spec_decode metrics. sparse-self drafts with a budget of
-    36 keys, far below the outputs' contexts."""
+    `generate`; the drafts show in the spec_decode metrics. sparse-self and tokenswift draft with
+    a budget of 36 keys, far below the outputs' contexts; tokenswift and kangaroo use stories260K's
+    trained adapters (tests/data/spec_adapters), loaded by both workers."""
     greedy_want = reference_tokens("Once upon a time", 200)
     seeded = ("--temperature=0.9", "--top-k=40", "--repetition-penalty=1.1", "--seed=11")
     seeded_want = reference_tokens("Once upon a time", 120, sampling=seeded)
+    adapters = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
+                            "spec_adapters")
     c = Cluster(extra=[f"--disagg-threshold={threshold}", "--spec=prompt-lookup",
-                       "--spec-controller=false"])
+                       "--spec-controller=false",
+                       f"--tokenswift-heads={adapters}/stories260K_tokenswift.safetensors",
+                       f"--kangaroo-adapter={adapters}/stories260K_kangaroo.safetensors"])
     try:
         def choose(req, method):
             if method:
@@ -931,12 +936,16 @@ def test_speculation_through_up_equals_plain_decoding(threshold, disaggregated):
                 req.speculation.lookahead_window = 4
                 req.speculation.lookahead_ngram = 4
                 req.speculation.lookahead_guesses = 4
-            if method == "sparse-self":
+            if method in ("sparse-self", "tokenswift"):
                 req.speculation.sparse_self_sinks = 4
                 req.speculation.sparse_self_window = 16
                 req.speculation.sparse_self_k = 16
+            if method == "tokenswift":
+                req.speculation.tokenswift_ngram_lag = 16
 
-        for method in ("", "prompt-lookup", "lookahead", "sparse-self", "none"):
+        # Both workers load the Kangaroo adapter: its KV layer moves with the prompt's KV.
+        for method in ("", "prompt-lookup", "lookahead", "sparse-self", "tokenswift", "kangaroo",
+                       "none"):
             req = greedy_request("Once upon a time", max_tokens=200)
             choose(req, method)
             _, text, last = run(c.stub, req)
@@ -955,11 +964,11 @@ def test_speculation_through_up_equals_plain_decoding(threshold, disaggregated):
                        if line.startswith(f"sparseserve_spec_decode_{family}{{") and
                        f'method="{method}"' in line)
 
-        for method in ("prompt-lookup", "lookahead", "sparse-self"):
+        for method in ("prompt-lookup", "lookahead", "sparse-self", "tokenswift", "kangaroo"):
             assert spec("draft_tokens_total", method) > 0, method
             assert spec("accepted_tokens_per_position_total", method) == \
                 spec("accepted_tokens_total", method)
-        for method in ("prompt-lookup", "sparse-self"):
+        for method in ("prompt-lookup", "sparse-self", "tokenswift", "kangaroo"):
             assert spec("accepted_tokens_total", method) > 0, method
             assert spec("mean_accepted_length", method) > 0, method
     finally:

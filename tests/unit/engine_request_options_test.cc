@@ -57,8 +57,8 @@ TEST(RequestOptionsTest, ValidateChecksPhasesAndParameters) {
   EXPECT_TRUE(CheckImplemented(o).ok());
   o.spec.method = SpecMethod::kPromptLookup;
   EXPECT_TRUE(CheckImplemented(o).ok());
-  o.spec.method = SpecMethod::kKangaroo;  // issue 15
-  EXPECT_EQ(CheckImplemented(o).code(), absl::StatusCode::kUnimplemented);
+  o.spec.method = SpecMethod::kKangaroo;  // issue 15: every method is built
+  EXPECT_TRUE(CheckImplemented(o).ok());
   o.spec.method = SpecMethod::kLookahead;
   o.spec.lookahead_ngram = 1;
   EXPECT_EQ(Validate(o).code(), absl::StatusCode::kInvalidArgument);
@@ -140,10 +140,17 @@ TEST(RequestOptionsTest, TokenSwiftChecksItsTreeAndTable) {
   // It drafts with the sparse-self attention and verifies dense, as sparse-self does.
   o.decode.method = AttentionMethod::kTokenSelect;
   EXPECT_THAT(Validate(o).message(), HasSubstr("tokenswift speculation verifies with dense"));
-  // Kangaroo is the one method not built yet.
+  // Kangaroo drafts with the model too: dense verification, and η in [0, 1].
   o = RequestOptions();
   o.spec.method = SpecMethod::kKangaroo;
-  EXPECT_EQ(CheckImplemented(o).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(Validate(o).ok());
+  for (const float eta : {-0.01f, 1.01f, std::nanf("")}) {
+    o.spec.kangaroo_eta = eta;
+    EXPECT_THAT(Validate(o).message(), HasSubstr("kangaroo eta")) << eta;
+  }
+  o.spec.kangaroo_eta = 0;
+  o.decode.method = AttentionMethod::kTokenSelect;
+  EXPECT_THAT(Validate(o).message(), HasSubstr("kangaroo speculation verifies with dense"));
 }
 
 RequestOptions Apply(absl::string_view attention, absl::string_view prefill,

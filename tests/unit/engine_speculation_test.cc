@@ -4,8 +4,9 @@
 // under sampling the first two generated tokens follow plain sampling's distribution (a
 // two-sample chi-square test over 20,000 seeded runs per mode), with a deliberately biased
 // verifier failing the same test. Modes: prompt lookup, Lookahead, sparse self-speculation
-// drafting with TokenSelect or a sliding window, and TokenSwift without and with the trained draft
-// heads of tests/data/spec_adapters (whose acceptance must beat no heads).
+// drafting with TokenSelect or a sliding window, TokenSwift without and with the trained draft
+// heads of tests/data/spec_adapters (whose acceptance must beat no heads), and Kangaroo with its
+// trained early-exit adapter.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -33,10 +34,11 @@ std::string ModelPath(const std::string& name) {
   return std::string(SPARSESERVE_TEST_DATA_DIR) + "/" + name;
 }
 
-// The trained TokenSwift heads of `model` (tools/train_spec_adapters.py).
-std::string HeadsPath(const std::string& model) {
-  return std::string(SPARSESERVE_TEST_DATA_DIR) + "/spec_adapters/" + model +
-         "_tokenswift.safetensors";
+// The trained adapter of `model` for `method` (tokenswift: draft heads, kangaroo: the early-exit
+// adapter; tools/train_spec_adapters.py).
+std::string AdapterPath(const std::string& model, const std::string& method) {
+  return std::string(SPARSESERVE_TEST_DATA_DIR) + "/spec_adapters/" + model + "_" + method +
+         ".safetensors";
 }
 
 // The modes under test: a speculation method and its parameters. "sparse-self-window" is
@@ -50,6 +52,7 @@ SpeculationChoice Choice(const std::string& mode) {
                                           : *ParseSpecMethod(mode);
   c.controller = false;  // a fixed draft length: every step verifies a draft
   if (c.method == SpecMethod::kPromptLookup) c.max_draft = 4;
+  if (c.method == SpecMethod::kKangaroo) c.max_draft = 6;  // γ; η stops most drafts earlier
   if (c.method == SpecMethod::kLookahead) {  // small enough for CI, deep enough (N - 1 = 3)
     c.lookahead_window = 3;
     c.lookahead_ngram = 4;
@@ -71,8 +74,8 @@ SpeculationChoice Choice(const std::string& mode) {
 
 class Fixture {
  public:
-  // `heads`: load the model's trained TokenSwift heads (HeadsPath).
-  explicit Fixture(const std::string& model, bool heads = false) {
+  // `adapters`: load the model's trained TokenSwift heads and Kangaroo adapter (AdapterPath).
+  explicit Fixture(const std::string& model, bool adapters = false) {
     const std::string path = ModelPath(model);
     if (path.empty()) return;
     auto src = OpenModelSource(path);
@@ -81,7 +84,10 @@ class Fixture {
     ModelRunnerOptions options;
     options.block_tokens = 16;
     options.tokenselect_max_k = 64;  // sparse-self's TokenSelect drafts
-    if (heads) options.tokenswift_heads = HeadsPath(model);
+    if (adapters) {
+      options.tokenswift_heads = AdapterPath(model, "tokenswift");
+      options.kangaroo_adapter = AdapterPath(model, "kangaroo");
+    }
     auto runner = ModelRunner::Create(source_, &backend_, options);
     if (runner.ok()) runner_ = std::move(*runner);
   }
@@ -107,10 +113,12 @@ class LosslessGreedyTest : public ::testing::TestWithParam<std::tuple<std::strin
 
 TEST_P(LosslessGreedyTest, EveryPromptsOutputEqualsPlainGreedy) {
   const auto& [model, mode] = GetParam();
-  Fixture f(model, mode == "tokenswift-heads");
+  const bool adapters = mode == "tokenswift-heads" || mode == "kangaroo";
+  Fixture f(model, adapters);
   if (f.runner() == nullptr) GTEST_SKIP() << model << " not found (run scripts/fetch_model.sh)";
-  if (mode == "tokenswift-heads") {
+  if (adapters) {
     ASSERT_GT(f.runner()->num_draft_heads(), 0);
+    ASSERT_TRUE(f.runner()->has_early_exit_adapter());
   }
   Generator gen(f.runner(), f.tokenizer());
   int64_t drafted = 0, accepted = 0, steps = 0, tokens = 0;
@@ -177,9 +185,9 @@ INSTANTIATE_TEST_SUITE_P(TokenSwift, LosslessGreedyTest,
                                                               "tiny_qwen2"),
                                             ::testing::Values("tokenswift")),
                          ParamName);
-INSTANTIATE_TEST_SUITE_P(TokenSwiftHeads, LosslessGreedyTest,
+INSTANTIATE_TEST_SUITE_P(TrainedAdapters, LosslessGreedyTest,
                          ::testing::Combine(::testing::Values("stories260K", "longctx_model"),
-                                            ::testing::Values("tokenswift-heads")),
+                                            ::testing::Values("tokenswift-heads", "kangaroo")),
                          ParamName);
 
 // The trained heads' purpose: on the same prompts, TokenSwift with them accepts more draft tokens
@@ -290,7 +298,7 @@ spec::AcceptedDraft BiasedAccept(const spec::StepDraft& draft, absl::Span<const 
 class LosslessSamplingTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    fixture_ = std::make_unique<Fixture>("stories260K", /*heads=*/true);
+    fixture_ = std::make_unique<Fixture>("stories260K", /*adapters=*/true);
     if (fixture_->runner() == nullptr) GTEST_SKIP() << "stories260K.gguf not found";
     // A story told twice, so that drafts exist for the root: prompt lookup finds the n-gram,
     // Lookahead's pool holds the prompt's n-grams.
@@ -390,7 +398,8 @@ class LosslessSamplingTest : public ::testing::Test {
 TEST_F(LosslessSamplingTest, FirstTwoTokensFollowPlainSampling) {
   const std::map<std::pair<int, int>, int> plain = Sample("none", 1, kRuns);
   ASSERT_GT(plain.size(), 3u) << "the test needs a spread distribution";
-  for (const std::string mode : {"prompt-lookup", "lookahead", "sparse-self", "tokenswift-heads"}) {
+  for (const std::string mode :
+       {"prompt-lookup", "lookahead", "sparse-self", "tokenswift-heads", "kangaroo"}) {
     drafted_ = 0;
     accepted_ = 0;
     // Other seeds than the plain runs': a test of the distribution, not of the coupling.
@@ -404,7 +413,7 @@ TEST_F(LosslessSamplingTest, FirstTwoTokensFollowPlainSampling) {
       EXPECT_EQ(FirstTwo(mode, seed), FirstTwo("none", seed)) << seed;
     }
   }
-  for (const std::string mode : {"prompt-lookup", "sparse-self", "tokenswift-heads"}) {
+  for (const std::string mode : {"prompt-lookup", "sparse-self", "tokenswift-heads", "kangaroo"}) {
     const double biased = HomogeneityPValue(plain, Sample(mode, 1'000'001, kRuns, &BiasedAccept));
     std::printf("%s, biased verifier: p = %.4g\n", mode.c_str(), biased);
     EXPECT_LT(biased, 1e-6) << mode;

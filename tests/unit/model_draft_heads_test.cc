@@ -1,4 +1,4 @@
-// LlamaModel's TokenSwift draft heads (LoadDraftHeads, ForwardSample's DraftHeadTokens) on the CPU
+// LlamaModel's TokenSwift draft heads (LoadDraftHeads, ForwardSample's DraftPass) on the CPU
 // backend with the random `tiny` model: a head with a zero projection repeats the model's own
 // logits (h_i = h_{i-1}), a head whose projection flips the residual stream ranks the vocabulary
 // upside down (the final norm is scale-free), the repetition penalty is applied before ranking,
@@ -83,13 +83,14 @@ class DraftHeadsTest : public ::testing::Test {
     run.logits.assign(logits->data<float>(), logits->data<float>() + logits->numel());
     kernels::SamplingBatch greedy;
     greedy.rows.resize(11);  // temperature 0: argmax
-    DraftHeadTokens heads{.top_k = k, .tokens = {}};
+    DraftPass pass;
+    pass.head_top_k = k;
     absl::StatusOr<std::vector<int32_t>> next =
         model_->ForwardSample(batch, *cache_, sampling != nullptr ? *sampling : greedy, nullptr,
-                              &heads);
+                              &pass);
     if (!next.ok()) return next.status();
     run.sampled = *next;
-    run.heads = heads.tokens;
+    run.heads = pass.head_tokens;
     return run;
   }
 
@@ -171,16 +172,19 @@ TEST_F(DraftHeadsTest, BadAdaptersAndStepsAreRefused) {
   seq.logits = LogitRows::kLast;
   kernels::SamplingBatch sampling;
   sampling.rows.resize(1);
-  DraftHeadTokens heads{.top_k = 2, .tokens = {}};
+  DraftPass pass;
+  pass.head_top_k = 2;
   absl::StatusOr<std::vector<int32_t>> next =
-      model_->ForwardSample({seq}, *cache_, sampling, nullptr, &heads);
+      model_->ForwardSample({seq}, *cache_, sampling, nullptr, &pass);
   EXPECT_EQ(next.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(next.status().message(), HasSubstr("every row"));
+  // An early exit without Kangaroo's adapter.
   seq.logits = LogitRows::kAll;
   sampling.rows.resize(3);
-  heads.top_k = 0;
-  next = model_->ForwardSample({seq}, *cache_, sampling, nullptr, &heads);
-  EXPECT_EQ(next.status().code(), absl::StatusCode::kInvalidArgument);
+  pass = DraftPass();
+  pass.early_exit = true;
+  next = model_->ForwardSample({seq}, *cache_, sampling, nullptr, &pass);
+  EXPECT_EQ(next.status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

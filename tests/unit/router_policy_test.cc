@@ -237,9 +237,12 @@ TEST_F(RouterTokenizerTest, PrepareRequestChecksOptionsAndForwardsThemAsGiven) {
   EXPECT_FALSE(prepared->prefill_attention.has_window());
   EXPECT_TRUE(prepared->prefill_attention.method().empty());
 
-  r.mutable_speculation()->set_method("kangaroo");  // issue 15
-  EXPECT_EQ(status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(status().message(), HasSubstr("kangaroo"));
+  // A speculation parameter out of range is refused by the router already.
+  r.mutable_decode_attention()->set_method("dense");
+  r.mutable_speculation()->set_method("kangaroo");
+  r.mutable_speculation()->set_kangaroo_eta(1.5f);
+  EXPECT_EQ(status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status().message(), HasSubstr("kangaroo eta"));
 }
 
 }  // namespace

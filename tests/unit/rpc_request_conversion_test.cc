@@ -130,19 +130,10 @@ TEST(RequestOptionsFromProtoTest, ValidateErrorsAreInvalidArgument) {
   EXPECT_EQ(Convert(r).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(RequestOptionsFromProtoTest, MethodsNotBuiltYetAreUnimplementedNamingThem) {
-  for (const auto& [field, method] :
-       {std::pair<std::string, std::string>{"spec", "kangaroo"}}) {
-    v1::GenerateRequest r;
-    if (field == "prefill") r.mutable_prefill_attention()->set_method(method);
-    if (field == "decode") r.mutable_decode_attention()->set_method(method);
-    if (field == "spec") r.mutable_speculation()->set_method(method);
-    absl::Status s = Convert(r).status();
-    EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << method;
-    EXPECT_THAT(s.message(), HasSubstr("'" + method + "'"));
-  }
+TEST(RequestOptionsFromProtoTest, EveryMethodIsBuilt) {
   // Explicit "none" and "dense" are fine, and so are minference (issue 12), tokenselect
-  // (issue 13), prompt-lookup and lookahead (issue 14), sparse-self and tokenswift (issue 15).
+  // (issue 13), prompt-lookup and lookahead (issue 14), sparse-self, tokenswift and kangaroo
+  // (issue 15).
   v1::GenerateRequest r;
   r.mutable_prefill_attention()->set_method("minference");
   r.mutable_speculation()->set_method("none");
@@ -192,6 +183,16 @@ TEST(RequestOptionsFromProtoTest, MethodsNotBuiltYetAreUnimplementedNamingThem) 
   s = Convert(r).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("tokenswift tree"));
+  // kangaroo: its η.
+  r.mutable_speculation()->clear_tokenswift_tree();
+  r.mutable_speculation()->set_method("kangaroo");
+  r.mutable_speculation()->set_kangaroo_eta(0.25f);
+  o = Convert(r);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->spec.method, engine::SpecMethod::kKangaroo);
+  EXPECT_FLOAT_EQ(o->spec.kangaroo_eta, 0.25f);
+  r.mutable_speculation()->set_kangaroo_eta(-0.1f);
+  EXPECT_THAT(Convert(r).status().message(), HasSubstr("kangaroo eta"));
 }
 
 }  // namespace
