@@ -95,15 +95,19 @@ lib=.devbundle/lib/libsparseserve_cuda_ops.so
 # under the controller and at a fixed draft length (the verify steps' cost per draft and batch).
 # sparse-self drafts with a 64-token window + 4 sinks here: CUDA's TokenSelect needs head_dim 64
 # or 128 (stories260K's is 8).
-# tokenswift drafts with the same window and stories260K's trained heads (tests/data/spec_adapters).
+# tokenswift drafts with the same window and stories260K's trained heads, kangaroo with its trained
+# early-exit adapter (tests/data/spec_adapters).
 if has spec; then
+  adapters=tests/data/spec_adapters
   for controller in true false; do
     run "spec_controller_$controller" sparseserve bench spec --device cuda \
       --model models/stories260K/stories260K.gguf --kv-cache-tokens 200000 \
       --spec-batches "${SPEC_BATCHES:-1,8,64}" --spec-tokens "${SPEC_TOKENS:-400}" \
       --spec-controller=$controller --sparse-self-attention sliding-window \
       --sparse-self-window 64 --sparse-self-sinks 4 \
-      --tokenswift-heads tests/data/spec_adapters/stories260K_tokenswift.safetensors ${SPEC_FLAGS:-}
+      --spec-modes prompt-lookup,lookahead,sparse-self,tokenswift,kangaroo,oracle:0,oracle:0.3,oracle:0.7 \
+      --tokenswift-heads $adapters/stories260K_tokenswift.safetensors \
+      --kangaroo-adapter $adapters/stories260K_kangaroo.safetensors ${SPEC_FLAGS:-}
   done
 fi
 # Issue 15: TokenSwift's draft heads trained by self-distillation (tools/train_spec_adapters.py)

@@ -1,7 +1,8 @@
 // `sparseserve bench spec`: speculative decoding against plain decoding on a real model, in
 // batches — tokens/s, steps compression, acceptance per draft position and exactness (greedy
-// outputs must equal plain decoding's) — for the real drafters (sparse-self's and TokenSwift's
-// draft passes run batched before each step, model_draft.h) and for an oracle drafter whose
+// outputs must equal plain decoding's) — for the real drafters (the draft passes of sparse-self,
+// TokenSwift and Kangaroo run batched before each step, model_draft.h) and for an oracle drafter
+// whose
 // every draft token is right with a forced probability, which measures the controller: with
 // acceptance 0 speculation must cost nothing (>= 0.95x plain), and it should gain where the
 // step cost allows (issue 14).
@@ -34,10 +35,10 @@ ABSL_FLAG(std::string, spec_batches, "1,8,64", "bench spec: batch sizes, comma-s
 ABSL_FLAG(std::string, spec_modes,
           "prompt-lookup,lookahead,sparse-self,tokenswift,oracle:0,oracle:0.3,oracle:0.7",
           "bench spec: modes set against plain decoding, comma-separated: prompt-lookup, "
-          "lookahead, sparse-self, tokenswift, or oracle:A (a drafter that knows plain decoding's "
-          "output and gets each draft token right with probability A). --spec-max-draft, "
-          "--spec-controller and the --lookahead-*, --sparse-self-* and --tokenswift-* flags "
-          "apply to all.");
+          "lookahead, sparse-self, tokenswift, kangaroo (needs --kangaroo-adapter), or oracle:A (a "
+          "drafter that knows plain decoding's output and gets each draft token right with "
+          "probability A). --spec-max-draft, --spec-controller and the --lookahead-*, "
+          "--sparse-self-*, --tokenswift-* and --kangaroo-* flags apply to all.");
 ABSL_FLAG(int, spec_tokens, 256, "bench spec: tokens generated per sequence (EOS ignored).");
 ABSL_FLAG(std::string, spec_prompts, "",
           "bench spec: a file of prompts, one per line (sequence i takes line i mod lines); "
@@ -118,10 +119,11 @@ absl::StatusOr<std::vector<Mode>> ParseModes(const std::string& text) {
       if (m.method != engine::SpecMethod::kPromptLookup &&
           m.method != engine::SpecMethod::kLookahead &&
           m.method != engine::SpecMethod::kSparseSelf &&
-          m.method != engine::SpecMethod::kTokenSwift) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--spec-modes: '", item,
-                         "' (prompt-lookup, lookahead, sparse-self, tokenswift or oracle:A)"));
+          m.method != engine::SpecMethod::kTokenSwift &&
+          m.method != engine::SpecMethod::kKangaroo) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--spec-modes: '", item,
+            "' (prompt-lookup, lookahead, sparse-self, tokenswift, kangaroo or oracle:A)"));
       }
     }
     out.push_back(m);

@@ -6,8 +6,8 @@
 # $SPEC_METHODS (default prompt-lookup, lookahead and sparse-self, issue 15, with its default
 # draft attention: TokenSelect over 16 sinks + 256 recent + 768 selected tokens; and
 # sparse-self-window, the same with a sliding-window draft; tokenswift without draft heads and
-# tokenswift-heads with the model's trained heads, tests/data/spec_adapters), with the
-# controller and at a fixed
+# tokenswift-heads with the model's trained heads; kangaroo with its trained early-exit adapter,
+# tests/data/spec_adapters), with the controller and at a fixed
 # draft length. Each run prints decode tokens/s, steps compression
 # (tok/step) and accepted draft share; every run's outputs must equal plain greedy decoding's
 # (printed per method: outputs equal / differ, with the first differing token position).
@@ -26,14 +26,17 @@ rc=0
 echo "### plain"
 sparseserve eval --device cuda --model $model --tasks "$tmp/tasks.jsonl" \
   --out "$out/spec_plain.json" 2>>"$out/spec_progress.log" || rc=1
-methods="prompt-lookup lookahead sparse-self sparse-self-window tokenswift tokenswift-heads"
+methods="prompt-lookup lookahead sparse-self sparse-self-window tokenswift tokenswift-heads kangaroo"
+adapters=tests/data/spec_adapters
 for method in ${SPEC_METHODS:-$methods}; do
   # sparse-self-window: sparse-self drafting with a sliding window (16 sinks + 256 recent keys).
   flags=(--spec "$method")
   [ "$method" = sparse-self-window ] &&
     flags=(--spec sparse-self --sparse-self-attention sliding-window)
   [ "$method" = tokenswift-heads ] &&
-    flags=(--spec tokenswift --tokenswift-heads tests/data/spec_adapters/longctx_model_tokenswift.safetensors)
+    flags=(--spec tokenswift --tokenswift-heads $adapters/longctx_model_tokenswift.safetensors)
+  [ "$method" = kangaroo ] &&
+    flags=(--spec kangaroo --kangaroo-adapter $adapters/longctx_model_kangaroo.safetensors)
   for controller in true false; do
     name="spec_${method}_controller_$controller"
     echo "### $method, controller $controller"

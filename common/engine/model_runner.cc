@@ -59,9 +59,10 @@ absl::Status LoadKangarooAdapter(const std::string& path, model::LlamaModel& mod
   const auto it = file->metadata().find("exit_layer");
   int exit_layer = 0;
   if (it == file->metadata().end() || !absl::SimpleAtoi(it->second, &exit_layer)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        context, ": no exit_layer in its metadata (not a Kangaroo adapter from "
-                 "tools/train_spec_adapters.py?)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(context,
+                     ": no exit_layer in its metadata (not a Kangaroo adapter from "
+                     "tools/train_spec_adapters.py?)"));
   }
   return AnnotateStatus(model.LoadEarlyExitAdapter(*file, exit_layer), context);
 }
@@ -89,8 +90,9 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   if (!options.tokenswift_heads.empty()) {
     SS_ASSIGN_OR_RETURN(std::unique_ptr<model::SafetensorsFile> heads,
                         model::SafetensorsFile::Open(options.tokenswift_heads));
-    SS_RETURN_IF_ERROR(AnnotateStatus(model->LoadDraftHeads(*heads),
-                                      absl::StrCat("--tokenswift-heads ", options.tokenswift_heads)));
+    SS_RETURN_IF_ERROR(
+        AnnotateStatus(model->LoadDraftHeads(*heads),
+                       absl::StrCat("--tokenswift-heads ", options.tokenswift_heads)));
   }
   if (!options.kangaroo_adapter.empty()) {
     SS_RETURN_IF_ERROR(LoadKangarooAdapter(options.kangaroo_adapter, *model));
@@ -108,7 +110,8 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     SS_ASSIGN_OR_RETURN(state,
                         SequenceStateTable::Create(*backend, options.max_sequences, state_words));
   }
-  SS_ASSIGN_OR_RETURN(const int64_t tokens, KvCacheTokens(c, model->kv_layers(), *backend, options));
+  SS_ASSIGN_OR_RETURN(const int64_t tokens,
+                      KvCacheTokens(c, model->kv_layers(), *backend, options));
   model::PagedKvCacheShape shape;
   shape.num_layers = model->kv_layers();
   shape.num_blocks = static_cast<int>((tokens + options.block_tokens - 1) / options.block_tokens);

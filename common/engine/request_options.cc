@@ -170,10 +170,9 @@ absl::Status Validate(const RequestOptions& options) {
                        AttentionMethodName(spec.sparse_self_attention)));
     }
     if (spec.sparse_self_sinks < 0 || spec.sparse_self_window < 1 || spec.sparse_self_k < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, " needs sinks >= 0, window >= 1 and k >= 1; got sinks ",
-                       spec.sparse_self_sinks, ", window ", spec.sparse_self_window, ", k ",
-                       spec.sparse_self_k));
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " needs sinks >= 0, window >= 1 and k >= 1; got sinks ", spec.sparse_self_sinks,
+          ", window ", spec.sparse_self_window, ", k ", spec.sparse_self_k));
     }
   }
   if (!spec.tokenswift_tree.empty()) {
@@ -196,9 +195,9 @@ absl::Status Validate(const RequestOptions& options) {
   }
   if (spec.tokenswift_ngram_k < -1 || spec.tokenswift_ngram_k > 64 ||
       spec.tokenswift_ngram_lag < -1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tokenswift: n-gram k in [0, 64] and lag >= 0 (-1 = default); got k ",
-        spec.tokenswift_ngram_k, ", lag ", spec.tokenswift_ngram_lag));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenswift: n-gram k in [0, 64] and lag >= 0 (-1 = default); got k ",
+                     spec.tokenswift_ngram_k, ", lag ", spec.tokenswift_ngram_lag));
   }
   return absl::OkStatus();
 }

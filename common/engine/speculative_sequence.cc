@@ -101,7 +101,7 @@ absl::StatusOr<std::unique_ptr<SpeculativeSequence>> SpeculativeSequence::Create
 }
 
 spec::TokenSwiftParams TokenSwiftParamsOf(const SpeculationChoice& spec,
-                                           const model::ModelConfig& config) {
+                                          const model::ModelConfig& config) {
   spec::TokenSwiftParams p;
   if (!spec.tokenswift_tree.empty()) p.tree = spec.tokenswift_tree;
   if (spec.tokenswift_ngram_k >= 0) p.ngram_k = spec.tokenswift_ngram_k;

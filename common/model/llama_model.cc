@@ -283,10 +283,9 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
     SS_ASSIGN_OR_RETURN(window_plan,
                         be.PlanAttention(in.window_attn, shape, window_step_workspace_));
   }
-  SS_RETURN_IF_ERROR(RunLayers(v, plan, in.mixed_windows ? &window_plan : nullptr,
-                               in.shadow ? &shadow : nullptr, cache, on_layer_kv_written,
-                               attention_probe_ != nullptr ? &attention_probe_ : nullptr,
-                               early_exit));
+  SS_RETURN_IF_ERROR(RunLayers(
+      v, plan, in.mixed_windows ? &window_plan : nullptr, in.shadow ? &shadow : nullptr, cache,
+      on_layer_kv_written, attention_probe_ != nullptr ? &attention_probe_ : nullptr, early_exit));
   return v;
 }
 

@@ -68,9 +68,8 @@ absl::Status LlamaModel::RunDraftHeads(const StepViews& v, const kernels::Sampli
   const ModelConfig& c = config_;
   const int64_t m = v.logits.dim(0);
   if (m != v.h.dim(0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("draft heads: every row of the step must have logits (", m, " of ",
-                     v.h.dim(0), " do)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "draft heads: every row of the step must have logits (", m, " of ", v.h.dim(0), " do)"));
   }
   const int k = draft.head_top_k;
   const int64_t vocab = c.vocab_size;
@@ -88,8 +87,9 @@ absl::Status LlamaModel::RunDraftHeads(const StepViews& v, const kernels::Sampli
     SS_RETURN_IF_ERROR(be.Linear(v.last, lm_head_, Tensor(), v.logits));
     SS_RETURN_IF_ERROR(be.CopyToHost(v.logits, host));
     for (int64_t r = 0; r < m; ++r) {
-      const kernels::SamplingRow row =
-          r < static_cast<int64_t>(sampling.rows.size()) ? sampling.rows[r] : kernels::SamplingRow{};
+      const kernels::SamplingRow row = r < static_cast<int64_t>(sampling.rows.size())
+                                           ? sampling.rows[r]
+                                           : kernels::SamplingRow{};
       absl::Span<const int32_t> penalized;
       if (static_cast<int64_t>(sampling.penalized_begin.size()) > r + 1) {
         const int32_t begin = sampling.penalized_begin[r], end = sampling.penalized_begin[r + 1];

@@ -51,15 +51,16 @@ class DraftHeadsTest : public ::testing::Test {
       std::vector<float> norm(static_cast<size_t>(hidden), 1.0f);
       std::vector<float> proj(static_cast<size_t>(hidden * hidden), 0.0f);
       for (int64_t i = 0; i < hidden; ++i) proj[static_cast<size_t>(i * hidden + i)] = scales[j];
-      tensors.push_back({absl::StrCat("heads.", j, ".norm.weight"), "F32", {hidden},
-                         testing::RawBytes(norm)});
-      tensors.push_back({absl::StrCat("heads.", j, ".proj.weight"), "F32", {hidden, hidden},
+      tensors.push_back(
+          {absl::StrCat("heads.", j, ".norm.weight"), "F32", {hidden}, testing::RawBytes(norm)});
+      tensors.push_back({absl::StrCat("heads.", j, ".proj.weight"),
+                         "F32",
+                         {hidden, hidden},
                          testing::RawBytes(proj)});
     }
     bytes_ = testing::BuildSafetensors(tensors);
-    absl::StatusOr<std::unique_ptr<SafetensorsFile>> file =
-        SafetensorsFile::FromBuffer("heads", reinterpret_cast<const uint8_t*>(bytes_.data()),
-                                    bytes_.size(), nullptr);
+    absl::StatusOr<std::unique_ptr<SafetensorsFile>> file = SafetensorsFile::FromBuffer(
+        "heads", reinterpret_cast<const uint8_t*>(bytes_.data()), bytes_.size(), nullptr);
     if (!file.ok()) return file.status();
     return model_->LoadDraftHeads(**file);
   }
@@ -85,9 +86,8 @@ class DraftHeadsTest : public ::testing::Test {
     greedy.rows.resize(11);  // temperature 0: argmax
     DraftPass pass;
     pass.head_top_k = k;
-    absl::StatusOr<std::vector<int32_t>> next =
-        model_->ForwardSample(batch, *cache_, sampling != nullptr ? *sampling : greedy, nullptr,
-                              &pass);
+    absl::StatusOr<std::vector<int32_t>> next = model_->ForwardSample(
+        batch, *cache_, sampling != nullptr ? *sampling : greedy, nullptr, &pass);
     if (!next.ok()) return next.status();
     run.sampled = *next;
     run.heads = pass.head_tokens;
