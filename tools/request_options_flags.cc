@@ -74,10 +74,11 @@ ABSL_FLAG(int, sparse_self_window, 256,
 ABSL_FLAG(int, sparse_self_k, 768,
           "sparse-self with tokenselect: tokens selected per layer besides the sinks and the "
           "window; at most --tokenselect-k on a server.");
-ABSL_FLAG(std::vector<std::string>, tokenswift_tree, {},
-          "tokenswift: candidates per draft depth, comma-separated, the first 1 (the token the model "
-          "drafts), then the top candidates of each draft head (--tokenswift-heads); empty = "
-          "TokenSwift's 1,3,3,3 (27 paths, 40 nodes).");
+ABSL_FLAG(
+    std::vector<std::string>, tokenswift_tree, {},
+    "tokenswift: candidates per draft depth, comma-separated, the first 1 (the token the model "
+    "drafts), then the top candidates of each draft head (--tokenswift-heads); empty = "
+    "TokenSwift's 1,3,3,3 (27 paths, 40 nodes).");
 ABSL_FLAG(int, tokenswift_ngram_k, -1,
           "tokenswift: the most frequent 4-grams of the output starting with the drafted token "
           "that each step also verifies (token reutilization); -1 = 20 (TokenSwift's), 0 = off.");
