@@ -428,11 +428,9 @@ void DecodeScheduler::EngineStep() {
       counted_selection_ = counts;
     }
     size_t k = 0;
-    int total_rows = 0;
     std::vector<Running*> finished;
     for (size_t i = 0; i < rows.size(); ++i) {
       Running& r = *owners[i];
-      total_rows += static_cast<int>(rows[i].tokens.size());
       if (rows[i].sample == model::LogitRows::kNone) continue;  // a prompt's middle chunk
       const size_t sampled = rows[i].sample == model::LogitRows::kAll ? rows[i].tokens.size() : 1;
       const absl::Span<const int32_t> tokens = absl::MakeConstSpan(*next).subspan(k, sampled);
@@ -468,11 +466,8 @@ void DecodeScheduler::EngineStep() {
       }
       if (!Emit(r, token)) finished.push_back(&r);
     }
-    bool speculative = false;
-    for (const engine::StepRows& r : rows) speculative |= r.speculative;
-    if (!runner_->last_step_was_graph_setup()) {  // a graph's warm-up or capture: not its cost
-      step_cost_.Record(total_rows, absl::ToDoubleSeconds(absl::Now() - step_start), speculative);
-    }
+    engine::RecordStepCost(*runner_, rows, absl::ToDoubleSeconds(absl::Now() - step_start),
+                           step_cost_);
     std::erase_if(running_, [&](const std::unique_ptr<Running>& r) {
       return std::find(finished.begin(), finished.end(), r.get()) != finished.end();
     });

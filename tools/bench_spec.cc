@@ -219,11 +219,9 @@ class SpecBench {
       }
       SS_ASSIGN_OR_RETURN(const std::vector<int32_t> next, runner_->Step(rows, sampling));
       size_t k = 0;
-      int total_rows = 0;
       for (size_t j = 0; j < live.size(); ++j) {
         const int i = live[j];
         const size_t count = rows[j].sample == model::LogitRows::kAll ? rows[j].tokens.size() : 1;
-        total_rows += static_cast<int>(rows[j].tokens.size());
         std::vector<int32_t> emitted = {next[k]};
         if (spec[i] != nullptr) {
           SS_ASSIGN_OR_RETURN(const engine::SpecStepResult done,
@@ -249,12 +247,9 @@ class SpecBench {
           ++result.tokens;
         }
       }
-      bool speculative = false;
-      for (const engine::StepRows& r : rows) speculative |= r.speculative;
-      if (!runner_->last_step_was_graph_setup()) {
-        cost_.Record(total_rows, std::chrono::duration<double>(Clock::now() - step_start).count(),
-                     speculative);
-      }
+      engine::RecordStepCost(*runner_, rows,
+                             std::chrono::duration<double>(Clock::now() - step_start).count(),
+                             cost_);
       ++result.steps;
     }
     result.seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -163,11 +163,8 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
       status = done.status();
       break;
     }
-    if (!runner_->last_step_was_graph_setup()) {
-      step_cost_.Record(static_cast<int>(rows.tokens.size()),
-                        std::chrono::duration<double>(Clock::now() - step_start).count(),
-                        rows.speculative);
-    }
+    RecordStepCost(*runner_, absl::MakeConstSpan(&rows, 1),
+                   std::chrono::duration<double>(Clock::now() - step_start).count(), step_cost_);
     result.spec_draft_tokens += done->drafted;
     result.spec_accepted_tokens += done->accepted;
     emitted.assign(done->emitted.begin() + 1, done->emitted.end());

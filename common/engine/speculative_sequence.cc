@@ -100,6 +100,18 @@ absl::StatusOr<std::unique_ptr<SpeculativeSequence>> SpeculativeSequence::Create
       new SpeculativeSequence(choice, std::move(proposer), depth));
 }
 
+void RecordStepCost(const ModelRunner& runner, absl::Span<const StepRows> rows, double seconds,
+                    spec::StepCostModel& cost) {
+  if (runner.last_step_was_graph_setup()) return;
+  int total = 0;
+  bool speculative = false;
+  for (const StepRows& r : rows) {
+    total += static_cast<int>(r.tokens.size());
+    speculative |= r.speculative;
+  }
+  cost.Record(total, seconds, speculative);
+}
+
 spec::TokenSwiftParams TokenSwiftParamsOf(const SpeculationChoice& spec,
                                           const model::ModelConfig& config) {
   spec::TokenSwiftParams p;

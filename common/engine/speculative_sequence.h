@@ -138,6 +138,12 @@ class SpeculativeSequence {
   Verifier verifier_ = &spec::AcceptDraft;
 };
 
+// Records in `cost` a step over `rows` that took `seconds` (planning to finishing: host work
+// included) — unless the runner's last step warmed up or captured a step graph, whose time says
+// nothing of the steps after it. Speculative when some row is.
+void RecordStepCost(const ModelRunner& runner, absl::Span<const StepRows> rows, double seconds,
+                    spec::StepCostModel& cost);
+
 // TokenSwift's parameters of `spec` on a model of `config` (the defaults of TokenSwiftParams;
 // the 4-gram lag scaled down to an eighth of a shorter context).
 spec::TokenSwiftParams TokenSwiftParamsOf(const SpeculationChoice& spec,

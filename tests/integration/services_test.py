@@ -684,7 +684,7 @@ def _code_and_details(stub, request):
     return err.value.code(), err.value.details()
 
 
-def test_request_options_unknown_or_not_built_are_refused_by_name():
+def test_request_options_unknown_or_unavailable_are_refused_by_name():
     c = Cluster(num_prefill=1, num_decode=1, extra=["--disagg-threshold=3"])
     try:
         for field, value in (("prefill_attention", "flash"), ("decode_attention", "sparse"),

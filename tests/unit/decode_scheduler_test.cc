@@ -53,11 +53,18 @@ class DecodeSchedulerTest : public ::testing::Test {
     source_ = std::move(*src);
   }
 
-  std::unique_ptr<engine::ModelRunner> Runner(int kv_tokens, int tokenselect_max_k = 0) {
+  // `adapters`: stories260K's trained TokenSwift heads and Kangaroo adapter.
+  std::unique_ptr<engine::ModelRunner> Runner(int kv_tokens, int tokenselect_max_k = 0,
+                                              bool adapters = false) {
     engine::ModelRunnerOptions options;
     options.kv_cache_tokens = kv_tokens;
     options.block_tokens = 16;
     options.tokenselect_max_k = tokenselect_max_k;
+    if (adapters) {
+      const std::string dir = std::string(SPARSESERVE_TEST_DATA_DIR) + "/spec_adapters/";
+      options.tokenswift_heads = dir + "stories260K_tokenswift.safetensors";
+      options.kangaroo_adapter = dir + "stories260K_kangaroo.safetensors";
+    }
     auto runner = engine::ModelRunner::Create(source_, &backend_, options);
     EXPECT_TRUE(runner.ok()) << runner.status();
     return std::move(*runner);
@@ -316,19 +323,21 @@ TEST_F(DecodeSchedulerTest, SeededSamplingIsReproducibleBatchedAndUnderPreemptio
 // Speculative decoding inside continuous batching (issues 14, 15): sequences of different modes
 // (none, prompt lookup and Lookahead at a fixed draft length, prompt lookup under the controller,
 // sparse self-speculation drafting with TokenSelect at a fixed length and with a sliding window
-// under the controller) share steps, greedy and seeded, in a roomy pool and in one so small that
-// sequences are preempted;
+// under the controller, TokenSwift with trained heads and Kangaroo at fixed lengths: their draft
+// passes batched, Kangaroo's early exits in steps of their own) share
+// steps, greedy and seeded, in a roomy pool and in one so small that sequences are preempted;
 // each gets exactly the tokens a lone plain run with its seed gets, drafts are counted in the
 // spec_decode metrics, and every block comes back.
 TEST_F(DecodeSchedulerTest, SpeculativeSequencesBatchedWithPlainOnesEqualPlainDecoding) {
-  const auto prompts = Prompts(6);
+  const auto prompts = Prompts(8);
   const engine::SpecMethod modes[] = {
       engine::SpecMethod::kNone,       engine::SpecMethod::kPromptLookup,
       engine::SpecMethod::kLookahead,  engine::SpecMethod::kPromptLookup,
-      engine::SpecMethod::kSparseSelf, engine::SpecMethod::kSparseSelf};
+      engine::SpecMethod::kSparseSelf, engine::SpecMethod::kSparseSelf,
+      engine::SpecMethod::kTokenSwift, engine::SpecMethod::kKangaroo};
   for (const bool seeded : {false, true}) {
-    for (const int kv_tokens : {0, 160}) {
-      auto runner = Runner(kv_tokens, /*tokenselect_max_k=*/16);
+    for (const int kv_tokens : {0, 200}) {
+      auto runner = Runner(kv_tokens, /*tokenselect_max_k=*/16, /*adapters=*/true);
       auto registry = std::make_shared<prometheus::Registry>();
       auto metrics = metrics::ServingMetrics::Create(registry, metrics::ServiceRole::kDecode);
       ASSERT_TRUE(metrics.ok()) << metrics.status();
@@ -343,6 +352,8 @@ TEST_F(DecodeSchedulerTest, SpeculativeSequencesBatchedWithPlainOnesEqualPlainDe
                               seeded ? Seeded(static_cast<int>(i)) : Greedy());
           job.options.spec.method = modes[i];
           job.options.spec.controller = i == 3 || i == 5;
+          job.options.spec.tokenswift_ngram_lag = 8;
+          job.options.spec.kangaroo_eta = 0.3f;
           job.options.spec.lookahead_window = 4;
           job.options.spec.lookahead_ngram = 4;
           job.options.spec.lookahead_guesses = 4;
@@ -370,6 +381,9 @@ TEST_F(DecodeSchedulerTest, SpeculativeSequencesBatchedWithPlainOnesEqualPlainDe
         EXPECT_GT((*metrics)->spec_decode_draft_tokens("prompt-lookup").Value(), 0);
         EXPECT_GT((*metrics)->spec_decode_draft_tokens("sparse-self").Value(), 0);
         EXPECT_GT((*metrics)->spec_decode_accepted_tokens("sparse-self").Value(), 0);
+        for (const char* method : {"tokenswift", "kangaroo"}) {
+          EXPECT_GT((*metrics)->spec_decode_accepted_tokens(method).Value(), 0) << method;
+        }
       }
     }
   }

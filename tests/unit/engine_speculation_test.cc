@@ -130,10 +130,12 @@ TEST_P(LosslessGreedyTest, EveryPromptsOutputEqualsPlainGreedy) {
   ASSERT_TRUE(f.status().ok()) << f.status();
   Generator gen(f.runner(), f.tokenizer());
   int64_t drafted = 0, accepted = 0, steps = 0, tokens = 0;
-  // TokenSwift verifies trees of up to 100 rows per step: fewer prompts keep CI's CPU time, and
-  // fewer and shorter still on the 20x larger long-context model.
+  // TokenSwift verifies trees of up to 100 rows per step and Kangaroo drafts up to 6 tokens: fewer
+  // prompts keep CI's CPU time, and fewer and shorter still on the 20x larger long-context model.
   const bool large = model == "longctx_model";
-  const int prompts = large ? 6 : Choice(mode).method == SpecMethod::kTokenSwift ? 40 : 200;
+  const SpecMethod method = Choice(mode).method;
+  const bool heavy = method == SpecMethod::kTokenSwift || method == SpecMethod::kKangaroo;
+  const int prompts = large ? 6 : heavy ? 40 : 200;
   for (int i = 0; i < prompts; ++i) {
     GenerationRequest request;
     request.prompt_tokens = Prompt(i, f.runner()->config().vocab_size);
@@ -352,6 +354,8 @@ class LosslessSamplingTest : public ::testing::Test {
         choice.sparse_self_window = 2;
         choice.sparse_self_k = 2;
       }
+      // Kangaroo drafts every step (no second exit): the runs must verify drafts to test them.
+      if (choice.method == SpecMethod::kKangaroo) choice.kangaroo_eta = 0;
       spec = *SpeculativeSequence::Create(choice, runner);
       if (verifier != nullptr) spec->set_verifier(verifier);
     }
