@@ -12,7 +12,9 @@
 # (the synthetic Llama-3-8B's verify-step cost per draft length and batch: `bench model
 # --decode-draft K`, K in $SPEC_DRAFTS) spec_self (sparse self-speculation's step costs on the
 # synthetic Llama-3-8B at long contexts, issue 15: plain decode, the verify step of 4 drafts and
-# the TokenSelect draft step, for the projection in bench/RESULTS.md) window (sliding-window models with rolling KV on CUDA,
+# the TokenSelect draft step, for the projection in bench/RESULTS.md) spec_train (TokenSwift's
+# draft heads trained for stories260K and the long-context test model by
+# tools/train_spec_adapters.py, into $out/adapters) window (sliding-window models with rolling KV on CUDA,
 # bench/window/window_check.sh, issue 17)
 # kernels attention peer bench baseline
 # (this binary against an older one, when packed) graphs (the
