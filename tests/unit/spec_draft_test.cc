@@ -268,6 +268,14 @@ TEST(ChooseDraftDepthsTest, ModelDraftsPayForTheirDraftPasses) {
   for (int i = 0; i < 20; ++i) flat.RecordDraftPass(2, 0.2);
   EXPECT_NEAR(flat.EstimateDraftPass(2), 0.2, 1e-6);
   EXPECT_EQ(ChooseDraftDepths(flat, std::vector<DraftOption>{g, g}, 2), (std::vector<int>{4, 4}));
+  // One pass for every depth (TokenSwift's heads): 10 tokens for 1 + 1 pass at 1.0 each wins
+  // where 4 passes did not.
+  StepCostModel pass_as_dear_as_a_step;
+  for (int rows : {2, 6, 2, 6}) pass_as_dear_as_a_step.Record(rows, 1.0);
+  DraftOption one = g;
+  one.one_pass = true;
+  EXPECT_EQ(ChooseDraftDepths(pass_as_dear_as_a_step, std::vector<DraftOption>{one, one}, 2),
+            (std::vector<int>{4, 4}));
   // The same draft from a proposer with no passes (prompt lookup) runs at any pass price.
   StepCostModel dear = flat;
   for (int i = 0; i < 40; ++i) dear.RecordDraftPass(2, 4.0);
