@@ -11,7 +11,8 @@
 # draft length. Each run prints decode tokens/s, steps compression
 # (tok/step) and accepted draft share; every run's outputs must equal plain greedy decoding's
 # (printed per method: outputs equal / differ, with the first differing token position).
-# Prompts: $SPEC_EVAL_NUM (default 8).
+# Prompts: $SPEC_EVAL_NUM (default 8). $SPEC_CONTROLLERS (default "true false") picks the
+# controller settings, $SPEC_EXTRA_FLAGS adds flags to every speculative run.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -37,10 +38,11 @@ for method in ${SPEC_METHODS:-$methods}; do
     flags=(--spec tokenswift --tokenswift-heads $adapters/longctx_model_tokenswift.safetensors)
   [ "$method" = kangaroo ] &&
     flags=(--spec kangaroo --kangaroo-adapter $adapters/longctx_model_kangaroo.safetensors)
-  for controller in true false; do
+  for controller in ${SPEC_CONTROLLERS:-true false}; do
     name="spec_${method}_controller_$controller"
     echo "### $method, controller $controller"
     sparseserve eval --device cuda --model $model --tasks "$tmp/tasks.jsonl" "${flags[@]}" \
+      ${SPEC_EXTRA_FLAGS:-} \
       --spec-controller=$controller --out "$out/$name.json" 2>>"$out/spec_progress.log" || rc=1
     python3 - "$out/spec_plain.json" "$out/$name.json" <<'PY' || rc=1
 import json, sys
