@@ -12,6 +12,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -134,7 +135,7 @@ absl::StatusOr<std::vector<Mode>> ParseModes(const std::string& text) {
 class SpecBench {
  public:
   SpecBench(engine::ModelRunner* runner, engine::SpeculationChoice choice, int tokens)
-      : runner_(runner), choice_(choice), tokens_(tokens) {}
+      : runner_(runner), choice_(std::move(choice)), tokens_(tokens) {}
 
   // Prefills every prompt, then decodes all of them in lockstep (one engine step per iteration,
   // greedy) under `mode` (method kNone = plain) until each has `tokens_` tokens.
@@ -247,9 +248,8 @@ class SpecBench {
           ++result.tokens;
         }
       }
-      engine::RecordStepCost(*runner_, rows,
-                             std::chrono::duration<double>(Clock::now() - step_start).count(),
-                             cost_);
+      engine::RecordStepCost(
+          *runner_, rows, std::chrono::duration<double>(Clock::now() - step_start).count(), cost_);
       ++result.steps;
     }
     result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
