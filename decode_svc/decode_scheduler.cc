@@ -364,8 +364,7 @@ void DecodeScheduler::EngineStep() {
   }
   if (!model_drafts.empty()) {
     if (absl::Status s = engine::RunModelDrafts(*runner_, model_drafts, &step_cost_); !s.ok()) {
-      SS_LOG_WARNING("sparse-self draft passes failed; verifying what they drafted: {}",
-                     s.ToString());
+      SS_LOG_WARNING("model draft passes failed; verifying what they drafted: {}", s.ToString());
     }
     step_start = absl::Now();  // the draft passes are priced apart (StepCostModel)
   }

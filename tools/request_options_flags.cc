@@ -80,13 +80,14 @@ ABSL_FLAG(
     "drafts), then the top candidates of each draft head (--tokenswift-heads); empty = "
     "TokenSwift's 1,3,3,3 (27 paths, 40 nodes).");
 ABSL_FLAG(int, tokenswift_ngram_k, -1,
-          "tokenswift: the most frequent 4-grams of the output starting with the drafted token "
-          "that each step also verifies (token reutilization); -1 = 20 (TokenSwift's), 0 = off.");
+          "tokenswift: the most frequent 4-grams of the sequence (prompt and output) starting with "
+          "the drafted token that each step also verifies (token reutilization); -1 = 20 "
+          "(TokenSwift's), 0 = off.");
 ABSL_FLAG(double, kangaroo_eta, 0.6,
           "kangaroo: a draft stops before the first token whose top probability is at most this "
           "(the second early exit; Kangaroo's 0.6). Needs the server's --kangaroo-adapter.");
 ABSL_FLAG(int, tokenswift_ngram_lag, -1,
-          "tokenswift: W, the 4-gram table counts the output up to this many tokens before its "
+          "tokenswift: W, the 4-gram table counts the sequence up to this many tokens before its "
           "end; -1 = 1024 (TokenSwift's), or an eighth of the context of models with less.");
 
 namespace sparseserve::tools {

@@ -136,6 +136,14 @@ def load_hf_llama(path):
     """(config, weights) of a Hugging Face Llama checkpoint directory (one model.safetensors)."""
     with open(os.path.join(path, "config.json")) as f:
         hf = json.load(f)
+    # This script's Llama has plain RoPE and no attention biases: refuse what it cannot run, rather
+    # than train against a different model than the engine serves.
+    scaling = hf.get("rope_scaling") or {}
+    if scaling.get("rope_type", scaling.get("type", "default")) not in ("default", None):
+        sys.exit(f"{path}: rope_scaling {scaling} is not supported by this script")
+    if hf.get("attention_bias") or hf.get("model_type") == "qwen2":
+        sys.exit(f"{path}: attention biases (Qwen2, attention_bias) are not supported by this "
+                 "script")
     theta = hf.get("rope_theta") or (hf.get("rope_parameters") or {}).get("rope_theta", 10000.0)
     heads = hf["num_attention_heads"]
     config = {"hidden": hf["hidden_size"], "layers": hf["num_hidden_layers"], "heads": heads,
@@ -618,7 +626,9 @@ def run_kangaroo(model, rows, held_out, args, started):
     print_adapter_table(before, after)
 
     tensors = {f"adapter.{name}.weight": p for name, p in adapter.named_parameters()}
+    # rope_pairs: the layout the q/k rows were trained in; the engine converts them from it.
     metadata = {"format": "sparseserve.kangaroo_adapter", "exit_layer": str(args.exit_layer),
+                "rope_pairs": config["rope_pairs"],
                 "hidden_size": str(config["hidden"]), "num_layers": str(config["layers"]),
                 "vocab_size": str(config["vocab"]),
                 "source_model": os.path.basename(os.path.normpath(args.model)),

@@ -27,7 +27,10 @@ absl::Status RunModelDrafts(ModelRunner& runner, absl::Span<const ModelDraftJob>
     const sampling::Sampler::Stream before = job.sampler->stream();
     for (int i = 0; i < d.passes; ++i) d.draws.push_back(job.sampler->DrawUniform());
     job.sampler->set_stream(before);
-    if (runner.num_draft_heads() > 0) head_top_k = std::max(head_top_k, job.spec->DraftHeadTopK());
+    // Heads draft depths 2 and deeper: a depth-1 draft has no use for them.
+    if (runner.num_draft_heads() > 0 && job.depth >= 2) {
+      head_top_k = std::max(head_top_k, job.spec->DraftHeadTopK());
+    }
     drafting.push_back(std::move(d));
   }
   absl::Status status;
@@ -81,7 +84,7 @@ absl::Status RunModelDrafts(ModelRunner& runner, absl::Span<const ModelDraftJob>
           continue;
         }
         d.made.chain.push_back((*next)[i]);
-        const int want = d.job->spec->DraftHeadTopK();
+        const int want = d.job->depth >= 2 ? d.job->spec->DraftHeadTopK() : 0;
         if (pass.head_top_k == 0 || want == 0) continue;
         for (int h = 0; h < runner.num_draft_heads(); ++h) {
           const int32_t* best =

@@ -1,6 +1,7 @@
 #include "common/engine/model_runner.h"
 
 #include <algorithm>
+#include <map>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -51,20 +52,35 @@ absl::StatusOr<int64_t> KvCacheTokens(const model::ModelConfig& c, int kv_layers
 }
 
 // Kangaroo's adapter (--kangaroo-adapter): the safetensors file's metadata names the layer it
-// exits after (exit_layer, written by tools/train_spec_adapters.py).
+// exits after (exit_layer) and the RoPE pair layout of its q/k rows (rope_pairs: "adjacent" or
+// "half", as tools/train_spec_adapters.py trained them; absent = the model checkpoint's own).
 absl::Status LoadKangarooAdapter(const std::string& path, model::LlamaModel& model) {
   const std::string context = absl::StrCat("--kangaroo-adapter ", path);
   SS_ASSIGN_OR_RETURN(std::unique_ptr<model::SafetensorsFile> file,
                       model::SafetensorsFile::Open(path));
-  const auto it = file->metadata().find("exit_layer");
+  const std::map<std::string, std::string>& meta = file->metadata();
+  const auto exit = meta.find("exit_layer");
   int exit_layer = 0;
-  if (it == file->metadata().end() || !absl::SimpleAtoi(it->second, &exit_layer)) {
+  if (exit == meta.end()) {
     return absl::InvalidArgumentError(
         absl::StrCat(context,
                      ": no exit_layer in its metadata (not a Kangaroo adapter from "
                      "tools/train_spec_adapters.py?)"));
   }
-  return AnnotateStatus(model.LoadEarlyExitAdapter(*file, exit_layer), context);
+  if (!absl::SimpleAtoi(exit->second, &exit_layer)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(context, ": exit_layer '", exit->second, "' is not an integer"));
+  }
+  model::RopePairLayout pairs = model.config().rope_pair_layout;
+  if (const auto it = meta.find("rope_pairs"); it != meta.end()) {
+    if (it->second != "adjacent" && it->second != "half") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(context, ": rope_pairs '", it->second, "' is neither adjacent nor half"));
+    }
+    pairs = it->second == "adjacent" ? model::RopePairLayout::kAdjacent
+                                     : model::RopePairLayout::kHalves;
+  }
+  return AnnotateStatus(model.LoadEarlyExitAdapter(*file, exit_layer, pairs), context);
 }
 
 }  // namespace

@@ -65,9 +65,9 @@ class SpeculativeSequence {
   int max_depth() const { return max_depth_; }
   const spec::AcceptanceStats& acceptance() const { return acceptance_; }
 
-  // Whether its drafts are forward passes of the model (sparse-self, TokenSwift): the decode loop
-  // runs them with RunModelDrafts (model_draft.h) under draft_pattern() before Plan, at the
-  // planned depth.
+  // Whether its drafts are forward passes of the model (sparse-self, TokenSwift, Kangaroo): the
+  // decode loop runs them with RunModelDrafts (model_draft.h) under draft_pattern() before Plan,
+  // at the planned depth.
   bool drafts_on_model() const { return model_draft_ != nullptr; }
   const kernels::AttentionPattern& draft_pattern() const { return draft_pattern_; }
   // Forward passes a draft of `depth` takes, and the draft heads' candidates the first asks for

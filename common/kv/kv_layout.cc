@@ -48,9 +48,15 @@ absl::Status CheckCompatible(const KvLayout& ours, const KvLayout& theirs) {
   if (ours.num_layers != theirs.num_layers) differ.push_back("num_layers");
   if (ours.num_kv_heads != theirs.num_kv_heads) differ.push_back("num_kv_heads");
   if (ours.head_dim != theirs.head_dim) differ.push_back("head_dim");
+  // The usual cause of a layer-count mismatch between workers of one model: a Kangaroo adapter
+  // (one more KV layer) loaded on one side only.
+  const absl::string_view hint =
+      ours.num_layers != theirs.num_layers
+          ? "; workers differ in num_layers when only some load --kangaroo-adapter"
+          : "";
   return absl::FailedPreconditionError(
       absl::StrCat("KV layout mismatch: ours [", ours.ToString(), "] vs theirs [",
-                   theirs.ToString(), "] (differs in ", absl::StrJoin(differ, ", "), ")"));
+                   theirs.ToString(), "] (differs in ", absl::StrJoin(differ, ", "), ")", hint));
 }
 
 }  // namespace sparseserve::kv

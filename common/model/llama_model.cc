@@ -216,6 +216,11 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
   sparse_work_.clear();
   sparse_pending_ = 0;
   shadow_pending_errors_ = Tensor();
+  if (cache.shape().num_layers != kv_layers()) {
+    return absl::InvalidArgumentError(absl::StrCat("Forward: the KV cache has ",
+                                                   cache.shape().num_layers,
+                                                   " layers, this model fills ", kv_layers()));
+  }
   SS_ASSIGN_OR_RETURN(StepInputs in, FlattenBatch(batch, cache));
   PlanShadow(in);
   const int64_t n = static_cast<int64_t>(in.ids.size());

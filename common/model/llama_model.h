@@ -97,8 +97,8 @@ struct DraftPass {
   // last layers (LoadEarlyExitAdapter; the step runs op by op, never as a step graph).
   bool early_exit = false;
   // TokenSwift: the draft heads' best `head_top_k` candidates of every logits row, best first
-  // (the sampling row's repetition penalty applied to the logits first, as the target's sampling
-  // applies it); 0 = none.
+  // (the sampling row's repetition penalty applied to the logits first: the ids of the pass's own
+  // history, not the tree paths the verification rows will also penalise); 0 = none.
   int head_top_k = 0;
   std::vector<int32_t> head_tokens;  // out: [num_draft_heads][logits rows][head_top_k]
   // out, early exit only: each logits row's largest probability (softmax of its raw logits),
@@ -186,7 +186,9 @@ class LlamaModel {
   // `exit_layer` - 1. kInvalidArgument for a shape that does not fit, an exit layer outside
   // [1, num_layers) or a model with its own sliding window. The paged cache must then have
   // kv_layers() layers.
-  absl::Status LoadEarlyExitAdapter(const TensorFile& file, int exit_layer);
+  // `pairs`: the RoPE pair layout the adapter's q/k rows were trained in (its rows are converted
+  // to this model's halves layout like the model's own).
+  absl::Status LoadEarlyExitAdapter(const TensorFile& file, int exit_layer, RopePairLayout pairs);
   bool has_early_exit_adapter() const { return early_exit_.exit_layer > 0; }
   // Layers of the paged KV cache this model fills: its own, and the adapter's.
   int kv_layers() const { return config_.num_layers + (has_early_exit_adapter() ? 1 : 0); }

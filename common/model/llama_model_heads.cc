@@ -17,6 +17,9 @@ namespace {
 void TopK(const float* logits, int64_t vocab, float penalty, absl::Span<const int32_t> penalized,
           int k, std::vector<float>& scratch, std::vector<int32_t>& order, int32_t* out) {
   scratch.assign(logits, logits + vocab);
+  for (float& x : scratch) {
+    if (std::isnan(x)) x = -INFINITY;  // NaN would break the ordering partial_sort needs
+  }
   if (penalty != 1.0f) {
     for (const int32_t id : penalized) {  // an id listed twice is penalised once
       const float raw = logits[id];
@@ -57,7 +60,9 @@ absl::Status LlamaModel::ReadTopProbabilities(const StepViews& v, DraftPass& dra
     const float top = *std::max_element(row, row + vocab);
     double sum = 0;  // softmax's denominator relative to the top logit: p_top = 1 / sum
     for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(row[i] - top));
-    draft.top_probability[static_cast<size_t>(r)] = static_cast<float>(1.0 / sum);
+    // Non-finite logits: no confidence (the draft stops there).
+    draft.top_probability[static_cast<size_t>(r)] =
+        std::isfinite(top) && std::isfinite(sum) ? static_cast<float>(1.0 / sum) : 0.0f;
   }
   return absl::OkStatus();
 }

@@ -157,7 +157,8 @@ absl::Status LlamaModel::LoadDraftHeads(const TensorFile& file) {
   return absl::OkStatus();
 }
 
-absl::Status LlamaModel::LoadEarlyExitAdapter(const TensorFile& file, int exit_layer) {
+absl::Status LlamaModel::LoadEarlyExitAdapter(const TensorFile& file, int exit_layer,
+                                              RopePairLayout pairs) {
   const ModelConfig& c = config_;
   if (exit_layer < 1 || exit_layer >= c.num_layers) {
     return absl::InvalidArgumentError(absl::StrCat("early-exit adapter: exit layer ", exit_layer,
@@ -170,7 +171,7 @@ absl::Status LlamaModel::LoadEarlyExitAdapter(const TensorFile& file, int exit_l
   WeightUploader up(file, *backend_);
   const int64_t hidden = c.hidden_size, q_dim = int64_t{c.num_heads} * c.head_dim;
   const int64_t kv_dim = int64_t{c.num_kv_heads} * c.head_dim;
-  const bool permute = c.rope_pair_layout == RopePairLayout::kAdjacent;
+  const bool permute = pairs == RopePairLayout::kAdjacent;
   EarlyExitAdapter a;
   a.exit_layer = exit_layer;
   SS_ASSIGN_OR_RETURN(a.input_norm, up.Load("adapter.input_norm.weight", {hidden}));
@@ -189,6 +190,7 @@ absl::Status LlamaModel::LoadEarlyExitAdapter(const TensorFile& file, int exit_l
     at += part->dim(0);
   }
   early_exit_ = std::move(a);
+  set_step_graph_rows(graphs_.max_rows());  // graphs captured before record no adapter K/V
   return absl::OkStatus();
 }
 

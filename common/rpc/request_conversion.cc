@@ -76,8 +76,10 @@ absl::StatusOr<engine::RequestOptions> RequestOptionsFromProto(
   if (speculation.has_sparse_self_sinks()) s.sparse_self_sinks = speculation.sparse_self_sinks();
   if (speculation.has_sparse_self_window()) s.sparse_self_window = speculation.sparse_self_window();
   if (speculation.has_sparse_self_k()) s.sparse_self_k = speculation.sparse_self_k();
-  s.tokenswift_tree.assign(speculation.tokenswift_tree().begin(),
-                           speculation.tokenswift_tree().end());
+  if (speculation.tokenswift_tree_size() > 0) {  // empty: the server's default
+    s.tokenswift_tree.assign(speculation.tokenswift_tree().begin(),
+                             speculation.tokenswift_tree().end());
+  }
   if (speculation.has_tokenswift_ngram_k()) s.tokenswift_ngram_k = speculation.tokenswift_ngram_k();
   if (speculation.has_tokenswift_ngram_lag()) {
     s.tokenswift_ngram_lag = speculation.tokenswift_ngram_lag();

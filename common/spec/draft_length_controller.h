@@ -113,9 +113,10 @@ struct DraftOption {
   const AcceptanceStats* stats = nullptr;
   // Extra rows a draft of depth k adds (k = 1..), [max depth allowed]; rows_at[k - 1].
   std::vector<int> rows_at;
-  // The model drafts it (sparse-self): depth k also costs k draft passes before the step, shared
-  // with the other model-drafted sequences (StepCostModel::EstimateDraftPass); `one_pass`
-  // (TokenSwift): every depth costs one.
+  // The model drafts it (sparse-self, Kangaroo): depth k also costs k draft passes before the
+  // step, shared with the other model-drafted sequences (StepCostModel::EstimateDraftPass; one
+  // price for every kind of pass: a batch mixing Kangaroo's early exits with full passes is priced
+  // roughly); `one_pass` (TokenSwift): every depth costs one.
   bool model_draft = false;
   bool one_pass = false;
 };

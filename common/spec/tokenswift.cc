@@ -8,11 +8,18 @@ namespace sparseserve::spec {
 
 void FourGramTable::Update(absl::Span<const int32_t> history, int64_t end) {
   end = std::min<int64_t>(end, static_cast<int64_t>(history.size()));
-  for (int64_t e = std::max<int64_t>(counted_end_, kTokenSwiftNgramLength); e <= end; ++e) {
+  for (int64_t e = std::max<int64_t>(counted_end_ + 1, kTokenSwiftNgramLength); e <= end; ++e) {
     const int32_t* g = history.data() + e - kTokenSwiftNgramLength;
     ++counts_[g[0]][Continuation{g[1], g[2], g[3]}];
   }
   counted_end_ = std::max(counted_end_, end);
+}
+
+int64_t FourGramTable::Count(int32_t first, const Continuation& continuation) const {
+  const auto it = counts_.find(first);
+  if (it == counts_.end()) return 0;
+  const auto c = it->second.find(continuation);
+  return c == it->second.end() ? 0 : c->second;
 }
 
 std::vector<FourGramTable::Continuation> FourGramTable::Top(int32_t first, int k) const {

@@ -5,9 +5,10 @@
 // tokens after it; the step verifies a tree of them against the full cache:
 //   - the tree [1, 3, 3, 3]: the drafted token, then every path through the top 3 of heads 1..3
 //     (27 paths, 40 nodes);
-//   - token reutilization: the ngram_k most frequent 4-grams of the output so far that start with
-//     the drafted token, each a chain (merged with the tree where they share a prefix); the table
-//     counts the 4-grams that end ngram_lag (W) tokens or more before the end.
+//   - token reutilization: the ngram_k most frequent 4-grams of the sequence so far (prompt and
+//     output) that start with the drafted token, each a chain (merged with the tree where they
+//     share a prefix); the table counts the 4-grams that end ngram_lag (W) tokens or more before
+//     the end.
 // Verification is the framework's sample-and-match walk (draft.h): one target sample per tree
 // node, with the draw plain decoding would use, so the output equals plain decoding under
 // sampling too (the paper's code samples one token per branch, which is biased). Without heads
@@ -35,11 +36,13 @@ class FourGramTable {
   // Up to `k` continuations of `first`, most frequent first (ties: smaller tokens first, so the
   // order does not depend on hashing).
   std::vector<Continuation> Top(int32_t first, int k) const;
+  // How often `first` followed by `continuation` was counted.
+  int64_t Count(int32_t first, const Continuation& continuation) const;
   int64_t counted_end() const { return counted_end_; }
 
  private:
   absl::flat_hash_map<int32_t, absl::flat_hash_map<Continuation, int64_t>> counts_;
-  int64_t counted_end_ = 0;  // 4-grams ending before this index are counted
+  int64_t counted_end_ = 0;  // the 4-grams ending at or before this index are counted
 };
 
 struct TokenSwiftParams {

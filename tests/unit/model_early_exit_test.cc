@@ -53,7 +53,7 @@ class EarlyExitTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<SafetensorsFile>> file = SafetensorsFile::FromBuffer(
         "adapter", reinterpret_cast<const uint8_t*>(bytes_.data()), bytes_.size(), nullptr);
     if (!file.ok()) return file.status();
-    return model_->LoadEarlyExitAdapter(**file, exit_layer);
+    return model_->LoadEarlyExitAdapter(**file, exit_layer, config_.rope_pair_layout);
   }
 
   std::unique_ptr<PagedKvCache> NewCache() {

@@ -179,6 +179,14 @@ TEST(RequestOptionsFromProtoTest, EveryMethodIsBuilt) {
   EXPECT_EQ(o->spec.tokenswift_tree, (std::vector<int>{1, 2, 2}));
   EXPECT_EQ(o->spec.tokenswift_ngram_k, 0);
   EXPECT_EQ(o->spec.tokenswift_ngram_lag, 7);
+  // An empty tree is the server's default tree, not TokenSwift's.
+  engine::RequestOptions defaults;
+  defaults.spec.tokenswift_tree = {1, 4};
+  r.mutable_speculation()->clear_tokenswift_tree();
+  o = Convert(r, defaults);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->spec.tokenswift_tree, (std::vector<int>{1, 4}));
+  for (const int b : {1, 2, 2}) r.mutable_speculation()->add_tokenswift_tree(b);
   r.mutable_speculation()->set_tokenswift_tree(0, 2);
   s = Convert(r).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);

@@ -23,9 +23,13 @@ TEST(FourGramTableTest, CountsFourGramsUpToTheEndAndRanksByCount) {
   EXPECT_EQ(top[2], (FourGramTable::Continuation{9, 9, 9}));
   EXPECT_EQ(table.Top(5, 1).size(), 1u);
   EXPECT_TRUE(table.Top(7, 5).empty());
-  // Updating again with the same end counts nothing twice.
+  // Each 4-gram counted once, across calls; updating again with the same end adds nothing.
   table.Update(h, static_cast<int64_t>(h.size()));
-  EXPECT_EQ(table.Top(5, 1)[0], (FourGramTable::Continuation{1, 2, 3}));
+  EXPECT_EQ(table.Count(5, {1, 2, 3}), 2);
+  EXPECT_EQ(table.Count(5, {1, 2, 4}), 1);
+  EXPECT_EQ(table.Count(5, {9, 9, 9}), 1);
+  EXPECT_EQ(table.Count(1, {2, 3, 5}), 2);
+  EXPECT_EQ(table.Count(7, {1, 2, 3}), 0);
   EXPECT_EQ(table.counted_end(), static_cast<int64_t>(h.size()));
 }
 
