@@ -35,8 +35,9 @@ ABSL_FLAG(int, cuda_graph_batch, 64,
 
 ABSL_FLAG(std::string, tokenswift_heads, "",
           "TokenSwift's trained multi-token draft heads: a safetensors adapter made by "
-          "tools/train_spec_adapters.py for this model (tests/data has ones for stories260K and "
-          "the long-context test model). Without it --spec tokenswift drafts one token per step "
+          "tools/train_spec_adapters.py for this model (tests/data/spec_adapters has ones for "
+          "stories260K and the long-context test model). Without it --spec tokenswift drafts one "
+          "token per step "
           "from the model's own logits, plus its 4-gram table.");
 
 ABSL_FLAG(std::string, kangaroo_adapter, "",

@@ -65,8 +65,9 @@ ABSL_FLAG(int, lookahead_ngram, 0, "lookahead: n-gram size N; 0 = default (paper
 ABSL_FLAG(int, lookahead_guesses, 0,
           "lookahead: n-gram guesses G verified per step; 0 = default (paper: 15).");
 ABSL_FLAG(std::string, sparse_self_attention, "tokenselect",
-          "sparse-self: the attention the model drafts with over its own KV cache, tokenselect or "
-          "sliding-window (verification is dense, so the output is plain decoding's).");
+          "sparse-self and tokenswift: the attention the model drafts with over its own KV cache "
+          "(the --sparse-self-* flags set it for both), tokenselect or sliding-window "
+          "(verification is dense, so the output is plain decoding's).");
 ABSL_FLAG(int, sparse_self_sinks, 16,
           "sparse-self: leading cached tokens the draft always sees (TokenSwift: 16).");
 ABSL_FLAG(int, sparse_self_window, 256,
