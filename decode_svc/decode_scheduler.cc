@@ -96,7 +96,6 @@ absl::Status DecodeScheduler::Submit(DecodeJob job) {
   if (job.max_tokens < 1) return absl::InvalidArgumentError("max_tokens must be >= 1");
   if (absl::Status s = sampling::Validate(job.sampling); !s.ok()) return s;
   if (absl::Status s = engine::Validate(job.options); !s.ok()) return s;
-  if (absl::Status s = engine::CheckImplemented(job.options); !s.ok()) return s;
   if (job.sink == nullptr) return absl::InvalidArgumentError("no sink");
   auto r = std::make_unique<Running>();
   absl::StatusOr<kernels::AttentionPattern> prefill_pattern =

@@ -170,7 +170,6 @@ bool PrefillEngine::AdmitOne(std::unique_ptr<Running>& r) {
   const int bt = runner_->block_tokens();
   const int needed = (static_cast<int>(task.prompt.size()) + bt - 1) / bt;
   absl::Status status = engine::Validate(task.options);
-  if (status.ok()) status = engine::CheckImplemented(task.options);
   if (status.ok()) {
     absl::StatusOr<kernels::AttentionPattern> pattern =
         runner_->PrefillPattern(task.options.prefill, static_cast<int64_t>(task.prompt.size()));

@@ -108,8 +108,8 @@ if has spec; then
       --spec-controller=$controller --sparse-self-attention sliding-window \
       --sparse-self-window 64 --sparse-self-sinks 4 \
       --spec-modes prompt-lookup,lookahead,sparse-self,tokenswift,kangaroo,oracle:0,oracle:0.3,oracle:0.7 \
-      --tokenswift-heads $adapters/stories260K_tokenswift.safetensors \
-      --kangaroo-adapter $adapters/stories260K_kangaroo.safetensors ${SPEC_FLAGS:-}
+      --tokenswift-heads $adapters/s260k_tokenswift.safetensors \
+      --kangaroo-adapter $adapters/s260k_kangaroo.safetensors ${SPEC_FLAGS:-}
   done
 fi
 # Issue 15: TokenSwift's draft heads trained by self-distillation (tools/train_spec_adapters.py)
@@ -118,7 +118,7 @@ if has spec_train; then
   mkdir -p "$out/adapters"
   run spec_train_stories python3 tools/train_spec_adapters.py --method tokenswift \
     --model models/stories260K/stories260K.bin \
-    --out "$out/adapters/stories260K_tokenswift.safetensors" ${SPEC_TRAIN_STORIES_FLAGS:-}
+    --out "$out/adapters/s260k_tokenswift.safetensors" ${SPEC_TRAIN_STORIES_FLAGS:-}
   run spec_train_longctx python3 tools/train_spec_adapters.py --method tokenswift \
     --model tests/data/longctx_model \
     --out "$out/adapters/longctx_model_tokenswift.safetensors" ${SPEC_TRAIN_LONGCTX_FLAGS:-}

@@ -156,7 +156,6 @@ absl::StatusOr<engine::RequestOptions> RequestOptionsFromFlags() {
   // Validate's messages name the phase and parameter ("decode attention sliding-window needs a
   // window >= 1"); the flags are named after those.
   SS_RETURN_IF_ERROR(AnnotateStatus(engine::Validate(options), "attention and speculation flags"));
-  SS_RETURN_IF_ERROR(engine::CheckImplemented(options));
   return options;
 }
 

@@ -51,7 +51,6 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
   }
 
   SS_RETURN_IF_ERROR(Validate(request.options));
-  SS_RETURN_IF_ERROR(CheckImplemented(request.options));
   SS_ASSIGN_OR_RETURN(const kernels::AttentionPattern prefill_pattern,
                       runner_->PrefillPattern(request.options.prefill,
                                               static_cast<int64_t>(result.prompt_tokens.size())));

@@ -213,13 +213,6 @@ AttentionChoice SparseSelfDraftAttention(const SpeculationChoice& spec) {
   return c;
 }
 
-absl::Status CheckImplemented(const RequestOptions& options) {
-  // Every speculation method of the API is built (issues 14, 15); attention methods a backend
-  // lacks are refused by Backend::SupportsAttention.
-  (void)options;
-  return absl::OkStatus();
-}
-
 kernels::AttentionPattern AttentionPatternOf(const AttentionChoice& choice) {
   kernels::AttentionPattern p;
   switch (choice.method) {

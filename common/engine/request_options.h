@@ -6,8 +6,9 @@
 // sliding-window | tokenselect), each with its parameters, and a speculation method. The product's
 // main path is MInference for the prompt and TokenSelect for the decode of the same request
 // (ARCHITECTURE.md). Names are the ones users type (flags, API strings); parsing an unknown name is
-// kInvalidArgument, and a known method that this build does not have yet is kUnimplemented naming
-// it (CheckImplemented) — never a silent fallback. Value types; thread-safe when not mutated.
+// kInvalidArgument, and an attention method a backend lacks is kUnimplemented naming it
+// (Backend::SupportsAttention) — never a silent fallback. Value types; thread-safe when not
+// mutated.
 #ifndef SPARSESERVE_COMMON_ENGINE_REQUEST_OPTIONS_H_
 #define SPARSESERVE_COMMON_ENGINE_REQUEST_OPTIONS_H_
 
@@ -107,9 +108,6 @@ absl::Status ApplyAttentionMethodNames(absl::string_view attention, absl::string
 // kInvalidArgument when a method is used in the wrong phase (minference for decode) or its
 // parameters are out of range (a sliding window < 1, ...).
 absl::Status Validate(const RequestOptions& options);
-// kUnimplemented naming the first chosen method this build does not have yet (none today; the
-// backend refuses attention methods it lacks, Backend::SupportsAttention).
-absl::Status CheckImplemented(const RequestOptions& options);
 
 // The attention sparse-self and TokenSwift draft with (SpeculationChoice::sparse_self_*), as a
 // decode-phase choice.

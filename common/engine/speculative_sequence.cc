@@ -14,9 +14,6 @@ namespace sparseserve::engine {
 absl::StatusOr<std::unique_ptr<SpeculativeSequence>> SpeculativeSequence::Create(
     const SpeculationChoice& choice, const ModelRunner& runner) {
   const model::ModelConfig& config = runner.config();
-  RequestOptions options;
-  options.spec = choice;
-  SS_RETURN_IF_ERROR(CheckImplemented(options));  // the methods of issue 15, by name
   std::unique_ptr<spec::DraftProposer> proposer;
   int depth = choice.max_draft;
   switch (choice.method) {
@@ -69,12 +66,8 @@ absl::StatusOr<std::unique_ptr<SpeculativeSequence>> SpeculativeSequence::Create
         if (depth == 0) depth = spec::kDefaultSparseSelfDepth;
         drafter = std::make_unique<spec::ModelDraftProposer>(depth);
       }
-      spec::ModelDraftProposer* model_draft = drafter.get();
-      auto seq = std::unique_ptr<SpeculativeSequence>(
-          new SpeculativeSequence(choice, std::move(drafter), depth));
-      seq->model_draft_ = model_draft;
-      seq->draft_pattern_ = *std::move(draft_pattern);
-      return seq;
+      return ModelDrafted(choice, std::move(drafter), depth, *std::move(draft_pattern),
+                          /*early_exit=*/false);
     }
     case SpecMethod::kKangaroo: {
       if (!runner.has_early_exit_adapter()) {
@@ -83,13 +76,9 @@ absl::StatusOr<std::unique_ptr<SpeculativeSequence>> SpeculativeSequence::Create
             "--kangaroo-adapter, made by tools/train_spec_adapters.py --method kangaroo)");
       }
       if (depth == 0) depth = spec::kDefaultKangarooDepth;
-      auto drafter = std::make_unique<spec::ModelDraftProposer>(depth);
-      spec::ModelDraftProposer* model_draft = drafter.get();
-      auto seq = std::unique_ptr<SpeculativeSequence>(
-          new SpeculativeSequence(choice, std::move(drafter), depth));
-      seq->model_draft_ = model_draft;
-      seq->draft_early_exit_ = true;  // dense attention over the shallow layers' full cache
-      return seq;
+      // Dense attention over the shallow layers' full cache.
+      return ModelDrafted(choice, std::make_unique<spec::ModelDraftProposer>(depth), depth,
+                          kernels::AttentionPattern(), /*early_exit=*/true);
     }
     default:
       return absl::InternalError(
@@ -121,6 +110,18 @@ spec::TokenSwiftParams TokenSwiftParamsOf(const SpeculationChoice& spec,
                     ? spec.tokenswift_ngram_lag
                     : std::min(p.ngram_lag, config.max_position_embeddings / 8);
   return p;
+}
+
+std::unique_ptr<SpeculativeSequence> SpeculativeSequence::ModelDrafted(
+    const SpeculationChoice& choice, std::unique_ptr<spec::ModelDraftProposer> drafter, int depth,
+    kernels::AttentionPattern pattern, bool early_exit) {
+  spec::ModelDraftProposer* model_draft = drafter.get();
+  auto seq = std::unique_ptr<SpeculativeSequence>(
+      new SpeculativeSequence(choice, std::move(drafter), depth));
+  seq->model_draft_ = model_draft;
+  seq->draft_pattern_ = std::move(pattern);
+  seq->draft_early_exit_ = early_exit;
+  return seq;
 }
 
 std::unique_ptr<SpeculativeSequence> SpeculativeSequence::CreateWithProposer(

@@ -113,6 +113,11 @@ class SpeculativeSequence {
  private:
   SpeculativeSequence(const SpeculationChoice& choice,
                       std::unique_ptr<spec::DraftProposer> proposer, int max_depth);
+  // A sequence whose drafter is the model, drafting under `pattern` (`early_exit`: through
+  // Kangaroo's adapter).
+  static std::unique_ptr<SpeculativeSequence> ModelDrafted(
+      const SpeculationChoice& choice, std::unique_ptr<spec::ModelDraftProposer> drafter, int depth,
+      kernels::AttentionPattern pattern, bool early_exit);
   // The drafter when it is the model (sparse-self, TokenSwift; owned by proposer_), and its
   // attention.
   spec::ModelDraftProposer* model_draft_ = nullptr;

@@ -48,30 +48,30 @@ void LlamaModel::NoteSparseWork(const kernels::AttentionBatch& batch,
   }
 }
 
-absl::Status LlamaModel::StackProjections() {
+absl::StatusOr<Tensor> LlamaModel::StackRows(std::initializer_list<Tensor*> parts) const {
   kernels::Backend& be = *backend_;
+  int64_t rows = 0;
+  for (const Tensor* p : parts) rows += p->dim(0);
+  Shape shape = parts.begin()[0]->shape();
+  shape[0] = rows;
+  SS_ASSIGN_OR_RETURN(Tensor stacked, be.Allocate(be.compute_dtype(), shape));
+  int64_t at = 0;
+  for (Tensor* p : parts) {
+    const Tensor rows_of_p = stacked.Slice(0, at, at + p->dim(0));
+    SS_RETURN_IF_ERROR(be.Copy(*p, rows_of_p));
+    at += p->dim(0);
+    *p = rows_of_p;  // the separate tensor is freed once no view holds it
+  }
+  return stacked;
+}
+
+absl::Status LlamaModel::StackProjections() {
   for (LayerWeights& w : layers_) {
-    // Stacks parts along dim 0 into one new tensor and re-points each part at its rows.
-    auto stack = [&](std::initializer_list<Tensor*> parts) -> absl::StatusOr<Tensor> {
-      int64_t rows = 0;
-      for (const Tensor* p : parts) rows += p->dim(0);
-      Shape shape = parts.begin()[0]->shape();
-      shape[0] = rows;
-      SS_ASSIGN_OR_RETURN(Tensor stacked, be.Allocate(be.compute_dtype(), shape));
-      int64_t at = 0;
-      for (Tensor* p : parts) {
-        const Tensor rows_of_p = stacked.Slice(0, at, at + p->dim(0));
-        SS_RETURN_IF_ERROR(be.Copy(*p, rows_of_p));
-        at += p->dim(0);
-        *p = rows_of_p;  // the separate tensor is freed once no view holds it
-      }
-      return stacked;
-    };
-    SS_ASSIGN_OR_RETURN(w.wqkv, stack({&w.wq, &w.wk, &w.wv}));
+    SS_ASSIGN_OR_RETURN(w.wqkv, StackRows({&w.wq, &w.wk, &w.wv}));
     if (!w.bq.empty()) {
-      SS_ASSIGN_OR_RETURN(w.bqkv, stack({&w.bq, &w.bk, &w.bv}));
+      SS_ASSIGN_OR_RETURN(w.bqkv, StackRows({&w.bq, &w.bk, &w.bv}));
     }
-    SS_ASSIGN_OR_RETURN(w.w_gate_up, stack({&w.w_gate, &w.w_up}));
+    SS_ASSIGN_OR_RETURN(w.w_gate_up, StackRows({&w.w_gate, &w.w_up}));
   }
   return absl::OkStatus();
 }

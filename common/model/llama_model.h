@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <random>
 #include <vector>
@@ -258,6 +259,9 @@ class LlamaModel {
   // w_gate_up; the separate tensors become views of them. Run by Load and CreateRandom once the
   // weights are in.
   absl::Status StackProjections();
+  // One new tensor of `parts` stacked along dim 0 (same trailing shape); each part becomes a view
+  // of its rows.
+  absl::StatusOr<Tensor> StackRows(std::initializer_list<Tensor*> parts) const;
 
   // Rows a sequence of a graph-able step may add (the CUDA decode kernel's few-row limit).
   static constexpr int kGraphRowsPerSequence = 8;

@@ -182,13 +182,7 @@ absl::Status LlamaModel::LoadEarlyExitAdapter(const TensorFile& file, int exit_l
   SS_ASSIGN_OR_RETURN(Tensor wv, up.Load("adapter.v_proj.weight", {kv_dim, hidden}));
   SS_ASSIGN_OR_RETURN(a.wo, up.Load("adapter.o_proj.weight", {hidden, q_dim}));
   SS_ASSIGN_OR_RETURN(a.output_norm, up.Load("adapter.output_norm.weight", {hidden}));
-  SS_ASSIGN_OR_RETURN(a.wqkv,
-                      backend_->Allocate(backend_->compute_dtype(), {q_dim + 2 * kv_dim, hidden}));
-  int64_t at = 0;
-  for (const Tensor* part : {&wq, &wk, &wv}) {
-    SS_RETURN_IF_ERROR(backend_->Copy(*part, a.wqkv.Slice(0, at, at + part->dim(0))));
-    at += part->dim(0);
-  }
+  SS_ASSIGN_OR_RETURN(a.wqkv, StackRows({&wq, &wk, &wv}));
   early_exit_ = std::move(a);
   set_step_graph_rows(graphs_.max_rows());  // graphs captured before record no adapter K/V
   return absl::OkStatus();

@@ -87,7 +87,6 @@ absl::StatusOr<engine::RequestOptions> RequestOptionsFromProto(
   if (speculation.has_kangaroo_eta()) s.kangaroo_eta = speculation.kangaroo_eta();
 
   SS_RETURN_IF_ERROR(engine::Validate(options));
-  SS_RETURN_IF_ERROR(engine::CheckImplemented(options));
   return options;
 }
 

@@ -22,8 +22,8 @@ sampling::SamplingParams SamplingFromProto(const v1::SamplingParams& proto);
 // The request's attention and speculation choices over `defaults`: each unset method or
 // parameter keeps the default's value, each set one replaces it. Returns kInvalidArgument for an
 // unknown method name (naming the field and the known names) or for what engine::Validate
-// rejects (a method in the wrong phase, a parameter out of range); kUnimplemented naming the
-// method for what engine::CheckImplemented refuses. Never falls back to another method.
+// rejects (a method in the wrong phase, a parameter out of range). Never falls back to another
+// method.
 absl::StatusOr<engine::RequestOptions> RequestOptionsFromProto(
     const v1::PrefillAttention& prefill, const v1::DecodeAttention& decode,
     const v1::Speculation& speculation, const engine::RequestOptions& defaults);

@@ -165,7 +165,7 @@ expect_error "sparse-self with a sparse decode" "decode attention must be dense"
 expect_error "sparse-self draft k above --tokenselect-k" "--tokenselect-k" generate \
   --model "$model" --prompt hi --spec sparse-self --sparse-self-k 4096
 # tokenswift (issue 15): one draft pass with the trained heads, a tree of candidates verified.
-heads=$data/spec_adapters/stories260K_tokenswift.safetensors
+heads=$data/spec_adapters/s260k_tokenswift.safetensors
 "$bin" generate --model "$model" --prompt "Once upon a time" --max-tokens 120 --temperature 0 \
   --spec tokenswift --spec-controller=false --tokenswift-heads "$heads" --sparse-self-sinks 4 \
   --sparse-self-window 16 --sparse-self-k 16 --tokenswift-ngram-lag 16 >"$tmp/swift" 2>"$tmp/swift_err"

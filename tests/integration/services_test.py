@@ -926,8 +926,8 @@ def test_speculation_through_up_equals_plain_decoding(threshold, disaggregated):
                             "spec_adapters")
     c = Cluster(extra=[f"--disagg-threshold={threshold}", "--spec=prompt-lookup",
                        "--spec-controller=false",
-                       f"--tokenswift-heads={adapters}/stories260K_tokenswift.safetensors",
-                       f"--kangaroo-adapter={adapters}/stories260K_kangaroo.safetensors"])
+                       f"--tokenswift-heads={adapters}/s260k_tokenswift.safetensors",
+                       f"--kangaroo-adapter={adapters}/s260k_kangaroo.safetensors"])
     try:
         def choose(req, method):
             if method:

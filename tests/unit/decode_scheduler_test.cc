@@ -62,8 +62,8 @@ class DecodeSchedulerTest : public ::testing::Test {
     options.tokenselect_max_k = tokenselect_max_k;
     if (adapters) {
       const std::string dir = std::string(SPARSESERVE_TEST_DATA_DIR) + "/spec_adapters/";
-      options.tokenswift_heads = dir + "stories260K_tokenswift.safetensors";
-      options.kangaroo_adapter = dir + "stories260K_kangaroo.safetensors";
+      options.tokenswift_heads = dir + "s260k_tokenswift.safetensors";
+      options.kangaroo_adapter = dir + "s260k_kangaroo.safetensors";
     }
     auto runner = engine::ModelRunner::Create(source_, &backend_, options);
     EXPECT_TRUE(runner.ok()) << runner.status();

@@ -35,9 +35,11 @@ std::string ModelPath(const std::string& name) {
 }
 
 // The trained adapter of `model` for `method` (tokenswift: draft heads, kangaroo: the early-exit
-// adapter; tools/train_spec_adapters.py).
+// adapter; tools/train_spec_adapters.py). stories260K's are named s260k_* (the model itself is
+// never in the repo: only adapters trained for it).
 std::string AdapterPath(const std::string& model, const std::string& method) {
-  return std::string(SPARSESERVE_TEST_DATA_DIR) + "/spec_adapters/" + model + "_" + method +
+  const std::string prefix = model == "stories260K" ? "s260k" : model;
+  return std::string(SPARSESERVE_TEST_DATA_DIR) + "/spec_adapters/" + prefix + "_" + method +
          ".safetensors";
 }
 
