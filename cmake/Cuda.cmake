@@ -10,6 +10,11 @@ if(SPARSESERVE_WITH_CUDA)
   # how nvcc spells it.
   set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "")
   set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "")
+  # NCCL (tensor parallelism, issue 19) ships with the CUDA 13 toolkit (nccl.h in its include
+  # directory, libnccl.so in its lib directory).
+  find_library(SPARSESERVE_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR}
+               ${CUDAToolkit_LIBRARY_ROOT}/lib REQUIRED)
+  find_path(SPARSESERVE_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} REQUIRED)
   message(STATUS "sparseserve: CUDA backend ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, sm_90a)")
 else()
   message(STATUS "sparseserve: CUDA backend OFF (CPU reference backend only)")

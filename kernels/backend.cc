@@ -9,10 +9,10 @@
 
 namespace sparseserve::kernels {
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(Device device) {
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(Device device, int ordinal) {
   if (device == Device::kHost) return std::make_unique<CpuBackend>(&core::ThreadPool::Default());
 #ifdef SPARSESERVE_WITH_CUDA
-  return CreateCudaBackend();
+  return CreateCudaBackend(ordinal);
 #else
   return absl::UnimplementedError(
       "this binary was built without CUDA (SPARSESERVE_CUDA=OFF or no nvcc); use --device cpu");

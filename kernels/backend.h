@@ -49,6 +49,9 @@ class Backend {
   virtual absl::Status FillUniform(const Tensor& t, uint64_t seed, float lo, float hi) = 0;
   // Waits until every op queued so far has finished; returns the first asynchronous error.
   virtual absl::Status Synchronize() = 0;
+  // Makes the calling thread's current device this backend's (a tensor-parallel rank's thread
+  // calls it before its ops: CUDA launches go to the thread's current GPU). No-op on the CPU.
+  virtual absl::Status BindThread() { return absl::OkStatus(); }
   // Free and total bytes of this backend's memory (kUnimplemented where it is not bounded by a
   // device, i.e. on the CPU). Sizes the KV pool from --gpu-memory-fraction.
   struct MemoryInfo {
@@ -177,9 +180,10 @@ class Backend {
 absl::Status RunAttention(Backend& backend, const AttentionBatch& batch, const Tensor& q,
                           const Tensor& kv_layer, const Tensor& out);
 
-// Creates the backend for `device`. Returns kUnimplemented for kCuda when the binary was built
-// without the CUDA backend or it does not exist yet, kUnavailable when no GPU is present.
-absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(Device device);
+// Creates the backend for `device` (for kCuda on GPU `ordinal`; a tensor-parallel worker makes
+// one per rank). Returns kUnimplemented for kCuda when the binary was built without the CUDA
+// backend, kUnavailable when no GPU is present, kInvalidArgument when GPU `ordinal` is not.
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(Device device, int ordinal = 0);
 
 }  // namespace sparseserve::kernels
 

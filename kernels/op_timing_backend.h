@@ -35,6 +35,7 @@ class OpTimingBackend final : public Backend {
   absl::Status Copy(const Tensor& src, const Tensor& dst) override;
   absl::Status FillUniform(const Tensor& t, uint64_t seed, float lo, float hi) override;
   absl::Status Synchronize() override { return inner_->Synchronize(); }
+  absl::Status BindThread() override { return inner_->BindThread(); }
   absl::StatusOr<MemoryInfo> GetMemoryInfo() override { return inner_->GetMemoryInfo(); }
   absl::Status Embedding(const Tensor& table, const Tensor& ids, const Tensor& out) override;
   absl::Status RmsNorm(const Tensor& x, const Tensor& weight, float eps,

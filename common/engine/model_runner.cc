@@ -16,10 +16,13 @@ namespace {
 
 // The KV pool's capacity: the explicit option, else what the device's memory allows after the
 // weights (already loaded) and a forward step's activations, else (CPU) four full contexts.
-absl::StatusOr<int64_t> KvCacheTokens(const model::ModelConfig& c, int kv_layers,
-                                      kernels::Backend& backend,
+// Under tensor parallelism, each rank's share of it on its own device.
+absl::StatusOr<int64_t> KvCacheTokens(const model::LlamaModel& model, kernels::Backend& backend,
                                       const ModelRunnerOptions& options) {
   if (options.kv_cache_tokens > 0) return options.kv_cache_tokens;
+  const model::ModelConfig& c = model.config();
+  const model::ShardDims& d = model.shard_dims();
+  const int kv_layers = model.kv_layers();
   absl::StatusOr<kernels::Backend::MemoryInfo> memory = backend.GetMemoryInfo();
   if (!memory.ok()) return int64_t{4} * c.max_position_embeddings;
   if (options.gpu_memory_fraction <= 0 || options.gpu_memory_fraction > 1) {
@@ -27,13 +30,13 @@ absl::StatusOr<int64_t> KvCacheTokens(const model::ModelConfig& c, int kv_layers
         absl::StrCat("gpu_memory_fraction must be in (0, 1], got ", options.gpu_memory_fraction));
   }
   const int64_t elem = static_cast<int64_t>(DTypeSize(backend.compute_dtype()));
-  const int64_t kv_token_bytes = int64_t{2} * kv_layers * c.num_kv_heads * c.head_dim * elem;
+  const int64_t kv_token_bytes = int64_t{2} * kv_layers * d.kv_heads * c.head_dim * elem;
   // Activations of one prefill chunk (residual, norm, q, k, v, attention output, gate, up, branch)
-  // plus f32 logits for every row, and 256 MiB for library workspaces and fragmentation.
-  const int64_t row_bytes =
-      elem * (int64_t{4} * c.hidden_size + int64_t{2} * c.num_heads * c.head_dim +
-              int64_t{2} * c.num_kv_heads * c.head_dim + int64_t{2} * c.intermediate_size) +
-      int64_t{4} * c.vocab_size;
+  // plus f32 logits for every row (a rank's slice, gathered), and 256 MiB for library workspaces
+  // and fragmentation.
+  const int64_t row_bytes = elem * (int64_t{4} * c.hidden_size + int64_t{2} * d.heads * c.head_dim +
+                                    int64_t{2} * d.kv_heads * c.head_dim + int64_t{2} * d.ffn) +
+                            int64_t{4} * (c.vocab_size + int64_t{2} * d.vocab * model.shard().size);
   const int64_t reserve = row_bytes * options.prefill_chunk_tokens + (int64_t{256} << 20);
   // This process's share (so several workers can split one GPU), never more than is free.
   const int64_t used = memory->used_bytes;  // weights and workspaces loaded so far
@@ -98,11 +101,50 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
                      options.kv_cache_tokens, ", step_graph_rows=", options.step_graph_rows,
                      ", shadow_dense_rate=", options.shadow_dense_rate, " (in [0, 1])"));
   }
-  SS_ASSIGN_OR_RETURN(
-      std::unique_ptr<model::LlamaModel> model,
-      model::LlamaModel::Load(source.config, *source.weights, source.naming, backend));
-  model->set_step_graph_rows(options.step_graph_rows);
-  model->set_shadow_dense(options.shadow_dense_rate, options.shadow_dense_seed);
+  const int tp = options.tensor_parallel;
+  if (tp < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--tensor-parallel must be >= 1, got ", tp));
+  }
+  if (tp > 1) {
+    const char* refused = options.shadow_dense_rate > 0       ? "--shadow-dense-rate"
+                          : !options.tokenswift_heads.empty() ? "--tokenswift-heads"
+                          : !options.kangaroo_adapter.empty() ? "--kangaroo-adapter"
+                          : options.sequence_state_words > 0  ? "sequence state"
+                                                              : nullptr;
+    if (refused != nullptr) {
+      return absl::UnimplementedError(
+          absl::StrCat(refused, " is not built for --tensor-parallel > 1 yet (issue 19)"));
+    }
+  }
+  // Every rank's backend, model and cache is made on its own thread (its GPU current there), the
+  // ranks in parallel; rank 0's on the caller with the backend given.
+  auto threads = std::make_unique<RankThreads>(tp);
+  std::vector<Rank> ranks(tp);
+  std::vector<kernels::Backend*> backends(tp, backend);
+  const absl::Status made_backends = threads->Run([&](int r) -> absl::Status {
+    if (r == 0) return absl::OkStatus();
+    SS_ASSIGN_OR_RETURN(ranks[r].backend, kernels::CreateBackend(backend->device(), r));
+    backends[r] = ranks[r].backend.get();
+    return ranks[r].backend->BindThread();
+  });
+  SS_RETURN_IF_ERROR(made_backends);
+  std::vector<std::unique_ptr<kernels::Collective>> collectives;
+  if (tp > 1) {
+    SS_ASSIGN_OR_RETURN(collectives, kernels::CreateCollectives(backends));
+  }
+  const absl::Status loaded = threads->Run([&](int r) -> absl::Status {
+    model::TensorParallelShard shard;
+    shard.rank = r;
+    shard.size = tp;
+    shard.collective = tp > 1 ? collectives[r].get() : nullptr;
+    SS_ASSIGN_OR_RETURN(ranks[r].model, model::LlamaModel::Load(source.config, *source.weights,
+                                                                source.naming, backends[r], shard));
+    ranks[r].model->set_step_graph_rows(options.step_graph_rows);
+    ranks[r].model->set_shadow_dense(options.shadow_dense_rate, options.shadow_dense_seed);
+    return absl::OkStatus();
+  });
+  SS_RETURN_IF_ERROR(loaded);
+  std::unique_ptr<model::LlamaModel>& model = ranks[0].model;
   if (!options.tokenswift_heads.empty()) {
     SS_ASSIGN_OR_RETURN(std::unique_ptr<model::SafetensorsFile> heads,
                         model::SafetensorsFile::Open(options.tokenswift_heads));
@@ -114,9 +156,10 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     SS_RETURN_IF_ERROR(LoadKangarooAdapter(options.kangaroo_adapter, *model));
   }
   const model::ModelConfig& c = model->config();
-  // The state slots first: the KV pool gets the memory left after them.
+  // The state slots first: the KV pool gets the memory left after them. TokenSelect's are not
+  // made under tensor parallelism, which refuses it (LlamaModel::CheckPattern).
   int64_t state_words = options.sequence_state_words;
-  if (options.tokenselect_max_k > 0) {
+  if (options.tokenselect_max_k > 0 && tp == 1) {
     state_words = std::max(state_words, kernels::tokenselect::StateWords(
                                             c.num_layers, int64_t{c.num_heads} * c.head_dim,
                                             options.tokenselect_max_k));
@@ -126,26 +169,60 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     SS_ASSIGN_OR_RETURN(state,
                         SequenceStateTable::Create(*backend, options.max_sequences, state_words));
   }
-  SS_ASSIGN_OR_RETURN(const int64_t tokens,
-                      KvCacheTokens(c, model->kv_layers(), *backend, options));
-  model::PagedKvCacheShape shape;
-  shape.num_layers = model->kv_layers();
-  shape.num_blocks = static_cast<int>((tokens + options.block_tokens - 1) / options.block_tokens);
-  shape.block_tokens = options.block_tokens;
-  shape.num_kv_heads = c.num_kv_heads;
-  shape.head_dim = c.head_dim;
-  SS_ASSIGN_OR_RETURN(std::unique_ptr<model::PagedKvCache> cache,
-                      model::PagedKvCache::Create(shape, *backend));
+  // Every rank's pool holds the same blocks (one block table per sequence): the smallest share.
+  std::vector<int64_t> rank_tokens(tp);
+  const absl::Status sized = threads->Run([&](int r) -> absl::Status {
+    SS_ASSIGN_OR_RETURN(rank_tokens[r], KvCacheTokens(*ranks[r].model, *backends[r], options));
+    return absl::OkStatus();
+  });
+  SS_RETURN_IF_ERROR(sized);
+  const int64_t tokens = *std::min_element(rank_tokens.begin(), rank_tokens.end());
+  const absl::Status made_caches = threads->Run([&](int r) -> absl::Status {
+    model::PagedKvCacheShape shape;
+    shape.num_layers = ranks[r].model->kv_layers();
+    shape.num_blocks = static_cast<int>((tokens + options.block_tokens - 1) / options.block_tokens);
+    shape.block_tokens = options.block_tokens;
+    shape.num_kv_heads = ranks[r].model->shard_dims().kv_heads;
+    shape.head_dim = c.head_dim;
+    SS_ASSIGN_OR_RETURN(ranks[r].cache, model::PagedKvCache::Create(shape, *backends[r]));
+    return absl::OkStatus();
+  });
+  SS_RETURN_IF_ERROR(made_caches);
   SS_ASSIGN_OR_RETURN(std::shared_ptr<const kernels::MInferenceConfig> minference,
                       MInferencePatternsFor(options.minference_config, options.minference_planted,
                                             c.num_layers, c.num_heads));
-  std::unique_ptr<ModelRunner> runner(new ModelRunner(std::move(model), std::move(cache), options));
+  std::unique_ptr<ModelRunner> runner(
+      new ModelRunner(std::move(ranks[0].model), std::move(ranks[0].cache), options));
+  runner->rank_threads_ = std::move(threads);
+  runner->collectives_ = std::move(collectives);
+  for (int r = 1; r < tp; ++r) runner->ranks_.push_back(std::move(ranks[r]));
   runner->minference_ = std::move(minference);
   if (state != nullptr) {
     runner->state_ = std::move(state);
     runner->model_->set_sequence_state(runner->state_->memory());
   }
   return runner;
+}
+
+absl::StatusOr<Tensor> ModelRunner::ForwardOnEveryRank(
+    const std::vector<model::ForwardSequence>& batch,
+    const std::function<absl::Status(int layer)>& on_layer_done) {
+  Tensor logits;  // rank 0's: the gathered logits
+  const absl::Status forwarded = OnEveryRank([&](model::LlamaModel& m, model::PagedKvCache& cache) {
+    const bool first = &m == model_.get();
+    SS_ASSIGN_OR_RETURN(Tensor out, m.Forward(batch, cache, first ? on_layer_done : nullptr));
+    if (first) logits = std::move(out);
+    return absl::OkStatus();
+  });
+  SS_RETURN_IF_ERROR(forwarded);
+  return logits;
+}
+
+absl::Status ModelRunner::OnEveryRank(
+    const std::function<absl::Status(model::LlamaModel& model, model::PagedKvCache& cache)>& fn) {
+  return rank_threads_->Run([&](int r) {
+    return r == 0 ? fn(*model_, *cache_) : fn(*ranks_[r - 1].model, *ranks_[r - 1].cache);
+  });
 }
 
 absl::StatusOr<kernels::AttentionPattern> ModelRunner::PrefillPattern(const AttentionChoice& choice,
@@ -224,7 +301,18 @@ void ModelRunner::ReleaseOutOfWindowBlocks(SequenceKv& seq) {
   seq.released_blocks = dead;
 }
 
-ModelRunner::~ModelRunner() = default;
+ModelRunner::~ModelRunner() {
+  // Each rank's memory is freed on its own thread (its GPU current there), before the
+  // collectives and threads go.
+  if (rank_threads_ != nullptr) {
+    rank_threads_
+        ->Run([&](int r) {
+          if (r > 0) ranks_[r - 1] = Rank();
+          return absl::OkStatus();
+        })
+        .IgnoreError();
+  }
+}
 
 void ModelRunner::ReportShadowErrors() {
   if (shadow_observer_ != nullptr && !model_->shadow_errors().empty()) {
@@ -409,11 +497,17 @@ absl::StatusOr<std::vector<int32_t>> ModelRunner::Step(
     SS_RETURN_IF_ERROR(backend().SupportsAttention(r.pattern, config().head_dim));
   }
   SS_ASSIGN_OR_RETURN(std::vector<model::ForwardSequence> batch, PrepareStep(rows));
-  absl::StatusOr<std::vector<int32_t>> next =
-      model_->ForwardSample(batch, *cache_, sampling, on_layer_done, draft);
-  if (!next.ok()) {
+  // Rank 0 samples; the other ranks run the same step for their slices.
+  absl::StatusOr<std::vector<int32_t>> next;
+  const absl::Status ran = OnEveryRank([&](model::LlamaModel& m, model::PagedKvCache& cache) {
+    absl::StatusOr<std::vector<int32_t>> out = m.ForwardSample(
+        batch, cache, sampling, &m == model_.get() ? on_layer_done : nullptr, draft);
+    if (&m == model_.get()) next = out;
+    return out.status();
+  });
+  if (!ran.ok()) {
     UndoStep(rows);
-    return next.status();
+    return ran;
   }
   FinishStep(rows);
   AddSparseWork(rows);
@@ -458,24 +552,29 @@ absl::Status ModelRunner::Commit(SequenceKv& seq, absl::Span<const int32_t> keep
     }
   }
   if (!src.empty()) {
-    // Every moved row is read before any is written: a destination may be another's source.
-    kernels::Backend& be = backend();
-    const int64_t m = static_cast<int64_t>(src.size());
-    const Shape kv_shape{m, config().num_kv_heads, config().head_dim};
-    Tensor host_slots = Tensor::Zeros(DType::kI32, {2, m});
-    std::copy(src.begin(), src.end(), host_slots.data<int32_t>());
-    std::copy(dst.begin(), dst.end(), host_slots.data<int32_t>() + m);
-    SS_ASSIGN_OR_RETURN(Tensor slots, be.Allocate(DType::kI32, {2, m}));
-    SS_RETURN_IF_ERROR(be.CopyFromHost(host_slots, slots));
-    const Tensor src_slots = slots.Slice(0, 0, 1), dst_slots = slots.Slice(0, 1, 2);
-    SS_ASSIGN_OR_RETURN(const Tensor src_flat, src_slots.Reshape({m}));
-    SS_ASSIGN_OR_RETURN(const Tensor dst_flat, dst_slots.Reshape({m}));
-    SS_ASSIGN_OR_RETURN(Tensor k, be.Allocate(be.compute_dtype(), kv_shape));
-    SS_ASSIGN_OR_RETURN(Tensor v, be.Allocate(be.compute_dtype(), kv_shape));
-    for (int l = 0; l < cache_->shape().num_layers; ++l) {  // the adapter's layer too
-      SS_RETURN_IF_ERROR(be.ReadKv(cache_->layer(l), src_flat, k, v));
-      SS_RETURN_IF_ERROR(be.WriteKv(k, v, dst_flat, cache_->layer(l)));
-    }
+    // Every moved row is read before any is written: a destination may be another's source. Each
+    // tensor-parallel rank moves its own KV heads.
+    const absl::Status moved = OnEveryRank([&](model::LlamaModel& m, model::PagedKvCache& cache) {
+      kernels::Backend& be = m.backend();
+      const int64_t rows = static_cast<int64_t>(src.size());
+      const Shape kv_shape{rows, cache.shape().num_kv_heads, config().head_dim};
+      Tensor host_slots = Tensor::Zeros(DType::kI32, {2, rows});
+      std::copy(src.begin(), src.end(), host_slots.data<int32_t>());
+      std::copy(dst.begin(), dst.end(), host_slots.data<int32_t>() + rows);
+      SS_ASSIGN_OR_RETURN(Tensor slots, be.Allocate(DType::kI32, {2, rows}));
+      SS_RETURN_IF_ERROR(be.CopyFromHost(host_slots, slots));
+      const Tensor src_slots = slots.Slice(0, 0, 1), dst_slots = slots.Slice(0, 1, 2);
+      SS_ASSIGN_OR_RETURN(const Tensor src_flat, src_slots.Reshape({rows}));
+      SS_ASSIGN_OR_RETURN(const Tensor dst_flat, dst_slots.Reshape({rows}));
+      SS_ASSIGN_OR_RETURN(Tensor k, be.Allocate(be.compute_dtype(), kv_shape));
+      SS_ASSIGN_OR_RETURN(Tensor v, be.Allocate(be.compute_dtype(), kv_shape));
+      for (int l = 0; l < cache.shape().num_layers; ++l) {  // the adapter's layer too
+        SS_RETURN_IF_ERROR(be.ReadKv(cache.layer(l), src_flat, k, v));
+        SS_RETURN_IF_ERROR(be.WriteKv(k, v, dst_flat, cache.layer(l)));
+      }
+      return absl::OkStatus();
+    });
+    SS_RETURN_IF_ERROR(moved);
   }
   for (int32_t j : keep) seq.tokens.push_back(seq.pending_tokens[j]);
   seq.pending_tokens.clear();
@@ -541,7 +640,7 @@ absl::StatusOr<Tensor> ModelRunner::Prefill(
         const absl::Span<const StepRows> one = absl::MakeConstSpan(&rows, 1);
         SS_ASSIGN_OR_RETURN(std::vector<model::ForwardSequence> batch, PrepareStep(one));
         SS_ASSIGN_OR_RETURN(logits,
-                            model_->Forward(batch, *cache_, last_chunk ? on_layer_done : nullptr));
+                            ForwardOnEveryRank(batch, last_chunk ? on_layer_done : nullptr));
         FinishStep(one);
         AddSparseWork(one);
         ReportShadowErrors();
@@ -557,7 +656,7 @@ absl::StatusOr<Tensor> ModelRunner::Decode(const std::vector<SequenceKv*>& seqs,
   }
   const std::vector<StepRows> rows = DecodeRows(seqs, tokens);
   SS_ASSIGN_OR_RETURN(std::vector<model::ForwardSequence> batch, PrepareStep(rows));
-  absl::StatusOr<Tensor> logits = model_->Forward(batch, *cache_);
+  absl::StatusOr<Tensor> logits = ForwardOnEveryRank(batch, nullptr);
   if (!logits.ok()) {
     UndoStep(rows);
     return logits.status();

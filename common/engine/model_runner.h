@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/engine/model_source.h"
+#include "common/engine/rank_threads.h"
 #include "common/engine/request_options.h"
 #include "common/engine/sequence_state_table.h"
 #include "common/kv/block_hash.h"
@@ -28,6 +29,7 @@
 #include "common/model/llama_model.h"
 #include "common/model/paged_kv_cache.h"
 #include "kernels/backend.h"
+#include "kernels/collective.h"
 #include "kernels/sampling_plan.h"
 
 namespace sparseserve::engine {
@@ -82,6 +84,12 @@ struct ModelRunnerOptions {
   // tools/train_spec_adapters.py --method kangaroo (LlamaModel::LoadEarlyExitAdapter); the KV
   // cache gets one more layer for it, filled by every step. Empty = none (Kangaroo refused).
   std::string kangaroo_adapter;
+  // Tensor parallelism (--tensor-parallel, issue 19): the model split over this many devices of
+  // the backend's kind — GPUs 0 .. N-1 (the backend given to Create is rank 0's, on GPU 0), or
+  // N CPU backends — one rank thread each (RankThreads), joined by kernels::Collective (NCCL on
+  // GPUs). 1 = one device. Not yet with MInference, TokenSelect, the shadow monitor, TokenSwift's
+  // heads or Kangaroo's adapter (clear errors), nor KV moving to or from another worker.
+  int tensor_parallel = 1;
 };
 
 // KV state of one sequence. Owned by the caller; handed to the runner for every step.
@@ -262,6 +270,13 @@ class ModelRunner {
   SelectionCacheCounts selection_cache_counts() const { return selection_cache_counts_; }
 
   const model::ModelConfig& config() const { return model_->config(); }
+  // Ranks the model is split over (options.tensor_parallel).
+  int tensor_parallel() const { return rank_threads_->ranks(); }
+  // Receives each sampled tensor-parallel all-reduce's duration (LlamaModel::
+  // set_allreduce_observer on rank 0; sparseserve_tp_allreduce_seconds). Null = off.
+  void set_allreduce_observer(std::function<void(double seconds)> observer) {
+    model_->set_allreduce_observer(std::move(observer));
+  }
   // TokenSwift's draft heads loaded (options.tokenswift_heads), 0 without.
   int num_draft_heads() const { return model_->num_draft_heads(); }
   // Whether Kangaroo's early-exit adapter is loaded (options.kangaroo_adapter).
@@ -282,6 +297,7 @@ class ModelRunner {
   const kv::KvBlockPool& pool() const { return pool_; }
   kv::KvBlockPool& mutable_pool() { return pool_; }
   // The KV memory, e.g. for registering it with a transport. Written only by forward steps.
+  // Rank 0's under tensor parallelism (its KV heads only).
   const model::PagedKvCache& cache() const { return *cache_; }
   // The per-sequence state slots, or null when sequence_state_words is 0.
   SequenceStateTable* sequence_state() { return state_.get(); }
@@ -336,7 +352,27 @@ class ModelRunner {
   // Rolling KV: returns the blocks no query of `seq` can see any more to the pool.
   void ReleaseOutOfWindowBlocks(SequenceKv& seq);
 
+  // Forward on every rank (OnEveryRank); returns rank 0's host logits. `on_layer_done` runs on
+  // rank 0 only.
+  absl::StatusOr<Tensor> ForwardOnEveryRank(
+      const std::vector<model::ForwardSequence>& batch,
+      const std::function<absl::Status(int layer)>& on_layer_done);
+  // Runs fn on every tensor-parallel rank's model and cache at once (RankThreads::Run), or on
+  // the one model.
+  absl::Status OnEveryRank(
+      const std::function<absl::Status(model::LlamaModel& model, model::PagedKvCache& cache)>& fn);
+
   ModelRunnerOptions options_;
+  // Tensor parallelism: ranks 1 .. N-1 (rank 0 is model_ and cache_ on the caller's backend),
+  // each torn down on its own thread by the destructor; the threads (one rank: none) outlive them.
+  struct Rank {
+    std::unique_ptr<kernels::Backend> backend;
+    std::unique_ptr<model::LlamaModel> model;
+    std::unique_ptr<model::PagedKvCache> cache;
+  };
+  std::unique_ptr<RankThreads> rank_threads_;
+  std::vector<std::unique_ptr<kernels::Collective>> collectives_;
+  std::vector<Rank> ranks_;
   std::unique_ptr<model::LlamaModel> model_;
   std::unique_ptr<model::PagedKvCache> cache_;
   kv::KvBlockPool pool_;

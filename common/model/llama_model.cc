@@ -1,16 +1,48 @@
 // LlamaModel::Forward — one batched step of the Llama block stack, op by op or as a step graph.
 #include "common/model/llama_model.h"
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "common/core/logging.h"
 #include "common/core/status.h"
 
 namespace sparseserve::model {
+namespace {
+
+// A tensor-parallel step's agreement (kernels::Collective::Agree): every rank reaches it once
+// before queuing the step's device work. A rank that fails before that point still agrees, with
+// an error, on its way out, so no other rank waits in a collective for it.
+class StepAgreement {
+ public:
+  explicit StepAgreement(const TensorParallelShard& shard) : shard_(shard) {}
+  ~StepAgreement() {
+    if (!done_ && shard_.size > 1) {
+      shard_.collective
+          ->Agree(absl::AbortedError(
+              absl::StrCat("tensor-parallel rank ", shard_.rank, " failed to prepare the step")))
+          .IgnoreError();
+    }
+  }
+  StepAgreement(const StepAgreement&) = delete;
+  StepAgreement& operator=(const StepAgreement&) = delete;
+  absl::Status Agree() {
+    done_ = true;
+    return shard_.size > 1 ? shard_.collective->Agree(absl::OkStatus()) : absl::OkStatus();
+  }
+
+ private:
+  const TensorParallelShard& shard_;
+  bool done_ = false;
+};
+
+}  // namespace
 
 absl::StatusOr<Tensor> LlamaModel::Forward(
     const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
     const std::function<absl::Status(int layer)>& on_layer_kv_written) {
   SS_ASSIGN_OR_RETURN(const StepViews v, ComputeLogits(batch, cache, on_layer_kv_written));
+  if (shard_.rank != 0) return Tensor();  // rank 0 returns the gathered logits
   Tensor host = Tensor::Zeros(DType::kF32, v.logits.shape());
   SS_RETURN_IF_ERROR(backend_->CopyToHost(v.logits, host));
   SS_RETURN_IF_ERROR(ReadStepReports());
@@ -86,7 +118,9 @@ absl::StatusOr<std::vector<int32_t>> LlamaModel::ForwardSample(
   }
   SS_ASSIGN_OR_RETURN(const StepViews v,
                       ComputeLogits(batch, cache, on_layer_kv_written, early_exit));
-  if (v.logits.dim(0) == 0) {  // no row asked for a token (a prompt's middle chunk)
+  // No row asked for a token (a prompt's middle chunk), or a tensor-parallel rank other than 0
+  // (rank 0 samples the gathered logits once).
+  if (v.logits.dim(0) == 0 || shard_.rank != 0) {
     SS_RETURN_IF_ERROR(ReadStepReports());
     return std::vector<int32_t>();
   }
@@ -103,6 +137,12 @@ absl::StatusOr<std::vector<int32_t>> LlamaModel::ForwardSample(
 }
 
 absl::Status LlamaModel::CheckPattern(const kernels::AttentionPattern& pattern) const {
+  if (tensor_parallel() && (pattern.kind == kernels::AttentionMethodKind::kMInference ||
+                            pattern.kind == kernels::AttentionMethodKind::kTokenSelect)) {
+    // Both read per-head patterns or score over all heads; a rank holds only some heads.
+    return absl::UnimplementedError(
+        "MInference and TokenSelect are not built for --tensor-parallel > 1 yet (issue 19)");
+  }
   if (config_.sliding_window == 0 || pattern.kind == kernels::AttentionMethodKind::kDense) {
     return absl::OkStatus();
   }
@@ -211,6 +251,7 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
     const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
     const std::function<absl::Status(int layer)>& on_layer_kv_written, bool early_exit) {
   kernels::Backend& be = *backend_;
+  StepAgreement agreement(shard_);
   shadow_errors_.clear();
   shadow_pending_.clear();
   sparse_work_.clear();
@@ -226,8 +267,8 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
   const int64_t n = static_cast<int64_t>(in.ids.size());
   const int64_t m = static_cast<int64_t>(in.logit_rows.size());
   kernels::AttentionShape shape;
-  shape.num_heads = config_.num_heads;
-  shape.num_kv_heads = config_.num_kv_heads;
+  shape.num_heads = dims_.heads;  // this rank's (all on one rank)
+  shape.num_kv_heads = dims_.kv_heads;
   shape.head_dim = config_.head_dim;
   shape.num_rows = n;
   shape.num_blocks = cache.shape().num_blocks;
@@ -262,6 +303,8 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
     const StepGraphCache::Shape step_shape{.rows = n,
                                            .sequences = static_cast<int64_t>(batch.size()),
                                            .max_seq_rows = in.max_seq_rows};
+    time_collectives_ = false;  // a capture or replay cannot stop between collectives
+    SS_RETURN_IF_ERROR(agreement.Agree());
     SS_RETURN_IF_ERROR(graphs_.Run(
         step_shape, baked, [&] { return RunLayers(v, plan, nullptr, shadowed, cache, nullptr); }));
     last_step_graph_setup_ = graphs_.last_run_was_setup();
@@ -288,6 +331,9 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
     SS_ASSIGN_OR_RETURN(window_plan,
                         be.PlanAttention(in.window_attn, shape, window_step_workspace_));
   }
+  time_collectives_ = tensor_parallel() && allreduce_observer_ != nullptr &&
+                      op_by_op_steps_++ % kAllReduceTimingEvery == 0;
+  SS_RETURN_IF_ERROR(agreement.Agree());
   SS_RETURN_IF_ERROR(RunLayers(
       v, plan, in.mixed_windows ? &window_plan : nullptr, in.shadow ? &shadow : nullptr, cache,
       on_layer_kv_written, attention_probe_ != nullptr ? &attention_probe_ : nullptr, early_exit));
@@ -305,10 +351,10 @@ absl::Status LlamaModel::RunLayers(
   const int64_t hd = c.head_dim;
   // Activations. `h` is the residual stream; `x` its normalised copy fed to each sub-block.
   const Tensor &h = v.h, &x = v.x, &q = v.q, &attn_out = v.attn_out;
-  const int64_t ffn = c.intermediate_size;
+  const int64_t ffn = dims_.ffn;  // this rank's (all on one rank), as the heads below
   const Tensor gate = v.gate_up.Slice(1, 0, ffn), up = v.gate_up.Slice(1, ffn, 2 * ffn);
   const Tensor& branch = v.branch;  // sub-block output
-  SS_ASSIGN_OR_RETURN(Tensor attn2, attn_out.Reshape({n, c.num_heads * hd}));
+  SS_ASSIGN_OR_RETURN(Tensor attn2, attn_out.Reshape({n, dims_.heads * hd}));
 
   SS_RETURN_IF_ERROR(be.Embedding(embedding_, v.ids, h));
   const int exit_layer = early_exit_.exit_layer;  // 0 = no adapter
@@ -338,10 +384,12 @@ absl::Status LlamaModel::RunLayers(
     }
     if (probe != nullptr) SS_RETURN_IF_ERROR((*probe)(l, layer_plan, q, cache.layer(l), attn_out));
     SS_RETURN_IF_ERROR(be.Linear(attn2, w.wo, w.bo, branch));
+    SS_RETURN_IF_ERROR(AllReduce(branch));  // o_proj is row-parallel: each rank's heads' part
     SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, w.ffn_norm, c.rms_norm_eps, x));
     SS_RETURN_IF_ERROR(be.Linear(x, w.w_gate_up, Tensor(), v.gate_up));
     SS_RETURN_IF_ERROR(be.SiluMul(gate, up, v.act));
     SS_RETURN_IF_ERROR(be.Linear(v.act, w.w_down, Tensor(), branch));
+    SS_RETURN_IF_ERROR(AllReduce(branch));  // down is row-parallel likewise
   }
   if (early_exit) {  // Kangaroo's draft: the adapter's attention layer over its own KV
     const EarlyExitAdapter& a = early_exit_;
@@ -361,7 +409,22 @@ absl::Status LlamaModel::RunLayers(
   }
   if (v.logit_rows.numel() == 0) return absl::OkStatus();  // no row asked for logits
   SS_RETURN_IF_ERROR(be.GatherRows(x, v.logit_rows, v.last));
-  return be.Linear(v.last, lm_head_, Tensor(), v.logits);
+  if (!tensor_parallel()) return be.Linear(v.last, lm_head_, Tensor(), v.logits);
+  // Vocabulary-parallel LM head: this rank's slice of every logits row, then all of them.
+  SS_RETURN_IF_ERROR(be.Linear(v.last, lm_head_, Tensor(), v.logits_local));
+  return shard_.collective->AllGatherColumns(v.logits_local, v.gather_scratch, v.logits);
+}
+
+absl::Status LlamaModel::AllReduce(const Tensor& x) {
+  if (!tensor_parallel()) return absl::OkStatus();
+  if (!time_collectives_) return shard_.collective->AllReduceSum(x);
+  SS_RETURN_IF_ERROR(backend_->Synchronize());
+  const auto start = std::chrono::steady_clock::now();
+  SS_RETURN_IF_ERROR(shard_.collective->AllReduceSum(x));
+  SS_RETURN_IF_ERROR(backend_->Synchronize());
+  allreduce_observer_(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return absl::OkStatus();
 }
 
 absl::StatusOr<LlamaModel::StepBuffers> LlamaModel::AllocateStepBuffers(int64_t rows,
@@ -376,18 +439,25 @@ absl::StatusOr<LlamaModel::StepBuffers> LlamaModel::AllocateStepBuffers(int64_t 
   // are in the compute dtype.
   SS_ASSIGN_OR_RETURN(b.h, be.Allocate(DType::kF32, {n, hidden}));
   SS_ASSIGN_OR_RETURN(b.x, be.Allocate(dt, {n, hidden}));
-  SS_ASSIGN_OR_RETURN(b.qkv, be.Allocate(dt, {n, (c.num_heads + 2 * c.num_kv_heads) * hd}));
-  SS_ASSIGN_OR_RETURN(b.q, be.Allocate(dt, {n, c.num_heads, hd}));
-  SS_ASSIGN_OR_RETURN(b.attn_out, be.Allocate(dt, {n, c.num_heads, hd}));
-  SS_ASSIGN_OR_RETURN(b.gate_up, be.Allocate(dt, {n, 2 * c.intermediate_size}));
-  SS_ASSIGN_OR_RETURN(b.act, be.Allocate(dt, {n, c.intermediate_size}));
+  // This rank's heads and FFN columns (all of them on one rank).
+  const int64_t heads = dims_.heads, kv_heads = dims_.kv_heads;
+  SS_ASSIGN_OR_RETURN(b.qkv, be.Allocate(dt, {n, (heads + 2 * kv_heads) * hd}));
+  SS_ASSIGN_OR_RETURN(b.q, be.Allocate(dt, {n, heads, hd}));
+  SS_ASSIGN_OR_RETURN(b.attn_out, be.Allocate(dt, {n, heads, hd}));
+  SS_ASSIGN_OR_RETURN(b.gate_up, be.Allocate(dt, {n, 2 * dims_.ffn}));
+  SS_ASSIGN_OR_RETURN(b.act, be.Allocate(dt, {n, dims_.ffn}));
   SS_ASSIGN_OR_RETURN(b.branch, be.Allocate(dt, {n, hidden}));
   SS_ASSIGN_OR_RETURN(b.last, be.Allocate(dt, {logit_rows, hidden}));
   // f32 logits: sampling and greedy argmax must not see bf16 rounding ties.
   SS_ASSIGN_OR_RETURN(b.logits, be.Allocate(DType::kF32, {logit_rows, c.vocab_size}));
   SS_ASSIGN_OR_RETURN(b.tokens, be.Allocate(DType::kI32, {logit_rows}));
+  if (tensor_parallel()) {
+    SS_ASSIGN_OR_RETURN(b.logits_local, be.Allocate(DType::kF32, {logit_rows, dims_.vocab}));
+    SS_ASSIGN_OR_RETURN(b.gather_scratch,
+                        be.Allocate(DType::kF32, {shard_.size * logit_rows * dims_.vocab}));
+  }
   if (shadow_rate_ > 0) {
-    SS_ASSIGN_OR_RETURN(b.shadow_out, be.Allocate(dt, {n, c.num_heads, hd}));
+    SS_ASSIGN_OR_RETURN(b.shadow_out, be.Allocate(dt, {n, heads, hd}));
     SS_ASSIGN_OR_RETURN(b.shadow_ranges, be.Allocate(DType::kI32, {n, 2}));
     SS_ASSIGN_OR_RETURN(b.shadow_errors, be.Allocate(DType::kF32, {c.num_layers * n}));
   }
@@ -416,6 +486,11 @@ LlamaModel::StepViews LlamaModel::Views(const StepBuffers& b, int64_t n, int64_t
   v.last = b.last.Slice(0, 0, m);
   v.logits = b.logits.Slice(0, 0, m);
   v.tokens = b.tokens.Slice(0, 0, m);
+  if (!b.logits_local.empty() && b.logit_rows > 0) {
+    v.logits_local = b.logits_local.Slice(0, 0, m);
+    const int64_t per_row = b.gather_scratch.dim(0) / b.logit_rows;  // size * vocab slice
+    v.gather_scratch = b.gather_scratch.Slice(0, 0, per_row * m);
+  }
   return v;
 }
 

@@ -21,6 +21,7 @@
 #include "common/model/paged_kv_cache.h"
 #include "common/model/step_graph_cache.h"
 #include "common/model/tensor_file.h"
+#include "common/model/tensor_parallel_shard.h"
 #include "common/tensor/tensor.h"
 #include "kernels/attention_plan.h"
 #include "kernels/backend.h"
@@ -123,10 +124,14 @@ class LlamaModel {
   // Q/K rows of adjacent-pair checkpoints to the halves layout, and uploads to `backend`
   // (borrowed; must outlive the model). kNotFound for a missing tensor, kInvalidArgument for a
   // shape mismatch, both naming the tensor.
+  // `shard`: a tensor-parallel rank uploads only its slices (tensor_parallel_shard.h); its steps
+  // then meet the other ranks' in the shard's collective, so every rank must run the same steps
+  // (each on its own thread). kInvalidArgument when the model does not split over shard.size.
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(const ModelConfig& config,
                                                           const TensorFile& file,
                                                           WeightNaming naming,
-                                                          kernels::Backend* backend);
+                                                          kernels::Backend* backend,
+                                                          const TensorParallelShard& shard = {});
   // A model of `config`'s shape with uniform random weights, allocated in the backend's compute
   // dtype and filled there by Backend::FillUniform: no host staging, so an 8B model never passes
   // through host RAM. The same (config, seed) gives the same weights on every backend, each
@@ -134,13 +139,24 @@ class LlamaModel {
   // features), so activations stay finite through any depth. For benchmarks and tests: the
   // weights are noise. kInvalidArgument for an invalid config; kResourceExhausted (naming the
   // tensor) when the backend runs out of memory.
-  static absl::StatusOr<std::unique_ptr<LlamaModel>> CreateRandom(const ModelConfig& config,
-                                                                  kernels::Backend* backend,
-                                                                  uint64_t seed);
+  // With a `shard` of more than one rank, each rank draws its slices' shapes from the same tensor
+  // seeds: a speed model, not the slices of the one-rank model of that seed.
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> CreateRandom(
+      const ModelConfig& config, kernels::Backend* backend, uint64_t seed,
+      const TensorParallelShard& shard = {});
   LlamaModel(const LlamaModel&) = delete;
   LlamaModel& operator=(const LlamaModel&) = delete;
 
   const ModelConfig& config() const { return config_; }
+  // The tensor-parallel rank this model is (size 1: the whole model) and its slices.
+  const TensorParallelShard& shard() const { return shard_; }
+  const ShardDims& shard_dims() const { return dims_; }
+  // Receives the duration of tensor-parallel all-reduces (sparseserve_tp_allreduce_seconds),
+  // sampled: every 16th step that runs op by op times each of its all-reduces between device
+  // synchronisations (graph replays cannot be timed per collective). Null = off.
+  void set_allreduce_observer(std::function<void(double seconds)> observer) {
+    allreduce_observer_ = std::move(observer);
+  }
 
   // kInvalidArgument when the model's own sliding window (ModelConfig::sliding_window) rules
   // `pattern` out: such a model runs dense attention only (its window is applied per layer).
@@ -148,9 +164,10 @@ class LlamaModel {
   kernels::Backend& backend() const { return *backend_; }
 
   // Runs one step. Returns host f32 logits [rows, vocab]: for each sequence in order, the rows
-  // its `logits` asks for. kInvalidArgument for empty sequences, positions outside [0,
-  // max_position_embeddings), token ids outside the vocabulary, block tables too short for the
-  // cache or bad masks; kUnimplemented for an attention pattern the backend lacks.
+  // its `logits` asks for (gathered from every rank on a tensor-parallel one). kInvalidArgument for
+  // empty sequences, positions outside [0, max_position_embeddings), token ids outside the
+  // vocabulary, block tables too short for the cache or bad masks; kUnimplemented for an attention
+  // pattern the backend lacks.
   //
   // `on_layer_kv_written(layer)`, when given, runs right after each layer's K/V are in the cache
   // (before that layer's attention): a prefill worker starts that layer's KV transfer there.
@@ -250,8 +267,22 @@ class LlamaModel {
   const std::vector<SparseWork>& sparse_work() const { return sparse_work_; }
 
  private:
-  LlamaModel(ModelConfig config, kernels::Backend* backend)
-      : config_(std::move(config)), backend_(backend), graphs_(backend, kDefaultStepGraphRows) {}
+  LlamaModel(ModelConfig config, kernels::Backend* backend, const TensorParallelShard& shard,
+             const ShardDims& dims)
+      : config_(std::move(config)),
+        backend_(backend),
+        shard_(shard),
+        dims_(dims),
+        graphs_(backend, kDefaultStepGraphRows) {}
+  // The model's constructor for `shard` (kInvalidArgument as ShardDimsOf, or a shard of several
+  // ranks without a collective).
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> New(const ModelConfig& config,
+                                                         kernels::Backend* backend,
+                                                         const TensorParallelShard& shard);
+  bool tensor_parallel() const { return shard_.size > 1; }
+  // Sums a row-parallel projection's partial output over the ranks (no-op on one rank), timed
+  // when the step samples collectives (set_allreduce_observer).
+  absl::Status AllReduce(const Tensor& x);
   // Sets inv_freq_ from the config's rope_theta and rope_scaling (computed on the host, uploaded);
   // shared by Load and CreateRandom so both rotate identically.
   absl::Status UploadInverseFrequencies();
@@ -263,6 +294,8 @@ class LlamaModel {
   // of its rows.
   absl::StatusOr<Tensor> StackRows(std::initializer_list<Tensor*> parts) const;
 
+  // How often op-by-op steps time their all-reduces (set_allreduce_observer).
+  static constexpr int64_t kAllReduceTimingEvery = 16;
   // Rows a sequence of a graph-able step may add (the CUDA decode kernel's few-row limit).
   static constexpr int kGraphRowsPerSequence = 8;
   // A step's batch flattened on the host: what its index tensors and attention plan hold.
@@ -297,6 +330,9 @@ class LlamaModel {
     Tensor indices;
     Tensor h, x, qkv, q, attn_out, gate_up, act, branch, last, logits;
     Tensor tokens;  // i32 [logit_rows] the sampled token ids (ForwardSample)
+    // Tensor parallel only: this rank's vocabulary slice of the logits (f32 [logit_rows,
+    // ShardDims::vocab]) and the gather's scratch (f32 [size * logit_rows * vocab]).
+    Tensor logits_local, gather_scratch;
     // Only with the shadow monitor on: the dense reference's attention output (compute dtype
     // [rows, heads, head_dim]), the shadowed sequences' rows (i32 [rows, 2]) and the errors
     // (f32 [num_layers * rows], layer-major).
@@ -306,6 +342,7 @@ class LlamaModel {
   struct StepViews {
     Tensor ids, positions, slots, logit_rows;
     Tensor h, x, qkv, q, attn_out, gate_up, act, branch, last, logits, tokens;
+    Tensor logits_local, gather_scratch;  // tensor parallel only
   };
   // What RunLayers adds to each layer of a shadowed step: the dense plan run into `out`, then
   // RelativeL2Error of attn_out against it for `count` row ranges into `errors` [layer * count..].
@@ -360,8 +397,13 @@ class LlamaModel {
 
   ModelConfig config_;
   kernels::Backend* backend_;  // borrowed
-  StepBuffers step_;           // steps that run op by op, sized to the last such step
-  StepBuffers graph_step_;     // decode steps under graphs: graphs_.max_rows() rows, views per size
+  TensorParallelShard shard_;
+  ShardDims dims_;  // the whole model on one rank
+  std::function<void(double seconds)> allreduce_observer_;
+  int64_t op_by_op_steps_ = 0;     // steps run op by op so far (the all-reduce timing's sampling)
+  bool time_collectives_ = false;  // the step in flight times its all-reduces
+  StepBuffers step_;               // steps that run op by op, sized to the last such step
+  StepBuffers graph_step_;  // decode steps under graphs: graphs_.max_rows() rows, views per size
   // Where each step's attention plan lives: op-by-op steps plan into one, graph steps into the
   // other, so a prefill chunk that grows its workspace does not invalidate the graphs.
   kernels::AttentionWorkspace step_workspace_, graph_workspace_;

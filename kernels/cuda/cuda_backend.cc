@@ -69,6 +69,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaDevic
   SS_RETURN_IF_ERROR(CudaStatus(
       cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold), "mem pool"));
   std::unique_ptr<CudaBackend> backend(new CudaBackend(std::move(holder)));
+  backend->device_idx_ = info.device_idx;
   SS_RETURN_IF_ERROR(CudaStatus(
       cudaDeviceGetAttribute(&backend->sm_count_, cudaDevAttrMultiProcessorCount, info.device_idx),
       "cudaDeviceGetAttribute"));
@@ -135,6 +136,10 @@ absl::Status CudaBackend::CheckEmbeddingFlag() {
   SS_RETURN_IF_ERROR(CudaStatus(cudaMemset(error_flag_.raw_data(), 0, sizeof(int)), "reset flag"));
   return absl::InvalidArgumentError(
       "Embedding/GatherRows: an index was outside the table (the rows were zero-filled)");
+}
+
+absl::Status CudaBackend::BindThread() {
+  return CudaStatus(cudaSetDevice(device_idx_), "cudaSetDevice");
 }
 
 absl::Status CudaBackend::Synchronize() {
@@ -369,8 +374,8 @@ absl::Status CudaBackend::RopeWriteKv(const Tensor& qkv, const Tensor& positions
       "RopeWriteKv");
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend() {
-  SS_ASSIGN_OR_RETURN(CudaDeviceInfo info, FindCudaDevice());
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int ordinal) {
+  SS_ASSIGN_OR_RETURN(CudaDeviceInfo info, FindCudaDevice(ordinal));
   SS_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, CudaBackend::Create(info));
   return std::unique_ptr<Backend>(std::move(backend));
 }

@@ -37,7 +37,6 @@ class CudaBackend final : public Backend {
   absl::Status CopyToHost(const Tensor& src, const Tensor& dst) override;
   absl::Status Copy(const Tensor& src, const Tensor& dst) override;
   absl::Status FillUniform(const Tensor& t, uint64_t seed, float lo, float hi) override;
-  absl::Status Synchronize() override;
   absl::StatusOr<MemoryInfo> GetMemoryInfo() override;
 
   absl::Status Embedding(const Tensor& table, const Tensor& ids, const Tensor& out) override;
@@ -72,7 +71,10 @@ class CudaBackend final : public Backend {
   absl::Status LaunchGraph(const StepGraph& graph) override;
   absl::Status Sample(const Tensor& logits, const SamplingBatch& batch, const Tensor& out) override;
 
+  absl::Status BindThread() override;
+  absl::Status Synchronize() override;
   cudaStream_t stream() const { return stream_->stream; }
+  int device_index() const { return device_idx_; }
 
  private:
   // Owns the stream; shared with every allocation's deleter so frees stay stream-ordered even
@@ -106,13 +108,14 @@ class CudaBackend final : public Backend {
   std::unique_ptr<GemmCache> gemm_;
   Tensor error_flag_;  // i32 [1]: set by kernels that meet invalid indices
   int sm_count_ = 0;
+  int device_idx_ = 0;                           // the GPU
   bool capturing_ = false;                       // inside CaptureGraph's `record`
   std::unique_ptr<SamplingState> sampling_;      // created by the first Sample call
   std::unique_ptr<MInferenceState> minference_;  // created by the first MInference plan
 };
 
-// The backend on the first GPU (kernels::CreateBackend(kCuda) calls this).
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend();
+// The backend on GPU `ordinal` (kernels::CreateBackend(kCuda, ordinal) calls this).
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int ordinal = 0);
 
 }  // namespace sparseserve::kernels
 

@@ -6,18 +6,23 @@
 
 namespace sparseserve::kernels {
 
-absl::StatusOr<CudaDeviceInfo> FindCudaDevice() {
+absl::StatusOr<CudaDeviceInfo> FindCudaDevice(int ordinal) {
   int count = 0;
   if (cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess || count == 0) {
     return absl::UnavailableError(absl::StrCat(
         "no usable CUDA GPU: ", err == cudaSuccess ? "no devices" : cudaGetErrorString(err)));
   }
+  if (ordinal < 0 || ordinal >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("GPU ", ordinal,
+                                                   " does not exist: this machine has ", count,
+                                                   " GPU", count == 1 ? "" : "s"));
+  }
   cudaDeviceProp prop{};
-  if (cudaError_t err = cudaGetDeviceProperties(&prop, 0); err != cudaSuccess) {
+  if (cudaError_t err = cudaGetDeviceProperties(&prop, ordinal); err != cudaSuccess) {
     return absl::UnavailableError(
         absl::StrCat("cudaGetDeviceProperties: ", cudaGetErrorString(err)));
   }
-  CudaDeviceInfo info{0, prop.name, prop.major, prop.minor, prop.totalGlobalMem};
+  CudaDeviceInfo info{ordinal, prop.name, prop.major, prop.minor, prop.totalGlobalMem};
   if (prop.major != 9) {
     return absl::FailedPreconditionError(absl::StrCat(info.name, " is sm_", prop.major, prop.minor,
                                                       "; this build targets Hopper (sm_90a)"));

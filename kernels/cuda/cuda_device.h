@@ -17,9 +17,10 @@ struct CudaDeviceInfo {
   size_t total_memory_bytes = 0;
 };
 
-// The first CUDA device. kUnavailable (with the runtime's reason) when there is no usable GPU
-// or driver; kFailedPrecondition when the GPU is not Hopper (sm_90), which this build targets.
-absl::StatusOr<CudaDeviceInfo> FindCudaDevice();
+// CUDA device `ordinal` (0 = the first). kUnavailable (with the runtime's reason) when there is
+// no usable GPU or driver, kInvalidArgument when there are fewer GPUs than ordinal + 1;
+// kFailedPrecondition when the GPU is not Hopper (sm_90), which this build targets.
+absl::StatusOr<CudaDeviceInfo> FindCudaDevice(int ordinal = 0);
 
 }  // namespace sparseserve::kernels
 

@@ -1,0 +1,61 @@
+#include "kernels/collective.h"
+
+#include "absl/strings/str_cat.h"
+#ifdef SPARSESERVE_WITH_CUDA
+#include "kernels/cuda/nccl_collective.h"
+#endif
+
+namespace sparseserve::kernels {
+
+void HostRendezvous::Wait() {
+  absl::MutexLock lock(&mu_);
+  const int64_t generation = generation_;
+  if (++arrived_ == size_) {
+    arrived_ = 0;
+    ++generation_;
+    return;
+  }
+  auto passed = [this, generation]()
+                    ABSL_SHARED_LOCKS_REQUIRED(mu_) { return generation_ != generation; };
+  mu_.Await(absl::Condition(&passed));
+}
+
+absl::Status HostRendezvous::Agree(int rank, absl::Status local) {
+  statuses_[rank] = std::move(local);
+  Wait();
+  absl::Status first;
+  for (const absl::Status& s : statuses_) {
+    if (!s.ok()) {
+      first = s;
+      break;
+    }
+  }
+  Wait();  // nobody overwrites a slot before every rank has read them all
+  return first;
+}
+
+std::vector<Tensor> HostRendezvous::Exchange(int rank, const Tensor& mine) {
+  tensors_[rank] = mine;
+  Wait();
+  return tensors_;
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<Collective>>> CreateCollectives(
+    const std::vector<Backend*>& backends) {
+  if (backends.empty()) return absl::InvalidArgumentError("a collective group needs ranks");
+  for (const Backend* b : backends) {
+    if (b->device() != backends[0]->device()) {
+      return absl::InvalidArgumentError("a collective group's backends must share a device kind");
+    }
+  }
+  if (backends[0]->device() == Device::kHost) {
+    return CreateInProcessCollectives(static_cast<int>(backends.size()));
+  }
+#ifdef SPARSESERVE_WITH_CUDA
+  return CreateNcclCollectives(backends);
+#else
+  return absl::UnimplementedError("this binary was built without CUDA (no NCCL)");
+#endif
+}
+
+}  // namespace sparseserve::kernels

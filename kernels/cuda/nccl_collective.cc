@@ -1,0 +1,148 @@
+#include "kernels/cuda/nccl_collective.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_status.h"
+
+namespace sparseserve::kernels {
+namespace {
+
+absl::Status NcclStatus(ncclResult_t result, absl::string_view what) {
+  if (result == ncclSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": NCCL error ", ncclGetErrorString(result)));
+}
+
+absl::StatusOr<ncclDataType_t> NcclType(const Tensor& t, const char* op) {
+  if (!t.is_contiguous() || t.device() != Device::kCuda) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": needs a contiguous CUDA tensor, got ", t.DebugString()));
+  }
+  switch (t.dtype()) {
+    case DType::kF32: return ncclFloat32;
+    case DType::kBf16: return ncclBfloat16;
+    case DType::kF16: return ncclFloat16;
+    case DType::kI32: return ncclInt32;
+    default: break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(op, ": no NCCL type for ", t.DebugString()));
+}
+
+// Owns the group's communicators (destroyed together, after every rank's last call).
+struct NcclGroup {
+  std::vector<ncclComm_t> comms;
+  ~NcclGroup() {
+    for (ncclComm_t c : comms) ncclCommDestroy(c);
+  }
+};
+
+class NcclCollective final : public Collective {
+ public:
+  NcclCollective(int rank, std::shared_ptr<NcclGroup> group, CudaBackend* backend,
+                 std::shared_ptr<HostRendezvous> rendezvous)
+      : rank_(rank),
+        group_(std::move(group)),
+        backend_(backend),
+        rendezvous_(std::move(rendezvous)) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(group_->comms.size()); }
+
+  absl::Status Agree(absl::Status local) override {
+    return rendezvous_->Agree(rank_, std::move(local));
+  }
+
+  absl::Status AllReduceSum(const Tensor& x) override {
+    absl::StatusOr<ncclDataType_t> type = NcclType(x, "AllReduceSum");
+    if (!type.ok()) return type.status();
+    return NcclStatus(ncclAllReduce(x.raw_data(), x.raw_data(), static_cast<size_t>(x.numel()),
+                                    *type, ncclSum, group_->comms[rank_], backend_->stream()),
+                      "ncclAllReduce");
+  }
+
+  absl::Status AllGatherColumns(const Tensor& local, const Tensor& scratch,
+                                const Tensor& out) override {
+    absl::StatusOr<ncclDataType_t> type = NcclType(local, "AllGatherColumns");
+    if (!type.ok()) return type.status();
+    const int64_t m = local.ndim() == 2 ? local.dim(0) : 0,
+                  c = local.ndim() == 2 ? local.dim(1) : 0;
+    const int64_t total = out.ndim() == 2 ? out.dim(1) : 0;
+    if (local.ndim() != 2 || out.ndim() != 2 || out.dim(0) != m || total > c * size() ||
+        scratch.numel() < m * c * size() || scratch.dtype() != local.dtype() ||
+        out.dtype() != local.dtype() || !out.is_contiguous() || !scratch.is_contiguous()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "AllGatherColumns: local ", local.DebugString(), ", scratch ", scratch.DebugString(),
+          " and out ", out.DebugString(), " do not fit ", size(), " ranks"));
+    }
+    const size_t elem = DTypeSize(local.dtype());
+    if (absl::Status s = NcclStatus(
+            ncclAllGather(local.raw_data(), scratch.raw_data(), static_cast<size_t>(m * c), *type,
+                          group_->comms[rank_], backend_->stream()),
+            "ncclAllGather");
+        !s.ok()) {
+      return s;
+    }
+    // scratch holds [rank][m][c]; out wants [m][rank * c]: one strided copy per rank.
+    for (int r = 0; r < size(); ++r) {
+      const int64_t first = r * c, width = std::min(c, total - first);
+      if (width <= 0 || m == 0) continue;
+      const char* src = static_cast<const char*>(scratch.raw_data()) + r * m * c * elem;
+      char* dst = static_cast<char*>(out.raw_data()) + first * elem;
+      if (absl::Status s =
+              CudaStatus(cudaMemcpy2DAsync(dst, total * elem, src, c * elem, width * elem, m,
+                                           cudaMemcpyDeviceToDevice, backend_->stream()),
+                         "AllGatherColumns copy");
+          !s.ok()) {
+        return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const int rank_;
+  std::shared_ptr<NcclGroup> group_;
+  CudaBackend* backend_;  // borrowed: the rank's backend
+  std::shared_ptr<HostRendezvous> rendezvous_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::unique_ptr<Collective>>> CreateNcclCollectives(
+    const std::vector<Backend*>& backends) {
+  const int n = static_cast<int>(backends.size());
+  std::vector<int> devices;
+  for (Backend* b : backends) {
+    auto* cuda = dynamic_cast<CudaBackend*>(b);
+    if (cuda == nullptr) return absl::InvalidArgumentError("NCCL needs CUDA backends");
+    if (std::find(devices.begin(), devices.end(), cuda->device_index()) != devices.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("two ranks on GPU ", cuda->device_index(), ": one rank per GPU"));
+    }
+    devices.push_back(cuda->device_index());
+  }
+  auto group = std::make_shared<NcclGroup>();
+  group->comms.resize(n);
+  int current = 0;
+  cudaGetDevice(&current);
+  const absl::Status init =
+      NcclStatus(ncclCommInitAll(group->comms.data(), n, devices.data()), "ncclCommInitAll");
+  cudaSetDevice(current);  // ncclCommInitAll leaves the last GPU current
+  if (!init.ok()) {
+    group->comms.clear();
+    return init;
+  }
+  auto rendezvous = std::make_shared<HostRendezvous>(n);
+  std::vector<std::unique_ptr<Collective>> out;
+  for (int r = 0; r < n; ++r) {
+    out.push_back(std::make_unique<NcclCollective>(r, group, static_cast<CudaBackend*>(backends[r]),
+                                                   rendezvous));
+  }
+  return out;
+}
+
+}  // namespace sparseserve::kernels
