@@ -61,6 +61,9 @@ DecodeScheduler::DecodeScheduler(engine::ModelRunner* runner, DecodeSchedulerOpt
                 .Observe(e.relative_l2);
           }
         });
+    runner_->set_allreduce_observer([metrics = options_.metrics](double seconds) {
+      metrics->tp_allreduce_time().Observe(seconds);
+    });
   }
   engine_ = std::thread([this] { EngineLoop(); });
 }

@@ -58,6 +58,7 @@ kv::KvLayout PrefillEngine::layout() const {
   layout.num_layers = runner_->cache().shape().num_layers;
   layout.num_kv_heads = runner_->config().num_kv_heads;
   layout.head_dim = runner_->config().head_dim;
+  layout.tensor_parallel = runner_->tensor_parallel();
   return layout;
 }
 

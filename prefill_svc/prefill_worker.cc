@@ -68,6 +68,9 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(
               .Observe(e.relative_l2);
         }
       });
+  w->runner_->set_allreduce_observer([metrics = w->metrics_.get()](double seconds) {
+    metrics->tp_allreduce_time().Observe(seconds);
+  });
   PrefillEngineOptions engine_options;
   engine_options.max_queued = options.max_queued;
   engine_options.max_running = options.max_running;

@@ -1,5 +1,7 @@
 #include "prefill_svc/prefill_worker_service.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/rpc/request_conversion.h"
 #include "common/rpc/status_conversion.h"
@@ -27,6 +29,7 @@ absl::StatusOr<PrefillTarget> TargetFromProto(const v1::KvReservation& r) {
   t.layout.block_tokens = r.layout().block_tokens();
   t.layout.num_layers = r.layout().num_layers();
   t.layout.num_kv_heads = r.layout().num_kv_heads();
+  t.layout.tensor_parallel = std::max(1, r.layout().tensor_parallel());
   t.layout.head_dim = r.layout().head_dim();
   t.pool.block_bytes = static_cast<uint64_t>(t.layout.bytes_per_block_per_layer());
   t.remote_blocks.assign(r.block_ids().begin(), r.block_ids().end());

@@ -47,6 +47,15 @@ ABSL_FLAG(std::string, kangaroo_adapter, "",
           "cache that every step fills; --spec kangaroo needs it. Prefill and decode workers of "
           "one deployment load the same adapter (their KV layouts must match).");
 
+ABSL_FLAG(int, tensor_parallel, 1,
+          "Split the model over this many devices (tensor parallelism, Megatron-style): GPUs "
+          "0 .. N-1 with --device cuda, one engine thread each, NCCL between them (the CPU "
+          "backend runs N ranks as threads, for tests). N must divide the model's attention heads "
+          "and FFN width, and its KV heads must divide N or N them (then KV heads are "
+          "replicated). Not yet with MInference, TokenSelect, --shadow-dense-rate, "
+          "--tokenswift-heads, --kangaroo-adapter, or KV sent between workers (a worker with "
+          "N > 1 prefills locally).");
+
 // Defined with the other attention flags (request_options_flags.cc); the runner loads them.
 ABSL_DECLARE_FLAG(std::string, minference_config);
 ABSL_DECLARE_FLAG(std::string, minference_index);
@@ -93,6 +102,7 @@ absl::StatusOr<engine::ModelRunnerOptions> RunnerOptionsFromFlags() {
   options.tokenselect_max_k = absl::GetFlag(FLAGS_tokenselect_k);
   options.tokenswift_heads = absl::GetFlag(FLAGS_tokenswift_heads);
   options.kangaroo_adapter = absl::GetFlag(FLAGS_kangaroo_adapter);
+  options.tensor_parallel = absl::GetFlag(FLAGS_tensor_parallel);
   return options;
 }
 

@@ -14,7 +14,8 @@ int64_t KvLayout::bytes_per_block_per_layer() const {
 
 std::string KvLayout::ToString() const {
   return absl::StrCat(DTypeName(dtype), " block=", block_tokens, " layers=", num_layers,
-                      " kv_heads=", num_kv_heads, " head_dim=", head_dim, " k=post-rope");
+                      " kv_heads=", num_kv_heads, " head_dim=", head_dim, " k=post-rope",
+                      tensor_parallel > 1 ? absl::StrCat(" tp=", tensor_parallel) : "");
 }
 
 absl::Status KvLayout::Validate() const {
@@ -41,6 +42,11 @@ absl::Status KvLayout::Validate() const {
 }
 
 absl::Status CheckCompatible(const KvLayout& ours, const KvLayout& theirs) {
+  if (ours.tensor_parallel > 1 || theirs.tensor_parallel > 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "KV transfer between tensor-parallel workers is not built yet (issue 19): ours has ",
+        ours.tensor_parallel, " rank(s), theirs ", theirs.tensor_parallel));
+  }
   if (ours == theirs) return absl::OkStatus();
   std::vector<absl::string_view> differ;
   if (ours.dtype != theirs.dtype) differ.push_back("dtype");

@@ -24,10 +24,13 @@ struct KvLayout {
   int block_tokens = 64;
   // Decoder layers; each layer has its own pool with the same block ids.
   int num_layers = 0;
-  // KV heads per tensor-parallel rank (GQA: fewer than query heads).
+  // KV heads of the model (GQA: fewer than query heads).
   int num_kv_heads = 0;
   // Elements per head.
   int head_dim = 0;
+  // Ranks the worker's model is split over (--tensor-parallel, issue 19): each rank's pool holds
+  // its slice of the KV heads. KV does not move to or from a worker with more than one yet.
+  int tensor_parallel = 1;
 
   // Bytes of one block in one layer's pool: 2 (K,V) * block_tokens * num_kv_heads * head_dim *
   // sizeof(dtype). 256 KiB for Llama-3-8B (bf16, 64 tokens, 8 heads, head_dim 128).
@@ -45,6 +48,8 @@ struct KvLayout {
 
 // Returns OK if `theirs` (a peer's layout) equals `ours`; otherwise kFailedPrecondition whose
 // message names both layouts and the fields that differ. Not retryable: a deployment error.
+// Also kFailedPrecondition when either side is tensor parallel: re-sharding KV between ranks is
+// not built yet (the prefill then runs on the decode worker).
 absl::Status CheckCompatible(const KvLayout& ours, const KvLayout& theirs);
 
 }  // namespace sparseserve::kv

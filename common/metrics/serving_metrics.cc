@@ -108,6 +108,12 @@ void ServingMetrics::Register() {
       "Time one request's KV spent in copies between device memory and host staging memory "
       "for transfer (prefill: device to host, decode: host to device), seconds.",
       labels, kTransferBuckets);
+  tp_allreduce_time_ = AddHistogram(
+      r, "tp_allreduce_seconds",
+      "Duration of one tensor-parallel all-reduce (--tensor-parallel > 1), sampled in engine "
+      "steps that run kernel by kernel (CUDA-graph replays are not timed per collective), "
+      "seconds.",
+      labels, kCollectiveBuckets);
 
   attention_error_family_ =
       &prometheus::BuildHistogram()

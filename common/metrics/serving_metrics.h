@@ -5,7 +5,7 @@
 // counters end in `_total` (prometheus-cpp 1.0 appends nothing). Every metric carries the label
 // `role` (router | prefill | decode), so several roles may share one registry (an all-in-one
 // process) without clashing. Bucket boundaries are `kLatencyBuckets` / `kTransferBuckets` /
-// `kStepSequenceBuckets`.
+// `kStepSequenceBuckets` / `kCollectiveBuckets`.
 //
 // ServingMetrics co-owns the registry (std::shared_ptr, with the MetricsExporter) so the metric
 // references it hands out stay valid for its lifetime. Thread-safe: prometheus-cpp metrics are
@@ -39,6 +39,11 @@ absl::string_view ServiceRoleName(ServiceRole role);
 inline constexpr std::array<double, 17> kLatencyBuckets = {
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120};
 // KV transfer durations, seconds: 100 µs … 10 s (one block is µs, a long prompt's KV is ms-s).
+// One tensor-parallel all-reduce of a step's activations (microseconds over NVLink, up to
+// milliseconds for a prefill chunk or the CPU's in-process one), seconds.
+inline constexpr std::array<double, 16> kCollectiveBuckets = {
+    1e-6, 2.5e-6, 5e-6,   1e-5, 2.5e-5, 5e-5,   1e-4, 2.5e-4,
+    5e-4, 1e-3,   2.5e-3, 5e-3, 1e-2,   2.5e-2, 5e-2, 0.1};
 inline constexpr std::array<double, 16> kTransferBuckets = {
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
     0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10};
@@ -72,6 +77,9 @@ class ServingMetrics {
   // One request's KV copies through host staging memory (prefill: device -> host ring, decode:
   // host staging area -> device pool), all layers together; only observed when KV is staged.
   prometheus::Histogram& kv_staging_copy_time() { return *kv_staging_copy_time_; }
+  // `tp_allreduce_seconds`: one tensor-parallel all-reduce (--tensor-parallel > 1), sampled in
+  // steps that run op by op (LlamaModel::set_allreduce_observer; graph replays are not timed).
+  prometheus::Histogram& tp_allreduce_time() { return *tp_allreduce_time_; }
   // `sparse_attention_error{method=...}`: the relative L2 error ||sparse - dense|| / ||dense|| of
   // one shadowed (sequence, layer) attention call (--shadow-dense-rate; buckets
   // kAttentionErrorBuckets). `method` is the attention method's name ("sliding-window", ...);
@@ -147,6 +155,7 @@ class ServingMetrics {
   prometheus::Histogram* request_queue_time_ = nullptr;
   prometheus::Histogram* kv_transfer_time_ = nullptr;
   prometheus::Histogram* kv_staging_copy_time_ = nullptr;
+  prometheus::Histogram* tp_allreduce_time_ = nullptr;
   prometheus::Gauge* num_requests_running_ = nullptr;
   prometheus::Gauge* num_requests_waiting_ = nullptr;
   prometheus::Gauge* kv_cache_usage_ = nullptr;

@@ -21,6 +21,7 @@ v1::KvLayout KvLayoutOf(const engine::ModelRunner& runner) {
   layout.set_num_layers(runner.cache().shape().num_layers);  // with an adapter's layer
   layout.set_num_kv_heads(runner.config().num_kv_heads);
   layout.set_head_dim(runner.config().head_dim);
+  layout.set_tensor_parallel(runner.tensor_parallel());
   return layout;
 }
 

@@ -973,3 +973,27 @@ def test_speculation_through_up_equals_plain_decoding(threshold, disaggregated):
             assert spec("mean_accepted_length", method) > 0, method
     finally:
         c.close()
+
+
+def test_tensor_parallel_workers_equal_single_process():
+    """Issue 19: `up --tensor-parallel 2` (each worker's model split over two CPU ranks, threads
+    joined by the in-process collective) gives the golden greedy text and single-process
+    `generate`'s seeded tokens. KV does not move between tensor-parallel workers yet: the prefill
+    worker refuses the reservation and the decode worker prefills locally. The decode worker's
+    sampled all-reduces show in sparseserve_tp_allreduce_seconds."""
+    c = Cluster(extra=["--disagg-threshold=3", "--tensor-parallel=2"])
+    try:
+        _, text, last = run(c.stub, greedy_request("Once upon a time", max_tokens=60))
+        assert text == GOLDEN
+        assert not last.timings.disaggregated
+        ref = reference_tokens("Once upon a time", 50,
+                               ["--temperature=0.9", "--top-p=0.95", "--seed=7"])
+        req = greedy_request("Once upon a time", max_tokens=50)
+        req.sampling.temperature, req.sampling.top_p, req.sampling.seed = 0.9, 0.95, 7
+        assert run(c.stub, req)[1] == ref
+        assert metric(c.role("prefill")[0]["metrics"],
+                      "sparseserve_kv_transfer_failures_total") >= 1
+        assert metric(c.role("decode")[0]["metrics"],
+                      "sparseserve_tp_allreduce_seconds_count") > 0
+    finally:
+        c.close()

@@ -69,5 +69,19 @@ TEST(KvLayoutTest, MismatchNamesBothLayouts) {
   EXPECT_NE(message.find("dtype, head_dim"), std::string::npos) << message;
 }
 
+// KV does not move between tensor-parallel workers yet (issue 19): refused even between equal
+// layouts, so a TP worker's prefill falls back to the decode worker instead of sending one rank's
+// slice of the heads.
+TEST(KvLayoutTest, TensorParallelLayoutsAreRefused) {
+  KvLayout tp = Llama3_8B();
+  tp.tensor_parallel = 2;
+  for (const auto& [ours, theirs] : {std::pair{tp, tp}, {tp, Llama3_8B()}, {Llama3_8B(), tp}}) {
+    const absl::Status status = CheckCompatible(ours, theirs);
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(status.message().find("tensor-parallel"), std::string::npos) << status;
+  }
+  EXPECT_NE(tp.ToString().find("tp=2"), std::string::npos) << tp.ToString();
+}
+
 }  // namespace
 }  // namespace sparseserve::kv
