@@ -21,7 +21,8 @@
 # decode cases with CUDA graphs off, for the A/B) shadow (the shadow-dense monitor's cost on
 # sliding-window decode: rate 0 against 0.01) profile cublas (decode GEMMs through cuBLASLt
 # instead of the skinny kernel) ncu (per-kernel device times of one decode step, from Nsight
-# Compute).
+# Compute). tp (issue 19: tensor parallelism, two GPUs against one; needs a kind with two GPUs, so
+# not in the default list).
 # Logs go to /tmp/gpu_check and, packed as gpu_check.tgz, to $OUT when it is set (the device
 # tool returns at most 8 files); a short table is printed last.
 set -uo pipefail
@@ -173,6 +174,22 @@ if has baseline && [ -d .devbundle-baseline ]; then
       --out "$out/attention_new.json"
   fi
 fi
+# Issue 19 (a kind with two or more GPUs): TP 2 against one GPU — the GPU tests (stories260K's
+# greedy tokens, the tiny models' logits), the golden continuation through `generate`, NCCL's
+# all-reduce (nccl-tests' all_reduce_perf as the peer, when packed, at the sizes `bench model`
+# measures), and the synthetic Llama-3-8B's decode steps and 32K prefill at TP 1 and 2.
+if has tp; then
+  run tp_tests cuda_backend_test --gtest_filter='CudaTensorParallel*'
+  run tp_golden bash -c "sparseserve generate --device cuda --tensor-parallel 2 \
+    --model models/stories260K/stories260K.gguf --prompt 'Once upon a time' --max-tokens 60 \
+    --temperature 0 >$out/tp_golden.txt && cmp $out/tp_golden.txt tests/data/golden_once_upon_a_time.txt"
+  command -v all_reduce_perf >/dev/null &&
+    run tp_nccl_tests all_reduce_perf -b 8192 -e 64M -f 8 -g 2 -d bfloat16 -n 200 -w 5
+  tp_args=(bench model --synthetic llama3-8b --device cuda --prefill-lengths 32768
+           --decode-batches 1,8 --decode-contexts 1024,32768 --iters 50)
+  run tp_bench_1 sparseserve "${tp_args[@]}"
+  run tp_bench_2 sparseserve "${tp_args[@]}" --tensor-parallel 2
+fi
 has graphs && run graphs sparseserve bench model --synthetic llama3-8b --device cuda \
   --prefill-lengths '' --cuda-graph-batch 0
 # Issue 11: the shadow-dense monitor at R = 0.01 must cost <= 2% of decode throughput. Each case
@@ -192,6 +209,6 @@ has ncu && run ncu ncu --kernel-name regex:'Skinny|Attention|Merge|RmsNorm|Rope|
   --decode-batches 1 --decode-contexts 1024 --warmup 1 --iters 1 --cuda-graph-batch 0
 
 echo "--- $(cat "$out/gpu.txt")"
-for f in services eval attention peer bench graphs shadow profile cublas baseline_old_1 baseline_new_1 baseline_old_2 baseline_new_2 baseline_attention_old baseline_attention_new; do [ -f "$out/$f.log" ] && { echo "--- $f"; tail -n "$([ $f = eval ] && echo 80 || echo 25)" "$out/$f.log"; }; done
+for f in tp_nccl_tests tp_bench_1 tp_bench_2 services eval attention peer bench graphs shadow profile cublas baseline_old_1 baseline_new_1 baseline_old_2 baseline_new_2 baseline_attention_old baseline_attention_new; do [ -f "$out/$f.log" ] && { echo "--- $f"; tail -n "$([ $f = eval ] && echo 80 || echo 25)" "$out/$f.log"; }; done
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 [ -n "${OUT:-}" ] && tar -C "$out" -czf "$OUT/gpu_check.tgz" .

@@ -11,8 +11,11 @@ cd "$root"
 build=${1:-build}
 rm -rf .devbundle .devpack
 mkdir -p .devpack
+# .nccl-tests/all_reduce_perf (scripts/build_nccl_tests.sh), when built: the peer of the tensor
+# parallel all-reduce figures.
 ../shared/tools/devbundle .devbundle "$build/bin/sparseserve" "$build/bin/cuda_backend_test" \
-  "$build/kernels/libsparseserve_cuda_ops.so" >/dev/null
+  "$build/kernels/libsparseserve_cuda_ops.so" \
+  $( [ -x .nccl-tests/all_reduce_perf ] && echo .nccl-tests/all_reduce_perf) >/dev/null
 # UCX loads its transports (tcp, shared memory, cuda_copy, ...) with dlopen from ucx/ next to
 # libucs; devbundle follows only linked libraries, so the module folder is copied by hand.
 ucs=$(ldd "$build/bin/sparseserve" | awk '$1 == "libucs.so.0" {print $3}')

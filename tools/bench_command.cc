@@ -125,6 +125,8 @@ absl::StatusOr<ModelBenchOptions> ModelBenchOptionsFromFlags() {
   o.interleave_context = absl::GetFlag(FLAGS_interleave_context);
   SS_ASSIGN_OR_RETURN(const engine::ModelRunnerOptions runner_options, RunnerOptionsFromFlags());
   o.max_step_tokens = runner_options.max_step_tokens;
+  o.tensor_parallel = runner_options.tensor_parallel;
+  if (o.tensor_parallel < 1) return absl::InvalidArgumentError("--tensor-parallel must be >= 1");
   if (o.interleave_prompt < 0 || o.interleave_batch < 1 || o.interleave_context < 1 ||
       o.max_step_tokens <= o.interleave_batch) {
     return absl::InvalidArgumentError(
@@ -165,6 +167,12 @@ absl::StatusOr<ModelBenchOptions> ModelBenchOptionsFromFlags() {
       }
       o.shadow_dense_rates.push_back(rate);
     }
+  }
+  if (o.tensor_parallel > 1 && (!o.shadow_dense_rates.empty() || o.decode_tokenselect.has_value() ||
+                                o.prefill_minference != nullptr)) {
+    return absl::InvalidArgumentError(
+        "--tensor-parallel > 1 runs dense or windowed attention only (no --shadow-dense-rates, "
+        "TokenSelect or MInference yet)");
   }
   if (o.iters < 1) return absl::InvalidArgumentError("--iters must be >= 1");
   if (o.warmup < 0) return absl::InvalidArgumentError("--warmup must be >= 0");

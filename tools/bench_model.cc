@@ -16,10 +16,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "common/core/status.h"
+#include "common/engine/rank_threads.h"
 #include "common/kv/rolling_window.h"
 #include "common/model/llama_model.h"
 #include "common/model/paged_kv_cache.h"
 #include "kernels/backend.h"
+#include "kernels/collective.h"
 #include "kernels/op_timing_backend.h"
 #include "kernels/sampling_plan.h"
 #include "tools/bench_roofline.h"
@@ -88,8 +90,11 @@ struct KvPlan {
 
 absl::StatusOr<KvPlan> PlanKvCache(kernels::Backend& backend, const ModelBenchOptions& o) {
   KvPlan plan;
-  plan.block_bytes =
-      KvBytesPerToken(o.config, backend.compute_dtype()) * static_cast<double>(o.block_tokens);
+  // Under tensor parallelism each rank's cache holds its slice of the KV heads.
+  SS_ASSIGN_OR_RETURN(const model::ShardDims dims,
+                      model::ShardDimsOf(o.config, 0, o.tensor_parallel));
+  plan.block_bytes = KvBytesPerToken(o.config, backend.compute_dtype()) *
+                     static_cast<double>(o.block_tokens) * dims.kv_heads / o.config.num_kv_heads;
   auto blocks_for = [&](int64_t tokens) { return (tokens + o.block_tokens - 1) / o.block_tokens; };
   int64_t needed = 0;
   const int64_t max_pos = o.config.max_position_embeddings;
@@ -173,15 +178,78 @@ int32_t SyntheticToken(int64_t i, int vocab) {
   return static_cast<int32_t>((i * 7919 + 13) % vocab);
 }
 
+// --tensor-parallel N: ranks 1 .. N-1 of the model (rank 0 is the bench's own backend, model and
+// cache), each made and run on its RankThreads thread.
+struct TensorParallelRanks {
+  std::unique_ptr<engine::RankThreads> threads;             // always set (one rank: no threads)
+  std::vector<std::unique_ptr<kernels::Backend>> backends;  // [0] null: rank 0's is the bench's
+  std::vector<std::unique_ptr<kernels::Collective>> collectives;
+  std::vector<std::unique_ptr<model::LlamaModel>> models;    // [0] null
+  std::vector<std::unique_ptr<model::PagedKvCache>> caches;  // [0] null
+  ~TensorParallelRanks() {  // each rank's memory freed on its own thread
+    if (threads == nullptr) return;
+    threads
+        ->Run([&](int r) {
+          if (r > 0) caches[r].reset(), models[r].reset(), backends[r].reset();
+          return absl::OkStatus();
+        })
+        .IgnoreError();
+  }
+};
+
+// The all-reduce a tensor-parallel step runs twice per layer, at the sizes decode and prefill steps
+// give it ([rows, hidden] in the compute dtype): `iters` back-to-back calls on every rank, timed
+// from rank 0 until every rank's stream is done. Prints the time per call and the bus bandwidth
+// as nccl-tests' all_reduce_perf defines it (2 (n - 1) / n x bytes / time), so the two tables
+// compare size for size.
+absl::Status MeasureAllReduce(const ModelBenchOptions& o, const TensorParallelRanks& ranks,
+                              const std::vector<kernels::Backend*>& backends) {
+  const int tp = static_cast<int>(backends.size());
+  const int64_t hidden = o.config.hidden_size;
+  const DType dtype = backends[0]->compute_dtype();
+  std::printf("all-reduce (%d ranks, %s [rows, %lld]):\n%10s %12s %12s %12s\n", tp,
+              std::string(DTypeName(dtype)).c_str(), static_cast<long long>(hidden), "rows",
+              "bytes", "us/call", "busbw GB/s");
+  for (int64_t rows : {int64_t{1}, int64_t{8}, int64_t{64}, int64_t{512}, int64_t{8192}}) {
+    std::vector<Tensor> x(tp);
+    const int iters = rows >= 512 ? 20 : 200;
+    double seconds = 0;
+    const absl::Status ran = ranks.threads->Run([&](int r) -> absl::Status {
+      kernels::Backend& be = *backends[r];
+      SS_ASSIGN_OR_RETURN(x[r], be.Allocate(dtype, {rows, hidden}));
+      SS_RETURN_IF_ERROR(be.FillUniform(x[r], 7 + r, -1e-3f, 1e-3f));
+      for (int i = 0; i < 5; ++i) SS_RETURN_IF_ERROR(ranks.collectives[r]->AllReduceSum(x[r]));
+      SS_RETURN_IF_ERROR(be.Synchronize());
+      SS_RETURN_IF_ERROR(ranks.collectives[r]->Agree(absl::OkStatus()));  // start together
+      const Clock::time_point start = Clock::now();
+      for (int i = 0; i < iters; ++i) {
+        SS_RETURN_IF_ERROR(ranks.collectives[r]->AllReduceSum(x[r]));
+      }
+      SS_RETURN_IF_ERROR(be.Synchronize());
+      if (r == 0) seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      x[r] = Tensor();
+      return absl::OkStatus();
+    });
+    SS_RETURN_IF_ERROR(ran);
+    const double bytes = static_cast<double>(rows * hidden) * DTypeSize(dtype);
+    const double per_call = seconds / iters;
+    std::printf("%10lld %12.0f %12.2f %12.2f\n", static_cast<long long>(rows), bytes,
+                per_call * 1e6, 2.0 * (tp - 1) / tp * bytes / per_call / 1e9);
+  }
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
 class ModelBench {
  public:
   ModelBench(const ModelBenchOptions& o, kernels::OpTimingBackend& backend,
-             model::LlamaModel& model, model::PagedKvCache* cache, const KvPlan& plan,
-             double bandwidth_gbps, double peak_tflops)
+             model::LlamaModel& model, model::PagedKvCache* cache, const TensorParallelRanks& ranks,
+             const KvPlan& plan, double bandwidth_gbps, double peak_tflops)
       : o_(o),
         backend_(backend),
         model_(model),
         cache_(cache),
+        ranks_(ranks),
         plan_(plan),
         bandwidth_gbps_(bandwidth_gbps),
         peak_tflops_(peak_tflops) {}
@@ -201,7 +269,7 @@ class ModelBench {
         seq.pattern.kind = kernels::AttentionMethodKind::kMInference;
         seq.pattern.minference = o_.prefill_minference;
       }
-      SS_RETURN_IF_ERROR(model_.Forward({seq}, *cache_).status());
+      SS_RETURN_IF_ERROR(Forward({seq}));
       for (const model::LlamaModel::SparseWork& w : model_.sparse_work()) {
         sparse_computed_ += w.computed_pairs;
         sparse_causal_ += w.causal_pairs;
@@ -288,7 +356,7 @@ class ModelBench {
       long_seq.start_pos = static_cast<int32_t>(begin);
       const Clock::time_point step = Clock::now();
       // ForwardSample returns the sampled ids on the host: the step is complete.
-      SS_RETURN_IF_ERROR(model_.ForwardSample(seqs, *cache_, greedy).status());
+      SS_RETURN_IF_ERROR(ForwardSample(seqs, greedy));
       step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - step).count());
     }
     const double total_s = std::chrono::duration<double>(Clock::now() - start).count();
@@ -391,12 +459,12 @@ class ModelBench {
       // shadow graph as a server's would after its first few shadowed steps.
       model_.set_shadow_dense(1.0, kShadowSeed);
       for (int i = 0; i < 2; ++i) {
-        SS_RETURN_IF_ERROR(model_.ForwardSample(seqs, *cache_, greedy).status());
+        SS_RETURN_IF_ERROR(ForwardSample(seqs, greedy));
       }
     }
     if (shadow_rate >= 0) model_.set_shadow_dense(shadow_rate, kShadowSeed);
     for (int i = 0; i < o_.warmup; ++i) {
-      SS_RETURN_IF_ERROR(model_.ForwardSample(seqs, *cache_, greedy).status());
+      SS_RETURN_IF_ERROR(ForwardSample(seqs, greedy));
     }
     SS_RETURN_IF_ERROR(backend_.Synchronize());
     int shadowed = 0;
@@ -404,7 +472,7 @@ class ModelBench {
     int64_t errors = 0;
     const Clock::time_point start = Clock::now();
     for (int i = 0; i < o_.iters; ++i) {
-      SS_RETURN_IF_ERROR(model_.ForwardSample(seqs, *cache_, greedy).status());
+      SS_RETURN_IF_ERROR(ForwardSample(seqs, greedy));
       shadowed += model_.shadow_errors().empty() ? 0 : 1;
       for (const model::ShadowAttentionError& e : model_.shadow_errors())
         error_sum += e.relative_l2;
@@ -422,7 +490,7 @@ class ModelBench {
     if (o_.op_profile) {
       auto steps = [&]() -> absl::Status {
         for (int i = 0; i < o_.iters; ++i) {
-          SS_RETURN_IF_ERROR(model_.ForwardSample(seqs, *cache_, greedy).status());
+          SS_RETURN_IF_ERROR(ForwardSample(seqs, greedy));
         }
         return absl::OkStatus();
       };
@@ -432,6 +500,21 @@ class ModelBench {
   }
 
  private:
+  // One step on every tensor-parallel rank (rank 0: model_ and cache_), or on the one model.
+  absl::Status Forward(const std::vector<model::ForwardSequence>& seqs) {
+    return ranks_.threads->Run([&](int r) {
+      return r == 0 ? model_.Forward(seqs, *cache_).status()
+                    : ranks_.models[r]->Forward(seqs, *ranks_.caches[r]).status();
+    });
+  }
+  absl::Status ForwardSample(const std::vector<model::ForwardSequence>& seqs,
+                             const kernels::SamplingBatch& sampling) {
+    return ranks_.threads->Run([&](int r) {
+      return r == 0 ? model_.ForwardSample(seqs, *cache_, sampling).status()
+                    : ranks_.models[r]->ForwardSample(seqs, *ranks_.caches[r], sampling).status();
+    });
+  }
+
   // Runs `run` again with every op timed on its own and prints the ops' share per step (`steps`
   // forward steps in `run`), largest first.
   absl::Status ProfileOps(const std::string& label, int steps,
@@ -471,6 +554,7 @@ class ModelBench {
   kernels::OpTimingBackend& backend_;
   model::LlamaModel& model_;
   model::PagedKvCache* cache_;  // null when no case fits
+  const TensorParallelRanks& ranks_;
   const KvPlan& plan_;
   const double bandwidth_gbps_;
   const double peak_tflops_;
@@ -560,23 +644,60 @@ absl::Status RunModelBench(const ModelBenchOptions& o) {
     peak_source = "H100/H200 bf16 datasheet default";
   }
 
-  Progress(absl::StrCat("creating random ", o.preset, " weights on ", device_name));
+  const int tp = o.tensor_parallel;
+  Progress(absl::StrCat("creating random ", o.preset, " weights on ", device_name,
+                        tp > 1 ? absl::StrCat(", split over ", tp, " ranks") : ""));
   Clock::time_point start = Clock::now();
-  SS_ASSIGN_OR_RETURN(std::unique_ptr<model::LlamaModel> model,
-                      model::LlamaModel::CreateRandom(o.config, &backend, kWeightsSeed));
-  model->set_step_graph_rows(o.step_graph_rows);
+  TensorParallelRanks ranks;
+  ranks.threads = std::make_unique<engine::RankThreads>(tp);
+  ranks.backends.resize(tp);
+  ranks.models.resize(tp);
+  ranks.caches.resize(tp);
+  std::vector<kernels::Backend*> rank_backends(tp, &backend);
+  const absl::Status made_backends = ranks.threads->Run([&](int r) -> absl::Status {
+    if (r == 0) return absl::OkStatus();
+    SS_ASSIGN_OR_RETURN(ranks.backends[r], kernels::CreateBackend(o.device, r));
+    rank_backends[r] = ranks.backends[r].get();
+    return ranks.backends[r]->BindThread();
+  });
+  SS_RETURN_IF_ERROR(made_backends);
+  if (tp > 1) {
+    std::vector<kernels::Backend*> inner = rank_backends;
+    inner[0] = created->get();  // NCCL wants the CUDA backend itself, not the timing decorator
+    SS_ASSIGN_OR_RETURN(ranks.collectives, kernels::CreateCollectives(inner));
+  }
+  std::unique_ptr<model::LlamaModel> model;
+  const absl::Status made_models = ranks.threads->Run([&](int r) -> absl::Status {
+    model::TensorParallelShard shard;
+    shard.rank = r;
+    shard.size = tp;
+    shard.collective = tp > 1 ? ranks.collectives[r].get() : nullptr;
+    SS_ASSIGN_OR_RETURN(
+        std::unique_ptr<model::LlamaModel> m,
+        model::LlamaModel::CreateRandom(o.config, rank_backends[r], kWeightsSeed, shard));
+    m->set_step_graph_rows(o.step_graph_rows);
+    (r == 0 ? model : ranks.models[r]) = std::move(m);
+    return absl::OkStatus();
+  });
+  SS_RETURN_IF_ERROR(made_models);
   SS_ASSIGN_OR_RETURN(const double create_s, SecondsSince(backend, start));
 
   SS_ASSIGN_OR_RETURN(const KvPlan plan, PlanKvCache(backend, o));
   std::unique_ptr<model::PagedKvCache> cache;
   if (plan.num_blocks > 0) {
-    model::PagedKvCacheShape shape;
-    shape.num_layers = o.config.num_layers;
-    shape.num_blocks = static_cast<int>(plan.num_blocks);
-    shape.block_tokens = o.block_tokens;
-    shape.num_kv_heads = o.config.num_kv_heads;
-    shape.head_dim = o.config.head_dim;
-    SS_ASSIGN_OR_RETURN(cache, model::PagedKvCache::Create(shape, backend));
+    const absl::Status made_caches = ranks.threads->Run([&](int r) -> absl::Status {
+      model::PagedKvCacheShape shape;
+      shape.num_layers = o.config.num_layers;
+      shape.num_blocks = static_cast<int>(plan.num_blocks);
+      shape.block_tokens = o.block_tokens;
+      shape.num_kv_heads = model->shard_dims().kv_heads;
+      shape.head_dim = o.config.head_dim;
+      SS_ASSIGN_OR_RETURN(std::unique_ptr<model::PagedKvCache> c,
+                          model::PagedKvCache::Create(shape, *rank_backends[r]));
+      (r == 0 ? cache : ranks.caches[r]) = std::move(c);
+      return absl::OkStatus();
+    });
+    SS_RETURN_IF_ERROR(made_caches);
   }
 
   std::printf("sparseserve bench model: %s on %s\n", o.preset.c_str(), device_name);
@@ -601,7 +722,18 @@ absl::Status RunModelBench(const ModelBenchOptions& o) {
                   : "unknown (no arithmetic floor; pass --peak-tflops)");
   std::fflush(stdout);
 
-  ModelBench bench(o, backend, *model, cache.get(), plan, bandwidth_gbps, peak_tflops);
+  if (tp > 1) {
+    std::printf("tensor parallel: %d ranks (%s), each %d of %d heads, %d of %d KV heads\n", tp,
+                o.device == Device::kCuda ? "GPUs 0 .. N-1, NCCL" : "CPU threads",
+                model->shard_dims().heads, o.config.num_heads, model->shard_dims().kv_heads,
+                o.config.num_kv_heads);
+  }
+  if (tp > 1) {
+    std::vector<kernels::Backend*> inner = rank_backends;
+    inner[0] = created->get();
+    SS_RETURN_IF_ERROR(MeasureAllReduce(o, ranks, inner));
+  }
+  ModelBench bench(o, backend, *model, cache.get(), ranks, plan, bandwidth_gbps, peak_tflops);
   std::vector<CaseResult> results;
   if (o.warmup > 0 && !o.prefill_lengths.empty() && cache != nullptr) {
     const int64_t len = std::min<int64_t>(
@@ -621,9 +753,14 @@ absl::Status RunModelBench(const ModelBenchOptions& o) {
   }
   if (cache != nullptr && !o.decode_contexts.empty()) {
     Progress("filling the KV cache with uniform values in [-0.5, 0.5)");
-    for (int l = 0; l < o.config.num_layers; ++l) {
-      SS_RETURN_IF_ERROR(backend.FillUniform(cache->layer(l), kKvSeed + l, -0.5f, 0.5f));
-    }
+    const absl::Status filled = ranks.threads->Run([&](int r) -> absl::Status {
+      model::PagedKvCache& c = r == 0 ? *cache : *ranks.caches[r];
+      for (int l = 0; l < o.config.num_layers; ++l) {
+        SS_RETURN_IF_ERROR(rank_backends[r]->FillUniform(c.layer(l), kKvSeed + l, -0.5f, 0.5f));
+      }
+      return absl::OkStatus();
+    });
+    SS_RETURN_IF_ERROR(filled);
   }
   if (o.decode_window > 0) {
     std::printf("decode attention: sliding window of %d keys, %d sinks (--decode-window)\n",

@@ -33,6 +33,9 @@ struct ModelBenchOptions {
   int prefill_chunk = 8192;              // tokens per prefill step
   double peak_bandwidth_gbps = 0;        // 1e9 bytes/s of the bytes floor; 0 = measure a copy
   double peak_tflops = 0;                // of the arithmetic floor; 0 = 989 on cuda, none on cpu
+  // Ranks the model is split over (--tensor-parallel; GPUs 0 .. N-1 on CUDA): every step runs on
+  // all of them, the KV cache holds each rank's slice of the KV heads.
+  int tensor_parallel = 1;
   bool op_profile = false;  // after each timed case, time its ops one by one and print the split
   // Decode batches up to this size run as step graphs (LlamaModel::set_step_graph_rows); 0 = off.
   int step_graph_rows = 64;
