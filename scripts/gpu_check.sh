@@ -179,7 +179,7 @@ fi
 # all-reduce (nccl-tests' all_reduce_perf as the peer, when packed, at the sizes `bench model`
 # measures), and the synthetic Llama-3-8B's decode steps and 32K prefill at TP 1 and 2.
 if has tp; then
-  run tp_tests cuda_backend_test --gtest_filter='CudaTensorParallel*'
+  run tp_tests env CUDA_MODULE_LOADING=EAGER cuda_backend_test --gtest_filter='CudaTensorParallel*'
   run tp_golden bash -c "sparseserve generate --device cuda --tensor-parallel 2 \
     --model models/stories260K/stories260K.gguf --prompt 'Once upon a time' --max-tokens 60 \
     --temperature 0 >$out/tp_golden.txt && cmp $out/tp_golden.txt tests/data/golden_once_upon_a_time.txt"
@@ -187,8 +187,8 @@ if has tp; then
     run tp_nccl_tests all_reduce_perf -b 8192 -e 64M -f 8 -g 2 -d bfloat16 -n 200 -w 5
   tp_args=(bench model --synthetic llama3-8b --device cuda --prefill-lengths 32768
            --decode-batches 1,8 --decode-contexts 1024,32768 --iters 50)
-  run tp_bench_1 sparseserve "${tp_args[@]}"
-  run tp_bench_2 sparseserve "${tp_args[@]}" --tensor-parallel 2
+  run tp_bench_1 timeout 150 sparseserve "${tp_args[@]}"
+  run tp_bench_2 timeout 150 sparseserve "${tp_args[@]}" --tensor-parallel 2
 fi
 has graphs && run graphs sparseserve bench model --synthetic llama3-8b --device cuda \
   --prefill-lengths '' --cuda-graph-batch 0

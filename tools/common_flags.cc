@@ -1,7 +1,10 @@
 // Flags every subcommand accepts.
 #include <cstdio>
+#include <cstdlib>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
 #include "common/core/logging.h"
 #include "common/core/thread_pool.h"
 #include "tools/command.h"
@@ -22,6 +25,15 @@ bool ApplyCommonFlags() {
     return false;
   }
   core::ThreadPool::SetDefaultThreads(absl::GetFlag(FLAGS_threads));
+  // Tensor parallelism loads every CUDA module at start-up, before CUDA is initialised. Loaded
+  // lazily (CUDA's default), a kernel's first launch loads its module into every GPU's context
+  // and waits for each GPU's queue to drain, while another rank's queue holds an NCCL kernel
+  // waiting for this rank's: a deadlock (measured on two H100s: the first 8K-token prefill hung).
+  // A value the user set is kept.
+  if (const absl::CommandLineFlag* tp = absl::FindCommandLineFlag("tensor_parallel");
+      tp != nullptr && tp->CurrentValue() != "1") {
+    setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
+  }
   return true;
 }
 

@@ -12,6 +12,7 @@
 // cannot see score -inf, and a tile, chunk or row with no visible key yields zeros, not NaN.
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/per_device_once.cuh"
 #include "kernels/attention_visibility.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_async_copy.cuh"
@@ -254,8 +255,11 @@ cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqs&
                    const DecodeWork& work, const AttentionDims& dims, bf16_t* out,
                    cudaStream_t stream) {
   constexpr size_t kSmem = DecodeSmemBytes<D, G>();
-  static const cudaError_t attr = cudaFuncSetAttribute(
-      DecodeAttentionKernel<D, G, kMasked>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  static std::atomic<uint64_t> configured{0};
+  const cudaError_t attr = OncePerDevice(configured, [] {
+    return cudaFuncSetAttribute(DecodeAttentionKernel<D, G, kMasked>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  });
   if (attr != cudaSuccess) return attr;
   if (cudaError_t err = LaunchOverlapping(
           DecodeAttentionKernel<D, G, kMasked>, dim3(work.max_items, dims.kv_heads), kThreads,

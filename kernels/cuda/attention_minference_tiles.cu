@@ -9,6 +9,7 @@
 // the dense prefill kernel runs them.
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/per_device_once.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/prefill_tile.cuh"
 #include "kernels/minference_index.h"
@@ -293,8 +294,11 @@ cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const MInferenceSeqI
                    const int32_t* index, const AttentionDims& dims, bf16_t* out,
                    cudaStream_t stream) {
   constexpr size_t kSmem = SmemBytes<D>();
-  static const cudaError_t attr = cudaFuncSetAttribute(
-      MInferenceTileKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  static std::atomic<uint64_t> configured{0};
+  const cudaError_t attr = OncePerDevice(configured, [] {
+    return cudaFuncSetAttribute(MInferenceTileKernel<D>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  });
   if (attr != cudaSuccess) return attr;
   const dim3 grid(num_tiles, dims.heads);
   MInferenceTileKernel<D><<<grid, kThreads, kSmem, stream>>>(

@@ -10,6 +10,7 @@
 // window are never loaded. The tile math is shared with the sparse kernel (prefill_tile.cuh).
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/per_device_once.cuh"
 #include "kernels/attention_visibility.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/prefill_tile.cuh"
@@ -183,8 +184,11 @@ cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqs&
                    const int2* tiles, int num_tiles, const AttentionDims& dims,
                    const PrefillTileGates& gates, bf16_t* out, cudaStream_t stream) {
   constexpr size_t kSmem = SmemBytes<D>();
-  static const cudaError_t attr = cudaFuncSetAttribute(
-      PrefillAttentionKernel<D, kMasked>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  static std::atomic<uint64_t> configured{0};
+  const cudaError_t attr = OncePerDevice(configured, [] {
+    return cudaFuncSetAttribute(PrefillAttentionKernel<D, kMasked>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  });
   if (attr != cudaSuccess) return attr;
   const dim3 grid(num_tiles, dims.heads);
   PrefillAttentionKernel<D, kMasked><<<grid, kThreads, kSmem, stream>>>(

@@ -12,6 +12,7 @@
 // in L2, but K/V are re-read per row (see tokenselect_index.cu for the selection's cost).
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/per_device_once.cuh"
 #include "kernels/attention_visibility.h"
 #include "kernels/cuda/cuda_async_copy.cuh"
 #include "kernels/cuda/cuda_kernels.h"
@@ -220,8 +221,11 @@ __global__ void __launch_bounds__(kThreads)
 template <int D, int G>
 cudaError_t Launch(const TokenSelectAttentionParams& p, cudaStream_t stream) {
   constexpr size_t kSmem = SmemBytes<D, G>();
-  static const cudaError_t attr = cudaFuncSetAttribute(
-      TokenSelectAttentionKernel<D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  static std::atomic<uint64_t> configured{0};
+  const cudaError_t attr = OncePerDevice(configured, [] {
+    return cudaFuncSetAttribute(TokenSelectAttentionKernel<D, G>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  });
   if (attr != cudaSuccess) return attr;
   const dim3 grid(static_cast<unsigned>(int64_t{p.num_rows} * p.items_per_row), p.dims.kv_heads);
   return LaunchOverlapping(TokenSelectAttentionKernel<D, G>, grid, kThreads, kSmem, stream, p);

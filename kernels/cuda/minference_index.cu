@@ -19,6 +19,7 @@
 
 #include <cfloat>
 
+#include "kernels/cuda/per_device_once.cuh"
 #include "kernels/cuda/cuda_async_copy.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/minference_cover.cuh"
@@ -441,7 +442,8 @@ cudaError_t LaunchMInferenceIndex(const MInferenceIndexParams& p, cudaStream_t s
   if (p.dims.head_dim > 256 || p.max_key_tiles < 1) return cudaErrorInvalidValue;
   // The shared-memory limits are raised once to the largest size a launch may ask for.
   constexpr size_t kMaxDynamicSmem = 200 * 1024;
-  static const cudaError_t attr = [] {
+  static std::atomic<uint64_t> configured{0};
+  const cudaError_t attr = OncePerDevice(configured, [] {
     const int estimate = static_cast<int>(EstimateSmemBytes(256));
     const int select = static_cast<int>(kMaxDynamicSmem - sizeof(SelectShared));
     cudaError_t e = cudaFuncSetAttribute(EstimateKernel<0>,
@@ -454,7 +456,7 @@ cudaError_t LaunchMInferenceIndex(const MInferenceIndexParams& p, cudaStream_t s
       e = cudaFuncSetAttribute(SelectKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, select);
     }
     return e;
-  }();
+  });
   if (attr != cudaSuccess) return attr;
   const size_t select_smem = SelectSmemBytes(p);
   if (select_smem > kMaxDynamicSmem - sizeof(SelectShared)) return cudaErrorInvalidValue;

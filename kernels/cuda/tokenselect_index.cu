@@ -21,6 +21,7 @@
 // candidate), the scores read by four more passes (4 bytes per candidate each).
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/per_device_once.cuh"
 #include "kernels/attention_visibility.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_async_copy.cuh"
@@ -593,9 +594,11 @@ size_t ScoreSmemBytes(int head_dim, int heads_per_thread) {
 template <int D, int kHeadsPerThread>
 cudaError_t LaunchScore(const TokenSelectIndexParams& p, dim3 grid, cudaStream_t stream) {
   const size_t smem = ScoreSmemBytes(D, kHeadsPerThread);
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(ScoreKernel<D, kHeadsPerThread>,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  static std::atomic<uint64_t> configured{0};
+  const cudaError_t attr = OncePerDevice(configured, [smem] {
+    return cudaFuncSetAttribute(ScoreKernel<D, kHeadsPerThread>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  });
   if (attr != cudaSuccess) return attr;
   return LaunchOverlapping(ScoreKernel<D, kHeadsPerThread>, grid, kThreads, smem, stream, p);
 }
