@@ -26,10 +26,10 @@ bool ApplyCommonFlags() {
   }
   core::ThreadPool::SetDefaultThreads(absl::GetFlag(FLAGS_threads));
   // Tensor parallelism loads every CUDA module at start-up, before CUDA is initialised. Loaded
-  // lazily (CUDA's default), a kernel's first launch loads its module into every GPU's context
-  // and waits for each GPU's queue to drain, while another rank's queue holds an NCCL kernel
-  // waiting for this rank's: a deadlock (measured on two H100s: the first 8K-token prefill hung).
-  // A value the user set is kept.
+  // lazily (CUDA's default), a kernel's first launch waits for the GPUs' queues to drain, while
+  // another rank's queue may hold an NCCL kernel waiting for this rank's: the deadlock NCCL users
+  // report (e.g. NVIDIA/nvbench#136), avoided at the cost of a slower start. A value the user set
+  // is kept.
   if (const absl::CommandLineFlag* tp = absl::FindCommandLineFlag("tensor_parallel");
       tp != nullptr && tp->CurrentValue() != "1") {
     setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
