@@ -288,8 +288,8 @@ absl::Status DecodeScheduler::CopyStagedKv(DecodeJob& job, absl::Span<const int3
   const absl::Time start = absl::Now();
   const absl::Span<const int32_t> pool_ids = blocks.subspan(job.first_staged_block);
   for (int l = 0; l < num_layers; ++l) {
-    SS_RETURN_IF_ERROR(engine::CopyKvBlocksFromHost(runner_->backend(), area.layer(l), staging_ids,
-                                                    runner_->cache().layer(l), pool_ids));
+    // Scattered into every tensor-parallel rank's slice of the heads (one rank: a plain copy).
+    SS_RETURN_IF_ERROR(runner_->CopyKvFromHost(l, area.layer(l), staging_ids, pool_ids));
   }
   if (options_.metrics != nullptr) {
     options_.metrics->kv_staging_copy_time().Observe(absl::ToDoubleSeconds(absl::Now() - start));

@@ -15,10 +15,14 @@ namespace {
 // `target` (the fast path over UCX's shared-memory transports), in the KV pool's block layout,
 // at most as many blocks as the pool has (each staged block is copied into one pool block).
 // kInvalidArgument when `bytes` holds no block of every layer; UCX's error when out of memory.
+// In the whole-heads layout that moves between workers (kv::KvLayout): under tensor parallelism
+// the staging copy scatters it into the ranks' slices.
 absl::StatusOr<std::unique_ptr<KvStagingArea>> AllocateStagingArea(
-    transfer::KvTransferTarget& target, const model::PagedKvCache& cache, size_t bytes) {
-  const model::PagedKvCacheShape& shape = cache.shape();
-  const size_t block_bytes = cache.layer(0).nbytes() / shape.num_blocks;
+    transfer::KvTransferTarget& target, const engine::ModelRunner& runner, size_t bytes) {
+  const model::PagedKvCache& cache = runner.cache();
+  const model::PagedKvCacheShape shape = runner.WholeHeadsKvShape();
+  const size_t block_bytes = static_cast<size_t>(2) * shape.block_tokens * shape.num_kv_heads *
+                             shape.head_dim * DTypeSize(cache.dtype());
   const size_t blocks = std::min<size_t>(
       bytes / (block_bytes * static_cast<size_t>(shape.num_layers)), shape.num_blocks);
   if (blocks == 0) {
@@ -54,12 +58,15 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Start(
   if (options.enable_kv_transfer) {
     const model::PagedKvCache& cache = w->runner_->cache();
     const bool kv_on_host = cache.layer(0).device() == Device::kHost;
-    SS_ASSIGN_OR_RETURN(const bool staged, transfer::UsesKvStaging(options.kv_staging, kv_on_host));
+    SS_ASSIGN_OR_RETURN(const bool staged, transfer::UsesKvStaging(options.kv_staging, kv_on_host,
+                                                                   w->runner_->tensor_parallel()));
     SS_ASSIGN_OR_RETURN(w->kv_target_, transfer::KvTransferTarget::Create());
-    const uint64_t block_bytes = cache.layer(0).nbytes() / cache.shape().num_blocks;
+    const uint64_t block_bytes = cache.layer(0).nbytes() / cache.shape().num_blocks *
+                                 w->runner_->WholeHeadsKvShape().num_kv_heads /
+                                 cache.shape().num_kv_heads;
     if (staged) {
-      SS_ASSIGN_OR_RETURN(w->staging_,
-                          AllocateStagingArea(*w->kv_target_, cache, options.kv_staging_bytes));
+      SS_ASSIGN_OR_RETURN(
+          w->staging_, AllocateStagingArea(*w->kv_target_, *w->runner_, options.kv_staging_bytes));
       transfer_mode = absl::StrCat(
           "staged through host memory (", w->staging_->num_blocks(), " staging blocks, ",
           static_cast<double>(block_bytes * w->staging_->num_blocks() * cache.shape().num_layers) /

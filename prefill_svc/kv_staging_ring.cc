@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/core/status.h"
-#include "common/engine/kv_block_copy.h"
 
 namespace sparseserve::prefill {
 
@@ -41,8 +40,7 @@ absl::Status KvStagingRing::Reset(int num_lanes) {
   return absl::OkStatus();
 }
 
-absl::Status KvStagingRing::StageAndPut(int lane_idx, kernels::Backend& backend,
-                                        const Tensor& kv_layer, int layer,
+absl::Status KvStagingRing::StageAndPut(int lane_idx, const CopyToHost& copy, int layer,
                                         absl::Span<const int32_t> local_blocks,
                                         absl::Span<const int32_t> remote_blocks,
                                         transfer::KvWriteSession& session, absl::Time deadline) {
@@ -76,8 +74,7 @@ absl::Status KvStagingRing::StageAndPut(int lane_idx, kernels::Backend& backend,
     slots.resize(count);
     std::iota(slots.begin(), slots.end(), lane.first_slot + lane.num_used);
     const absl::Time copy_start = absl::Now();
-    SS_RETURN_IF_ERROR(engine::CopyKvBlocksToHost(
-        backend, kv_layer, local_blocks.subspan(done, count), buffer_, slots));
+    SS_RETURN_IF_ERROR(copy(local_blocks.subspan(done, count), buffer_, slots));
     lane.copy_time += absl::Now() - copy_start;
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat("KV transfer stopped at layer ", layer,

@@ -20,6 +20,7 @@
 #define SPARSESERVE_PREFILL_SVC_KV_STAGING_RING_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -51,7 +52,15 @@ class KvStagingRing {
   // REQUIRES: every PUT from the ring has been flushed, or its session destroyed.
   absl::Status Reset(int num_lanes);
 
-  // Copies block local_blocks[i] of `kv_layer` (layer `layer` of the backend's KV cache) into
+  // How a layer's blocks reach the ring: copies blocks `local_blocks` of the KV cache's layer
+  // into blocks `host_blocks` of `host_layer` (the ring's buffer) — engine::CopyKvBlocksToHost
+  // for one backend, engine::ModelRunner::CopyKvToHost to gather every tensor-parallel rank's
+  // heads into the whole-heads layout.
+  using CopyToHost =
+      std::function<absl::Status(absl::Span<const int32_t> local_blocks, const Tensor& host_layer,
+                                 absl::Span<const int32_t> host_blocks)>;
+
+  // Copies block local_blocks[i] of layer `layer` of the KV cache (through `copy`) into
   // lane `lane_idx` and PUTs it through `session` (that lane's transfer, the same one every call
   // since Reset) into remote block remote_blocks[i] of that layer. When the lane has no free slot
   // left, first flushes `session` (waiting until `deadline` at most) and reuses the lane from its
@@ -59,8 +68,8 @@ class KvStagingRing {
   // Returns kInvalidArgument for unequal lengths, bad ids or a lane out of range,
   // kDeadlineExceeded when the deadline passes (the lane must not be reused before the session
   // is destroyed then), and the copy's, PutBlocks' or Flush's error otherwise.
-  absl::Status StageAndPut(int lane_idx, kernels::Backend& backend, const Tensor& kv_layer,
-                           int layer, absl::Span<const int32_t> local_blocks,
+  absl::Status StageAndPut(int lane_idx, const CopyToHost& copy, int layer,
+                           absl::Span<const int32_t> local_blocks,
                            absl::Span<const int32_t> remote_blocks,
                            transfer::KvWriteSession& session, absl::Time deadline);
 

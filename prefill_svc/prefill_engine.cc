@@ -244,8 +244,13 @@ absl::Status PrefillEngine::PutLayer(Running& r, int layer) {
                      ": the request's deadline (bounded by the KV lease) has passed"));
   }
   if (ring_ != nullptr) {
-    return ring_->StageAndPut(r.lane_idx, runner_->backend(), runner_->cache().layer(layer), layer,
-                              local, remote, *r.session, r.task.deadline);
+    // Every tensor-parallel rank's heads, gathered into the whole-heads layout that moves between
+    // workers (kv::KvLayout).
+    const KvStagingRing::CopyToHost copy = [&](absl::Span<const int32_t> blocks, const Tensor& host,
+                                               absl::Span<const int32_t> slots) {
+      return runner_->CopyKvToHost(layer, blocks, host, slots);
+    };
+    return ring_->StageAndPut(r.lane_idx, copy, layer, local, remote, *r.session, r.task.deadline);
   }
   return r.session->PutBlocks(layer, runner_->cache().layer(layer).raw_data(), local, remote);
 }

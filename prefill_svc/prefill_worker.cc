@@ -22,11 +22,15 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(
   if (options.enable_kv_transfer) {
     const model::PagedKvCache& cache = w->runner_->cache();
     const bool kv_on_host = cache.layer(0).device() == Device::kHost;
-    SS_ASSIGN_OR_RETURN(const bool staged, transfer::UsesKvStaging(options.kv_staging, kv_on_host));
+    SS_ASSIGN_OR_RETURN(const bool staged, transfer::UsesKvStaging(options.kv_staging, kv_on_host,
+                                                                   w->runner_->tensor_parallel()));
     SS_ASSIGN_OR_RETURN(w->kv_source_, transfer::KvTransferSource::Create());
     if (staged) {
-      const model::PagedKvCacheShape& shape = cache.shape();
-      const size_t block_bytes = cache.layer(0).nbytes() / shape.num_blocks;
+      // The whole-heads layout that moves between workers (kv::KvLayout): under tensor
+      // parallelism the ranks' slices are gathered into it.
+      const model::PagedKvCacheShape shape = w->runner_->WholeHeadsKvShape();
+      const size_t block_bytes = static_cast<size_t>(2) * shape.block_tokens * shape.num_kv_heads *
+                                 shape.head_dim * DTypeSize(cache.dtype());
       // No request can need more than every block of every layer at once.
       const size_t blocks = std::min(options.kv_staging_bytes / block_bytes,
                                      static_cast<size_t>(shape.num_blocks) * shape.num_layers);

@@ -30,9 +30,11 @@ bool ApplyCommonFlags() {
   // another rank's queue may hold an NCCL kernel waiting for this rank's: the deadlock NCCL users
   // report (e.g. NVIDIA/nvbench#136), avoided at the cost of a slower start. A value the user set
   // is kept.
-  if (const absl::CommandLineFlag* tp = absl::FindCommandLineFlag("tensor_parallel");
-      tp != nullptr && tp->CurrentValue() != "1") {
-    setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
+  for (const char* name : {"tensor_parallel", "prefill_tensor_parallel"}) {
+    const absl::CommandLineFlag* tp = absl::FindCommandLineFlag(name);
+    if (tp != nullptr && tp->CurrentValue() != "1" && tp->CurrentValue() != "0") {
+      setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
+    }
   }
   return true;
 }

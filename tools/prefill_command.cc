@@ -23,6 +23,8 @@ ABSL_FLAG(int, fault_kv_put_delay_ms, 0,
 // Shared with `decode` (decode_command.cc).
 ABSL_DECLARE_FLAG(int, max_running);
 
+ABSL_DECLARE_FLAG(int, prefill_tensor_parallel);  // tools/model_flags.cc
+
 namespace sparseserve::tools {
 
 int RunPrefillCommand(const std::vector<char*>& positional) {
@@ -41,6 +43,9 @@ int RunPrefillCommand(const std::vector<char*>& positional) {
     return 2;
   }
   options.runner = *std::move(runner_options);
+  if (const int tp = absl::GetFlag(FLAGS_prefill_tensor_parallel); tp > 0) {
+    options.runner.tensor_parallel = tp;
+  }
   options.max_queued = absl::GetFlag(FLAGS_max_queued);
   options.max_running = absl::GetFlag(FLAGS_max_running);
   if (options.max_running < 1) {

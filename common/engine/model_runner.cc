@@ -1,11 +1,14 @@
 #include "common/engine/model_runner.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
+#include <numeric>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/core/status.h"
+#include "common/engine/kv_block_copy.h"
 #include "common/engine/minference_config.h"
 #include "common/kv/rolling_window.h"
 #include "common/model/safetensors_file.h"
@@ -208,14 +211,129 @@ absl::StatusOr<Tensor> ModelRunner::ForwardOnEveryRank(
     const std::vector<model::ForwardSequence>& batch,
     const std::function<absl::Status(int layer)>& on_layer_done) {
   Tensor logits;  // rank 0's: the gathered logits
+  const bool deferred = tensor_parallel() > 1 && on_layer_done != nullptr;  // as in Step
   const absl::Status forwarded = OnEveryRank([&](model::LlamaModel& m, model::PagedKvCache& cache) {
     const bool first = &m == model_.get();
-    SS_ASSIGN_OR_RETURN(Tensor out, m.Forward(batch, cache, first ? on_layer_done : nullptr));
+    SS_ASSIGN_OR_RETURN(Tensor out,
+                        m.Forward(batch, cache, first && !deferred ? on_layer_done : nullptr));
     if (first) logits = std::move(out);
     return absl::OkStatus();
   });
   SS_RETURN_IF_ERROR(forwarded);
+  if (deferred) SS_RETURN_IF_ERROR(RunLayerHooks(on_layer_done));
   return logits;
+}
+
+absl::Status ModelRunner::RunLayerHooks(const std::function<absl::Status(int layer)>& hook) {
+  for (int l = 0; l < cache_->shape().num_layers; ++l) SS_RETURN_IF_ERROR(hook(l));
+  return absl::OkStatus();
+}
+
+model::PagedKvCacheShape ModelRunner::WholeHeadsKvShape() const {
+  model::PagedKvCacheShape shape = cache_->shape();
+  shape.num_kv_heads = config().num_kv_heads;
+  return shape;
+}
+
+namespace {
+
+// Host scratch for one rank's slice of `n` blocks: [n * 2, block_tokens, its heads, head_dim].
+Tensor RankSliceOnHost(const model::PagedKvCache& cache, int64_t n) {
+  const model::PagedKvCacheShape& s = cache.shape();
+  return Tensor::Zeros(cache.dtype(), {n * 2, s.block_tokens, s.num_kv_heads, s.head_dim});
+}
+
+// Copies heads between a rank's slice (`slice`, [n * 2, bt, h, hd]) and blocks of a whole-heads
+// host layer ([*, bt, H, hd]) at head offset `head_begin`: to_whole picks the direction.
+void CopyHeads(const Tensor& slice, const Tensor& whole, absl::Span<const int32_t> whole_blocks,
+               int head_begin, bool to_whole) {
+  const int64_t bt = slice.dim(1), h = slice.dim(2), hd = slice.dim(3), all = whole.dim(2);
+  const size_t elem = DTypeSize(slice.dtype()), run = static_cast<size_t>(h * hd) * elem;
+  auto* s = static_cast<char*>(slice.raw_data());
+  auto* w = static_cast<char*>(whole.raw_data());
+  for (size_t i = 0; i < whole_blocks.size(); ++i) {
+    for (int64_t kv = 0; kv < 2; ++kv) {
+      for (int64_t t = 0; t < bt; ++t) {
+        char* a = s + (((static_cast<int64_t>(i) * 2 + kv) * bt + t) * h * hd) * elem;
+        char* b = w + (((int64_t{whole_blocks[i]} * 2 + kv) * bt + t) * all + head_begin) * hd *
+                          static_cast<int64_t>(elem);
+        if (to_whole) {
+          std::memcpy(b, a, run);
+        } else {
+          std::memcpy(a, b, run);
+        }
+      }
+    }
+  }
+}
+
+absl::Status CheckWholeHeads(const Tensor& host_layer, const model::PagedKvCacheShape& whole,
+                             absl::Span<const int32_t> host_blocks,
+                             absl::Span<const int32_t> blocks) {
+  if (host_layer.device() != Device::kHost || !host_layer.is_contiguous() ||
+      host_layer.ndim() != 4 || host_layer.dim(1) != whole.block_tokens ||
+      host_layer.dim(2) != whole.num_kv_heads || host_layer.dim(3) != whole.head_dim ||
+      host_blocks.size() != blocks.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV copy: host layer ", host_layer.DebugString(), " is not the whole-heads layout of ",
+        whole.num_kv_heads, " heads, or ", host_blocks.size(), " host blocks for ", blocks.size()));
+  }
+  for (int32_t b : host_blocks) {
+    if (b < 0 || 2 * int64_t{b} + 1 >= host_layer.dim(0)) {
+      return absl::InvalidArgumentError(absl::StrCat("KV copy: host block ", b, " out of range"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ModelRunner::CopyKvToHost(int layer, absl::Span<const int32_t> blocks,
+                                       const Tensor& host_layer,
+                                       absl::Span<const int32_t> host_blocks) {
+  if (tensor_parallel() == 1) {
+    return CopyKvBlocksToHost(backend(), cache_->layer(layer), blocks, host_layer, host_blocks);
+  }
+  SS_RETURN_IF_ERROR(CheckWholeHeads(host_layer, WholeHeadsKvShape(), host_blocks, blocks));
+  std::vector<int32_t> slots(blocks.size());
+  std::iota(slots.begin(), slots.end(), 0);
+  // Replicated KV heads (more ranks than KV heads) are written once, by the first rank holding
+  // each; the ranks' writes go to disjoint heads of the host blocks.
+  const absl::Status copied = OnEveryRank([&](model::LlamaModel& m,
+                                              model::PagedKvCache& cache) -> absl::Status {
+    const model::ShardDims& d = m.shard_dims();
+    if (d.kv_heads * m.shard().size > config().num_kv_heads &&
+        d.head_begin % (config().num_heads / config().num_kv_heads) != 0) {
+      return absl::OkStatus();  // not the first rank of its KV head
+    }
+    const Tensor slice = RankSliceOnHost(cache, static_cast<int64_t>(blocks.size()));
+    SS_RETURN_IF_ERROR(CopyKvBlocksToHost(m.backend(), cache.layer(layer), blocks, slice, slots));
+    CopyHeads(slice, host_layer, host_blocks, d.kv_head_begin, /*to_whole=*/true);
+    return absl::OkStatus();
+  });
+  return copied;
+}
+
+absl::Status ModelRunner::CopyKvFromHost(int layer, const Tensor& host_layer,
+                                         absl::Span<const int32_t> host_blocks,
+                                         absl::Span<const int32_t> blocks) {
+  if (tensor_parallel() == 1) {
+    return CopyKvBlocksFromHost(backend(), host_layer, host_blocks, cache_->layer(layer), blocks);
+  }
+  SS_RETURN_IF_ERROR(CheckWholeHeads(host_layer, WholeHeadsKvShape(), host_blocks, blocks));
+  std::vector<int32_t> slots(blocks.size());
+  std::iota(slots.begin(), slots.end(), 0);
+  const absl::Status copied = OnEveryRank([&](model::LlamaModel& m,
+                                              model::PagedKvCache& cache) -> absl::Status {
+    const Tensor slice = RankSliceOnHost(cache, static_cast<int64_t>(blocks.size()));
+    CopyHeads(slice, host_layer, host_blocks, m.shard_dims().kv_head_begin,
+              /*to_whole=*/false);
+    SS_RETURN_IF_ERROR(CopyKvBlocksFromHost(m.backend(), slice, slots, cache.layer(layer), blocks));
+    // The slice is freed on return: the backend must have taken its bytes (a GPU copy
+    // from pageable memory has once CopyFromHost returns).
+    return absl::OkStatus();
+  });
+  return copied;
 }
 
 absl::Status ModelRunner::OnEveryRank(
@@ -497,14 +615,17 @@ absl::StatusOr<std::vector<int32_t>> ModelRunner::Step(
     SS_RETURN_IF_ERROR(backend().SupportsAttention(r.pattern, config().head_dim));
   }
   SS_ASSIGN_OR_RETURN(std::vector<model::ForwardSequence> batch, PrepareStep(rows));
-  // Rank 0 samples; the other ranks run the same step for their slices.
+  // Rank 0 samples; the other ranks run the same step for their slices. Under tensor
+  // parallelism the per-layer hook runs after the step (it may use every rank: CopyKvToHost).
+  const bool deferred = tensor_parallel() > 1 && on_layer_done != nullptr;
   absl::StatusOr<std::vector<int32_t>> next;
-  const absl::Status ran = OnEveryRank([&](model::LlamaModel& m, model::PagedKvCache& cache) {
+  absl::Status ran = OnEveryRank([&](model::LlamaModel& m, model::PagedKvCache& cache) {
     absl::StatusOr<std::vector<int32_t>> out = m.ForwardSample(
-        batch, cache, sampling, &m == model_.get() ? on_layer_done : nullptr, draft);
+        batch, cache, sampling, &m == model_.get() && !deferred ? on_layer_done : nullptr, draft);
     if (&m == model_.get()) next = out;
     return out.status();
   });
+  if (ran.ok() && deferred) ran = RunLayerHooks(on_layer_done);
   if (!ran.ok()) {
     UndoStep(rows);
     return ran;

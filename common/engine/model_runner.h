@@ -176,6 +176,8 @@ class ModelRunner {
                                    const kernels::AttentionPattern& pattern = {},
                                    int chunk_tokens = 0);
 
+  // Under tensor parallelism `on_layer_done` runs for every layer after the step's forward pass
+  // (the ranks' passes run on their own threads and cannot stop for it), before its rows commit.
   // One forward step over `rows` (several sequences, each at most once): allocates the blocks
   // they need (all or nothing), writes their KV, and returns one token per sampled row, in
   // order, sampled on the backend under `sampling` (one SamplingRow per sampled row; sampling
@@ -299,6 +301,20 @@ class ModelRunner {
   // The KV memory, e.g. for registering it with a transport. Written only by forward steps.
   // Rank 0's under tensor parallelism (its KV heads only).
   const model::PagedKvCache& cache() const { return *cache_; }
+  // The cache's shape with all of the model's KV heads: the layout KV blocks have between
+  // workers (kv::KvLayout), whatever either side's tensor parallelism. cache().shape() when one
+  // rank holds the model.
+  model::PagedKvCacheShape WholeHeadsKvShape() const;
+  // Copies blocks `blocks` of layer `layer` into blocks `host_blocks` of `host_layer` (host
+  // memory, [n * 2, block_tokens, num_kv_heads, head_dim]: the whole-heads layout), gathering
+  // every tensor-parallel rank's slice of the heads; engine::CopyKvBlocksToHost on one rank.
+  // Errors as that. Engine thread only, outside a step (it runs on every rank).
+  absl::Status CopyKvToHost(int layer, absl::Span<const int32_t> blocks, const Tensor& host_layer,
+                            absl::Span<const int32_t> host_blocks);
+  // The reverse: scatters whole-heads host blocks into every rank's slice of blocks `blocks`.
+  absl::Status CopyKvFromHost(int layer, const Tensor& host_layer,
+                              absl::Span<const int32_t> host_blocks,
+                              absl::Span<const int32_t> blocks);
   // The per-sequence state slots, or null when sequence_state_words is 0.
   SequenceStateTable* sequence_state() { return state_.get(); }
   kernels::Backend& backend() const { return model_->backend(); }
@@ -357,6 +373,9 @@ class ModelRunner {
   absl::StatusOr<Tensor> ForwardOnEveryRank(
       const std::vector<model::ForwardSequence>& batch,
       const std::function<absl::Status(int layer)>& on_layer_done);
+  // Calls `hook` for every layer of the cache in order (a tensor-parallel step's deferred
+  // on_layer_done).
+  absl::Status RunLayerHooks(const std::function<absl::Status(int layer)>& hook);
   // Runs fn on every tensor-parallel rank's model and cache at once (RankThreads::Run), or on
   // the one model.
   absl::Status OnEveryRank(

@@ -42,12 +42,10 @@ absl::Status KvLayout::Validate() const {
 }
 
 absl::Status CheckCompatible(const KvLayout& ours, const KvLayout& theirs) {
-  if (ours.tensor_parallel > 1 || theirs.tensor_parallel > 1) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "KV transfer between tensor-parallel workers is not built yet (issue 19): ours has ",
-        ours.tensor_parallel, " rank(s), theirs ", theirs.tensor_parallel));
-  }
-  if (ours == theirs) return absl::OkStatus();
+  // Tensor parallelism does not change the bytes that move: both sides stage whole-heads blocks.
+  KvLayout same_ranks = theirs;
+  same_ranks.tensor_parallel = ours.tensor_parallel;
+  if (ours == same_ranks) return absl::OkStatus();
   std::vector<absl::string_view> differ;
   if (ours.dtype != theirs.dtype) differ.push_back("dtype");
   if (ours.block_tokens != theirs.block_tokens) differ.push_back("block_tokens");

@@ -29,7 +29,8 @@ struct KvLayout {
   // Elements per head.
   int head_dim = 0;
   // Ranks the worker's model is split over (--tensor-parallel, issue 19): each rank's pool holds
-  // its slice of the KV heads. KV does not move to or from a worker with more than one yet.
+  // its slice of the KV heads, and the worker moves KV through host staging in the whole-heads
+  // layout the other fields describe, so workers of any degrees exchange KV.
   int tensor_parallel = 1;
 
   // Bytes of one block in one layer's pool: 2 (K,V) * block_tokens * num_kv_heads * head_dim *
@@ -48,8 +49,7 @@ struct KvLayout {
 
 // Returns OK if `theirs` (a peer's layout) equals `ours`; otherwise kFailedPrecondition whose
 // message names both layouts and the fields that differ. Not retryable: a deployment error.
-// Also kFailedPrecondition when either side is tensor parallel: re-sharding KV between ranks is
-// not built yet (the prefill then runs on the decode worker).
+// The sides' tensor_parallel may differ (the layout on the wire is the whole-heads one).
 absl::Status CheckCompatible(const KvLayout& ours, const KvLayout& theirs);
 
 }  // namespace sparseserve::kv

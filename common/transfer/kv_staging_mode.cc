@@ -21,7 +21,16 @@ absl::string_view KvStagingModeName(KvStagingMode mode) {
   return "unknown";
 }
 
-absl::StatusOr<bool> UsesKvStaging(KvStagingMode mode, bool kv_in_host_memory) {
+absl::StatusOr<bool> UsesKvStaging(KvStagingMode mode, bool kv_in_host_memory,
+                                   int tensor_parallel) {
+  if (tensor_parallel > 1) {
+    if (mode == KvStagingMode::kOff) {
+      return absl::FailedPreconditionError(
+          "--tensor-parallel > 1 moves KV through host staging (each device holds a slice of the "
+          "KV heads, gathered or scattered there): use KV staging auto or on");
+    }
+    return true;
+  }
   switch (mode) {
     case KvStagingMode::kAuto: return !kv_in_host_memory;
     case KvStagingMode::kOn: return true;

@@ -24,8 +24,11 @@ absl::string_view KvStagingModeName(KvStagingMode mode);
 
 // Whether KV goes through host staging memory under `mode` for a KV cache in host memory
 // (`kv_in_host_memory`) or not. kFailedPrecondition for kOff with a KV cache outside host memory,
-// which UCX here cannot move.
-absl::StatusOr<bool> UsesKvStaging(KvStagingMode mode, bool kv_in_host_memory);
+// which UCX here cannot move. A worker of `tensor_parallel` > 1 ranks always stages (its ranks'
+// head slices are gathered into, or scattered from, the whole-heads layout there); kOff is
+// kFailedPrecondition for it.
+absl::StatusOr<bool> UsesKvStaging(KvStagingMode mode, bool kv_in_host_memory,
+                                   int tensor_parallel = 1);
 
 }  // namespace sparseserve::transfer
 

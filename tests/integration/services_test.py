@@ -975,25 +975,32 @@ def test_speculation_through_up_equals_plain_decoding(threshold, disaggregated):
         c.close()
 
 
-def test_tensor_parallel_workers_equal_single_process():
-    """Issue 19: `up --tensor-parallel 2` (each worker's model split over two CPU ranks, threads
-    joined by the in-process collective) gives the golden greedy text and single-process
-    `generate`'s seeded tokens. KV does not move between tensor-parallel workers yet: the prefill
-    worker refuses the reservation and the decode worker prefills locally. The decode worker's
+@pytest.mark.parametrize("decode_tp,prefill_tp", [(2, 2), (1, 2), (2, 1)])
+def test_tensor_parallel_workers_equal_single_process(decode_tp, prefill_tp):
+    """Issue 19: workers whose models are split over CPU ranks (threads joined by the in-process
+    collective), disaggregated across degrees — prefill TP 2 into decode TP 1 and the reverse,
+    and both TP 2 — give the golden greedy text and single-process `generate`'s seeded tokens.
+    KV moves in the whole-heads layout through host staging: the prefill worker gathers its
+    ranks' head slices, the decode worker scatters them into its ranks'. The decode worker's
     sampled all-reduces show in sparseserve_tp_allreduce_seconds."""
-    c = Cluster(extra=["--disagg-threshold=3", "--tensor-parallel=2"])
+    c = Cluster(extra=["--disagg-threshold=3", f"--tensor-parallel={decode_tp}",
+                       f"--prefill-tensor-parallel={prefill_tp}"])
     try:
         _, text, last = run(c.stub, greedy_request("Once upon a time", max_tokens=60))
         assert text == GOLDEN
-        assert not last.timings.disaggregated
+        assert last.timings.disaggregated
         ref = reference_tokens("Once upon a time", 50,
                                ["--temperature=0.9", "--top-p=0.95", "--seed=7"])
         req = greedy_request("Once upon a time", max_tokens=50)
         req.sampling.temperature, req.sampling.top_p, req.sampling.seed = 0.9, 0.95, 7
         assert run(c.stub, req)[1] == ref
-        assert metric(c.role("prefill")[0]["metrics"],
-                      "sparseserve_kv_transfer_failures_total") >= 1
-        assert metric(c.role("decode")[0]["metrics"],
-                      "sparseserve_tp_allreduce_seconds_count") > 0
+        # A longer prompt: several blocks of 64 tokens cross, every layer's heads in place.
+        long_prompt = " ".join(["Once upon a time there was a little girl named Lily."] * 12)
+        want = reference_tokens(long_prompt, 40)
+        _, text, last = run(c.stub, greedy_request(long_prompt, max_tokens=40))
+        assert text == want and last.timings.disaggregated
+        assert metric(c.role("prefill")[0]["metrics"], "sparseserve_kv_transfer_bytes_total") > 0
+        allreduces = metric(c.role("decode")[0]["metrics"], "sparseserve_tp_allreduce_seconds_count")
+        assert (allreduces > 0) == (decode_tp > 1)
     finally:
         c.close()

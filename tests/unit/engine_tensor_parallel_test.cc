@@ -7,6 +7,7 @@
 // moves every rank's KV. Combinations not built yet fail with clear errors.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -97,6 +98,57 @@ TEST_P(TensorParallelTest, LogitsAndGreedyTokensEqualOneRank) {
       diff = std::max(diff, std::fabs(want->data<float>()[j] - got->data<float>()[j]));
     }
     EXPECT_LE(diff, 1e-5f * scale) << "prompt " << i;
+    r.one()->Release(a);
+    r.split()->Release(b);
+  }
+  // The KV that moves between workers: every rank's heads gathered into the whole-heads layout
+  // equal the one-rank cache's blocks (replicated KV heads come once), and scattering them back
+  // into other blocks and gathering again gives them unchanged.
+  {
+    const std::vector<int32_t> prompt = Prompt(5, vocab);
+    SequenceKv a, b;
+    ASSERT_TRUE(r.one()->Prefill(prompt, a).ok());
+    ASSERT_TRUE(r.split()->Prefill(prompt, b).ok());
+    const model::PagedKvCacheShape whole = r.split()->WholeHeadsKvShape();
+    EXPECT_EQ(whole.num_kv_heads, r.one()->config().num_kv_heads);
+    const int64_t n = static_cast<int64_t>(a.block_ids.size());
+    auto host = [&] {
+      return Tensor::Zeros(DType::kF32,
+                           {2 * n, whole.block_tokens, whole.num_kv_heads, whole.head_dim});
+    };
+    std::vector<int32_t> slots(n);
+    for (int64_t i = 0; i < n; ++i) slots[i] = static_cast<int32_t>(i);
+    for (int l = 0; l < whole.num_layers; ++l) {
+      Tensor want = host(), got = host(), again = host();
+      ASSERT_TRUE(r.one()->CopyKvToHost(l, a.block_ids, want, slots).ok());
+      ASSERT_TRUE(r.split()->CopyKvToHost(l, b.block_ids, got, slots).ok());
+      // Only the prompt's rows hold KV; the rest of its last block is whatever the pool held.
+      const int64_t row = int64_t{whole.num_kv_heads} * whole.head_dim;
+      float scale = 0, diff = 0;
+      for (int64_t blk = 0; blk < n; ++blk) {
+        for (int64_t kv = 0; kv < 2; ++kv) {
+          for (int64_t t = 0; t < whole.block_tokens; ++t) {
+            if (blk * whole.block_tokens + t >= static_cast<int64_t>(prompt.size())) break;
+            const int64_t at = ((blk * 2 + kv) * whole.block_tokens + t) * row;
+            for (int64_t j = 0; j < row; ++j) {
+              scale = std::max(scale, std::fabs(want.data<float>()[at + j]));
+              diff =
+                  std::max(diff, std::fabs(want.data<float>()[at + j] - got.data<float>()[at + j]));
+            }
+          }
+        }
+      }
+      EXPECT_GT(scale, 0) << "layer " << l;
+      EXPECT_LE(diff, 1e-5f * scale) << "layer " << l;
+      // Round trip through fresh blocks of the split runner.
+      absl::StatusOr<std::vector<int32_t>> fresh =
+          r.split()->mutable_pool().Allocate(static_cast<int>(n));
+      ASSERT_TRUE(fresh.ok()) << fresh.status();
+      ASSERT_TRUE(r.split()->CopyKvFromHost(l, got, slots, *fresh).ok());
+      ASSERT_TRUE(r.split()->CopyKvToHost(l, *fresh, again, slots).ok());
+      EXPECT_EQ(std::memcmp(again.raw_data(), got.raw_data(), got.nbytes()), 0) << "layer " << l;
+      r.split()->mutable_pool().Release(*fresh);
+    }
     r.one()->Release(a);
     r.split()->Release(b);
   }

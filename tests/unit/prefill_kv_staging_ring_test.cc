@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/core/thread_pool.h"
+#include "common/engine/kv_block_copy.h"
 #include "common/transfer/kv_transfer_source.h"
 #include "common/transfer/kv_transfer_target.h"
 #include "gtest/gtest.h"
@@ -96,6 +97,13 @@ class KvStagingRingTest : public testing::TestWithParam<const char*> {
     const float* p = local_[layer].data<float>() + block * FloatsPerBlock();
     return std::vector<float>(p, p + FloatsPerBlock());
   }
+  // Stages from layer `layer` of the "device" cache, as a one-backend prefill worker does.
+  KvStagingRing::CopyToHost Copy(int layer) {
+    return [this, layer](absl::Span<const int32_t> blocks, const Tensor& host,
+                         absl::Span<const int32_t> slots) {
+      return engine::CopyKvBlocksToHost(backend_, local_[layer], blocks, host, slots);
+    };
+  }
   std::vector<float> RemoteBlock(int layer, int block) const {
     const float* p = remote_[layer].data<float>() + block * FloatsPerBlock();
     return std::vector<float>(p, p + FloatsPerBlock());
@@ -117,8 +125,7 @@ TEST_P(KvStagingRingTest, PromptLargerThanTheRingWrapsWithAFlushPerWrap) {
   const std::vector<int32_t> remote = {0, 1, 2, 5, 6};
   const absl::Time deadline = absl::Now() + kTimeout;
   for (int l = 0; l < kNumLayers; ++l) {
-    ASSERT_TRUE(
-        ring_->StageAndPut(0, backend_, local_[l], l, local, remote, *session_, deadline).ok());
+    ASSERT_TRUE(ring_->StageAndPut(0, Copy(l), l, local, remote, *session_, deadline).ok());
   }
   ASSERT_TRUE(session_->Flush(kTimeout).ok());
   EXPECT_EQ(ring_->num_wrap_flushes(0), 4);  // 15 / 3 fills, the last one flushed by the caller
@@ -137,10 +144,8 @@ TEST_P(KvStagingRingTest, RingLargerThanThePromptNeedsNoFlush) {
   MakeRing(16);
   const absl::Time deadline = absl::Now() + kTimeout;
   for (int l = 0; l < kNumLayers; ++l) {
-    ASSERT_TRUE(ring_
-                    ->StageAndPut(0, backend_, local_[l], l, {0, 1, 2, 3}, {4, 5, 6, 7}, *session_,
-                                  deadline)
-                    .ok());
+    ASSERT_TRUE(
+        ring_->StageAndPut(0, Copy(l), l, {0, 1, 2, 3}, {4, 5, 6, 7}, *session_, deadline).ok());
   }
   EXPECT_EQ(ring_->num_wrap_flushes(0), 0);
   EXPECT_EQ(ring_->num_used_blocks(0), 12);
@@ -166,10 +171,8 @@ TEST_P(KvStagingRingTest, TwoTransfersInFlightUseTheirOwnLanes) {
   const std::vector<int32_t> local_b = {7, 8, 9}, remote_b = {5, 6, 7};
   const absl::Time deadline = absl::Now() + kTimeout;
   for (int l = 0; l < kNumLayers; ++l) {  // interleaved, as in one step's per-layer hook
-    ASSERT_TRUE(
-        ring_->StageAndPut(0, backend_, local_[l], l, local_a, remote_a, *session_, deadline).ok());
-    ASSERT_TRUE(
-        ring_->StageAndPut(1, backend_, local_[l], l, local_b, remote_b, **other, deadline).ok());
+    ASSERT_TRUE(ring_->StageAndPut(0, Copy(l), l, local_a, remote_a, *session_, deadline).ok());
+    ASSERT_TRUE(ring_->StageAndPut(1, Copy(l), l, local_b, remote_b, **other, deadline).ok());
   }
   ASSERT_TRUE(session_->Flush(kTimeout).ok());
   ASSERT_TRUE((*other)->Flush(kTimeout).ok());
@@ -190,21 +193,17 @@ TEST_P(KvStagingRingTest, TwoTransfersInFlightUseTheirOwnLanes) {
 
 TEST_P(KvStagingRingTest, NoPutStartsPastTheDeadlineAndBadInputIsRefused) {
   MakeRing(2);
-  EXPECT_EQ(ring_
-                ->StageAndPut(0, backend_, local_[0], 0, {0}, {0}, *session_,
-                              absl::Now() - absl::Seconds(1))
-                .code(),
-            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(
+      ring_->StageAndPut(0, Copy(0), 0, {0}, {0}, *session_, absl::Now() - absl::Seconds(1)).code(),
+      absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(session_->bytes_posted(), 0);
   EXPECT_EQ(
-      ring_->StageAndPut(0, backend_, local_[0], 0, {0, 1}, {0}, *session_, absl::InfiniteFuture())
-          .code(),
+      ring_->StageAndPut(0, Copy(0), 0, {0, 1}, {0}, *session_, absl::InfiniteFuture()).code(),
       absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ring_
-                ->StageAndPut(0, backend_, local_[0], 0, {0}, {kRemoteBlocks}, *session_,
-                              absl::InfiniteFuture())
-                .code(),
-            absl::StatusCode::kInvalidArgument);  // remote id outside the decode worker's pool
+  EXPECT_EQ(
+      ring_->StageAndPut(0, Copy(0), 0, {0}, {kRemoteBlocks}, *session_, absl::InfiniteFuture())
+          .code(),
+      absl::StatusCode::kInvalidArgument);  // remote id outside the decode worker's pool
   EXPECT_EQ(KvStagingRing::Create(*source_, BlockShape(), DType::kF32, 0).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
