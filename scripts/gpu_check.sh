@@ -183,6 +183,10 @@ if has tp; then
   run tp_golden bash -c "sparseserve generate --device cuda --tensor-parallel 2 \
     --model models/stories260K/stories260K.gguf --prompt 'Once upon a time' --max-tokens 60 \
     --temperature 0 >$out/tp_golden.txt && cmp $out/tp_golden.txt tests/data/golden_once_upon_a_time.txt"
+  # KV across degrees on the GPUs: prefill TP 2 into decode TP 1, and the reverse.
+  run tp_services_prefill2 bash scripts/gpu_services_check.sh --prefill-tensor-parallel 2
+  run tp_services_decode2 bash scripts/gpu_services_check.sh --tensor-parallel 2 \
+    --prefill-tensor-parallel 1
   command -v all_reduce_perf >/dev/null &&
     run tp_nccl_tests all_reduce_perf -b 8192 -e 64M -f 8 -g 2 -d bfloat16 -n 200 -w 5
   tp_args=(bench model --synthetic llama3-8b --device cuda --prefill-lengths 32768
@@ -209,6 +213,6 @@ has ncu && run ncu ncu --kernel-name regex:'Skinny|Attention|Merge|RmsNorm|Rope|
   --decode-batches 1 --decode-contexts 1024 --warmup 1 --iters 1 --cuda-graph-batch 0
 
 echo "--- $(cat "$out/gpu.txt")"
-for f in tp_nccl_tests tp_bench_1 tp_bench_2 services eval attention peer bench graphs shadow profile cublas baseline_old_1 baseline_new_1 baseline_old_2 baseline_new_2 baseline_attention_old baseline_attention_new; do [ -f "$out/$f.log" ] && { echo "--- $f"; tail -n "$([ $f = eval ] && echo 80 || echo 25)" "$out/$f.log"; }; done
+for f in tp_services_prefill2 tp_services_decode2 tp_nccl_tests tp_bench_1 tp_bench_2 services eval attention peer bench graphs shadow profile cublas baseline_old_1 baseline_new_1 baseline_old_2 baseline_new_2 baseline_attention_old baseline_attention_new; do [ -f "$out/$f.log" ] && { echo "--- $f"; tail -n "$([ $f = eval ] && echo 80 || echo 25)" "$out/$f.log"; }; done
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 [ -n "${OUT:-}" ] && tar -C "$out" -czf "$OUT/gpu_check.tgz" .

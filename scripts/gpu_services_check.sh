@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# gpu_services_check.sh — the services on the CUDA backend, on one GPU (run by gpu_check.sh):
+# gpu_services_check.sh [UP FLAGS...] — the services on the CUDA backend, on one GPU (run by
+# gpu_check.sh; extra flags go to `up`, e.g. --prefill-tensor-parallel 2 on two GPUs):
 # `sparseserve up --device cuda` with one prefill and two decode workers sharing the GPU, then
 # greedy stories260K through the router with prompts long enough to cross --disagg-threshold, so
 # they are prefilled on the prefill worker and their KV moves to a decode worker staged through
@@ -14,7 +15,7 @@ cd "$root"
 model=models/stories260K/stories260K.gguf
 log=$(mktemp)
 sparseserve up --device cuda --model "$model" --num-prefill 1 --num-decode 2 \
-  --gpu-memory-fraction 0.2 --disagg-threshold 4 >"$log" 2>&1 &
+  --gpu-memory-fraction 0.2 --disagg-threshold 4 "$@" >"$log" 2>&1 &
 pid=$!
 trap 'kill -INT $pid 2>/dev/null; wait $pid; rm -f "$log"' EXIT
 for _ in $(seq 120); do grep -q '^READY up' "$log" && break; sleep 0.5; done

@@ -299,8 +299,7 @@ absl::Status ModelRunner::CopyKvToHost(int layer, absl::Span<const int32_t> bloc
   std::iota(slots.begin(), slots.end(), 0);
   // Replicated KV heads (more ranks than KV heads) are written once, by the first rank holding
   // each; the ranks' writes go to disjoint heads of the host blocks.
-  const absl::Status copied = OnEveryRank([&](model::LlamaModel& m,
-                                              model::PagedKvCache& cache) -> absl::Status {
+  return OnEveryRank([&](model::LlamaModel& m, model::PagedKvCache& cache) -> absl::Status {
     const model::ShardDims& d = m.shard_dims();
     if (d.kv_heads * m.shard().size > config().num_kv_heads &&
         d.head_begin % (config().num_heads / config().num_kv_heads) != 0) {
@@ -311,7 +310,6 @@ absl::Status ModelRunner::CopyKvToHost(int layer, absl::Span<const int32_t> bloc
     CopyHeads(slice, host_layer, host_blocks, d.kv_head_begin, /*to_whole=*/true);
     return absl::OkStatus();
   });
-  return copied;
 }
 
 absl::Status ModelRunner::CopyKvFromHost(int layer, const Tensor& host_layer,
@@ -323,8 +321,7 @@ absl::Status ModelRunner::CopyKvFromHost(int layer, const Tensor& host_layer,
   SS_RETURN_IF_ERROR(CheckWholeHeads(host_layer, WholeHeadsKvShape(), host_blocks, blocks));
   std::vector<int32_t> slots(blocks.size());
   std::iota(slots.begin(), slots.end(), 0);
-  const absl::Status copied = OnEveryRank([&](model::LlamaModel& m,
-                                              model::PagedKvCache& cache) -> absl::Status {
+  return OnEveryRank([&](model::LlamaModel& m, model::PagedKvCache& cache) -> absl::Status {
     const Tensor slice = RankSliceOnHost(cache, static_cast<int64_t>(blocks.size()));
     CopyHeads(slice, host_layer, host_blocks, m.shard_dims().kv_head_begin,
               /*to_whole=*/false);
@@ -333,7 +330,6 @@ absl::Status ModelRunner::CopyKvFromHost(int layer, const Tensor& host_layer,
     // from pageable memory has once CopyFromHost returns).
     return absl::OkStatus();
   });
-  return copied;
 }
 
 absl::Status ModelRunner::OnEveryRank(

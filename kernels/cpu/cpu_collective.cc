@@ -89,6 +89,7 @@ class InProcessCollective final : public Collective {
 std::vector<std::unique_ptr<Collective>> CreateInProcessCollectives(int size) {
   auto rendezvous = std::make_shared<HostRendezvous>(size);
   std::vector<std::unique_ptr<Collective>> group;
+  group.reserve(size);
   for (int r = 0; r < size; ++r) {
     group.push_back(std::make_unique<InProcessCollective>(r, rendezvous));
   }

@@ -138,6 +138,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Collective>>> CreateNcclCollectives(
   }
   auto rendezvous = std::make_shared<HostRendezvous>(n);
   std::vector<std::unique_ptr<Collective>> out;
+  out.reserve(n);
   for (int r = 0; r < n; ++r) {
     out.push_back(std::make_unique<NcclCollective>(r, group, static_cast<CudaBackend*>(backends[r]),
                                                    rendezvous));
