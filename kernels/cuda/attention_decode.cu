@@ -12,13 +12,13 @@
 // cannot see score -inf, and a tile, chunk or row with no visible key yields zeros, not NaN.
 #include <cuda_bf16.h>
 
-#include "kernels/cuda/per_device_once.cuh"
 #include "kernels/attention_visibility.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_async_copy.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/decode_tile.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
+#include "kernels/cuda/per_device_once.cuh"
 
 namespace sparseserve::kernels::cuda {
 namespace {

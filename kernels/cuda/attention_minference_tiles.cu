@@ -9,8 +9,8 @@
 // the dense prefill kernel runs them.
 #include <cuda_bf16.h>
 
-#include "kernels/cuda/per_device_once.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/per_device_once.cuh"
 #include "kernels/cuda/prefill_tile.cuh"
 #include "kernels/minference_index.h"
 

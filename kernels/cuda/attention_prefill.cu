@@ -10,9 +10,9 @@
 // window are never loaded. The tile math is shared with the sparse kernel (prefill_tile.cuh).
 #include <cuda_bf16.h>
 
-#include "kernels/cuda/per_device_once.cuh"
 #include "kernels/attention_visibility.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/per_device_once.cuh"
 #include "kernels/cuda/prefill_tile.cuh"
 #include "kernels/minference_index.h"
 

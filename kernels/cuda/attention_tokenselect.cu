@@ -12,12 +12,12 @@
 // in L2, but K/V are re-read per row (see tokenselect_index.cu for the selection's cost).
 #include <cuda_bf16.h>
 
-#include "kernels/cuda/per_device_once.cuh"
 #include "kernels/attention_visibility.h"
 #include "kernels/cuda/cuda_async_copy.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/decode_tile.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
+#include "kernels/cuda/per_device_once.cuh"
 #include "kernels/tokenselect_index.h"
 
 namespace sparseserve::kernels::cuda {

@@ -19,10 +19,10 @@
 
 #include <cfloat>
 
-#include "kernels/cuda/per_device_once.cuh"
 #include "kernels/cuda/cuda_async_copy.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/minference_cover.cuh"
+#include "kernels/cuda/per_device_once.cuh"
 #include "kernels/minference_index.h"
 
 namespace sparseserve::kernels::cuda {

@@ -21,13 +21,13 @@
 // candidate), the scores read by four more passes (4 bytes per candidate each).
 #include <cuda_bf16.h>
 
-#include "kernels/cuda/per_device_once.cuh"
 #include "kernels/attention_visibility.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_async_copy.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/decode_tile.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
+#include "kernels/cuda/per_device_once.cuh"
 #include "kernels/tokenselect_index.h"
 
 namespace sparseserve::kernels::cuda {
@@ -597,7 +597,8 @@ cudaError_t LaunchScore(const TokenSelectIndexParams& p, dim3 grid, cudaStream_t
   static std::atomic<uint64_t> configured{0};
   const cudaError_t attr = OncePerDevice(configured, [smem] {
     return cudaFuncSetAttribute(ScoreKernel<D, kHeadsPerThread>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(smem));
   });
   if (attr != cudaSuccess) return attr;
   return LaunchOverlapping(ScoreKernel<D, kHeadsPerThread>, grid, kThreads, smem, stream, p);
