@@ -9,7 +9,8 @@
 
 namespace sparseserve::kernels {
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(Device device, int ordinal) {
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(Device device,
+                                                       [[maybe_unused]] int ordinal) {
   if (device == Device::kHost) return std::make_unique<CpuBackend>(&core::ThreadPool::Default());
 #ifdef SPARSESERVE_WITH_CUDA
   return CreateCudaBackend(ordinal);

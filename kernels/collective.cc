@@ -1,28 +1,40 @@
 #include "kernels/collective.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/core/status.h"
 #ifdef SPARSESERVE_WITH_CUDA
 #include "kernels/cuda/nccl_collective.h"
 #endif
 
 namespace sparseserve::kernels {
 
-void HostRendezvous::Wait() {
+absl::Status HostRendezvous::Wait() {
   absl::MutexLock lock(&mu_);
   const int64_t generation = generation_;
-  if (++arrived_ == size_) {
+  if (!aborted_ && ++arrived_ == size_) {
     arrived_ = 0;
     ++generation_;
-    return;
+    return absl::OkStatus();
   }
-  auto passed = [this, generation]()
-                    ABSL_SHARED_LOCKS_REQUIRED(mu_) { return generation_ != generation; };
+  auto passed = [this, generation]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return aborted_ || generation_ != generation;
+  };
   mu_.Await(absl::Condition(&passed));
+  if (aborted_) {
+    return absl::AbortedError(
+        "the tensor-parallel group was aborted: another rank failed during a step");
+  }
+  return absl::OkStatus();
+}
+
+void HostRendezvous::Abort() {
+  absl::MutexLock lock(&mu_);
+  aborted_ = true;
 }
 
 absl::Status HostRendezvous::Agree(int rank, absl::Status local) {
   statuses_[rank] = std::move(local);
-  Wait();
+  SS_RETURN_IF_ERROR(Wait());
   absl::Status first;
   for (const absl::Status& s : statuses_) {
     if (!s.ok()) {
@@ -30,13 +42,13 @@ absl::Status HostRendezvous::Agree(int rank, absl::Status local) {
       break;
     }
   }
-  Wait();  // nobody overwrites a slot before every rank has read them all
+  SS_RETURN_IF_ERROR(Wait());  // nobody overwrites a slot before every rank has read them all
   return first;
 }
 
-std::vector<Tensor> HostRendezvous::Exchange(int rank, const Tensor& mine) {
+absl::StatusOr<std::vector<Tensor>> HostRendezvous::Exchange(int rank, const Tensor& mine) {
   tensors_[rank] = mine;
-  Wait();
+  SS_RETURN_IF_ERROR(Wait());
   return tensors_;
 }
 

@@ -44,6 +44,12 @@ class Collective {
   // contiguous, f32 or the compute dtype. Graph-safe.
   virtual absl::Status AllGatherColumns(const Tensor& local, const Tensor& scratch,
                                         const Tensor& out) = 0;
+
+  // Called by a rank that failed after a step's agreement (a kernel launch failing on its GPU
+  // alone): every rank's waiting and later calls of the group fail with kAborted instead of
+  // waiting for it for ever (NCCL: ncclCommAbort of every communicator). The group cannot be used
+  // again. Safe from any thread.
+  virtual void Abort() = 0;
 };
 
 // A reusable barrier of the ranks of one process, with a slot per rank for what they exchange:
@@ -52,19 +58,22 @@ class HostRendezvous {
  public:
   explicit HostRendezvous(int size) : size_(size), statuses_(size), tensors_(size) {}
   int size() const { return size_; }
-  // Returns once all ranks have called it in this round.
-  void Wait();
+  // Returns once all ranks have called it in this round: OK, or kAborted once Abort was called.
+  absl::Status Wait();
   // The first error of `local` over the ranks (rank order), or OK; every rank gets the same.
   absl::Status Agree(int rank, absl::Status local);
   // Publishes this rank's tensor, waits for every rank's, and returns them all (rank order).
   // The caller must Wait once more before its tensor may change (others may still read it).
-  std::vector<Tensor> Exchange(int rank, const Tensor& mine);
+  absl::StatusOr<std::vector<Tensor>> Exchange(int rank, const Tensor& mine);
+  // Wakes every waiting rank with kAborted, now and from then on.
+  void Abort();
 
  private:
   const int size_;
   absl::Mutex mu_;
   int arrived_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  bool aborted_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<absl::Status> statuses_;  // written before a Wait, read after it
   std::vector<Tensor> tensors_;         // likewise
 };

@@ -30,6 +30,14 @@ class StepAgreement {
     done_ = true;
     return shard_.size > 1 ? shard_.collective->Agree(absl::OkStatus()) : absl::OkStatus();
   }
+  // The step's device work after the agreement: on an error no other rank may wait for this one
+  // (Collective::Abort), though the group is then unusable.
+  absl::Status Launched(absl::Status status) {
+    if (!status.ok() && shard_.size > 1 && status.code() != absl::StatusCode::kAborted) {
+      shard_.collective->Abort();
+    }
+    return status;
+  }
 
  private:
   const TensorParallelShard& shard_;
@@ -305,8 +313,8 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
                                            .max_seq_rows = in.max_seq_rows};
     time_collectives_ = false;  // a capture or replay cannot stop between collectives
     SS_RETURN_IF_ERROR(agreement.Agree());
-    SS_RETURN_IF_ERROR(graphs_.Run(
-        step_shape, baked, [&] { return RunLayers(v, plan, nullptr, shadowed, cache, nullptr); }));
+    SS_RETURN_IF_ERROR(agreement.Launched(graphs_.Run(
+        step_shape, baked, [&] { return RunLayers(v, plan, nullptr, shadowed, cache, nullptr); })));
     last_step_graph_setup_ = graphs_.last_run_was_setup();
     return v;
   }
@@ -334,9 +342,9 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
   time_collectives_ = tensor_parallel() && allreduce_observer_ != nullptr &&
                       op_by_op_steps_++ % kAllReduceTimingEvery == 0;
   SS_RETURN_IF_ERROR(agreement.Agree());
-  SS_RETURN_IF_ERROR(RunLayers(
+  SS_RETURN_IF_ERROR(agreement.Launched(RunLayers(
       v, plan, in.mixed_windows ? &window_plan : nullptr, in.shadow ? &shadow : nullptr, cache,
-      on_layer_kv_written, attention_probe_ != nullptr ? &attention_probe_ : nullptr, early_exit));
+      on_layer_kv_written, attention_probe_ != nullptr ? &attention_probe_ : nullptr, early_exit)));
   return v;
 }
 

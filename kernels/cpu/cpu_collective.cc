@@ -34,10 +34,12 @@ class InProcessCollective final : public Collective {
   absl::Status AllReduceSum(const Tensor& x) override {
     // Shapes are checked by every rank alike before anyone waits, so a bad call fails everywhere.
     if (absl::Status s = CheckHostF32(x, "AllReduceSum", "x"); !s.ok()) return s;
-    const std::vector<Tensor> all = rendezvous_->Exchange(rank_, x);
+    absl::StatusOr<std::vector<Tensor>> exchanged = rendezvous_->Exchange(rank_, x);
+    if (!exchanged.ok()) return exchanged.status();
+    const std::vector<Tensor>& all = *exchanged;
     for (const Tensor& t : all) {
       if (t.numel() != x.numel()) {
-        rendezvous_->Wait();
+        rendezvous_->Wait().IgnoreError();
         return absl::InvalidArgumentError(absl::StrCat(
             "AllReduceSum: ranks disagree on the size: ", t.numel(), " vs ", x.numel()));
       }
@@ -51,8 +53,7 @@ class InProcessCollective final : public Collective {
       for (const Tensor& t : all) sum += t.data<float>()[i];
       for (const Tensor& t : all) t.data<float>()[i] = sum;
     }
-    rendezvous_->Wait();
-    return absl::OkStatus();
+    return rendezvous_->Wait();
   }
 
   absl::Status AllGatherColumns(const Tensor& local, const Tensor& /*scratch*/,
@@ -66,7 +67,9 @@ class InProcessCollective final : public Collective {
           absl::StrCat("AllGatherColumns: local ", local.DebugString(), " and out ",
                        out.DebugString(), " do not fit ", size(), " ranks"));
     }
-    const std::vector<Tensor> all = rendezvous_->Exchange(rank_, local);
+    absl::StatusOr<std::vector<Tensor>> exchanged = rendezvous_->Exchange(rank_, local);
+    if (!exchanged.ok()) return exchanged.status();
+    const std::vector<Tensor>& all = *exchanged;
     for (int r = 0; r < size(); ++r) {
       const int64_t first = r * c, width = std::min(c, total - first);
       if (width <= 0) continue;
@@ -75,9 +78,10 @@ class InProcessCollective final : public Collective {
                     static_cast<size_t>(width) * sizeof(float));
       }
     }
-    rendezvous_->Wait();  // the others may still be reading this rank's `local`
-    return absl::OkStatus();
+    return rendezvous_->Wait();  // the others may still be reading this rank's `local`
   }
+
+  void Abort() override { rendezvous_->Abort(); }
 
  private:
   const int rank_;

@@ -4,6 +4,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -35,7 +36,9 @@ absl::StatusOr<ncclDataType_t> NcclType(const Tensor& t, const char* op) {
 // Owns the group's communicators (destroyed together, after every rank's last call).
 struct NcclGroup {
   std::vector<ncclComm_t> comms;
+  std::atomic<bool> aborted{false};
   ~NcclGroup() {
+    if (aborted) return;  // ncclCommAbort freed them
     for (ncclComm_t c : comms) ncclCommDestroy(c);
   }
 };
@@ -56,7 +59,14 @@ class NcclCollective final : public Collective {
     return rendezvous_->Agree(rank_, std::move(local));
   }
 
+  void Abort() override {
+    rendezvous_->Abort();
+    if (group_->aborted.exchange(true)) return;
+    for (ncclComm_t c : group_->comms) ncclCommAbort(c);
+  }
+
   absl::Status AllReduceSum(const Tensor& x) override {
+    if (group_->aborted) return absl::AbortedError("the tensor-parallel group was aborted");
     absl::StatusOr<ncclDataType_t> type = NcclType(x, "AllReduceSum");
     if (!type.ok()) return type.status();
     return NcclStatus(ncclAllReduce(x.raw_data(), x.raw_data(), static_cast<size_t>(x.numel()),
@@ -66,6 +76,7 @@ class NcclCollective final : public Collective {
 
   absl::Status AllGatherColumns(const Tensor& local, const Tensor& scratch,
                                 const Tensor& out) override {
+    if (group_->aborted) return absl::AbortedError("the tensor-parallel group was aborted");
     absl::StatusOr<ncclDataType_t> type = NcclType(local, "AllGatherColumns");
     if (!type.ok()) return type.status();
     const int64_t m = local.ndim() == 2 ? local.dim(0) : 0,

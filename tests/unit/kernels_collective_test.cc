@@ -1,6 +1,7 @@
 // The in-process collective (kernels/collective.h): ranks as threads — sums equal on every rank
 // and in rank order, gathered columns with the padding of the last rank dropped, and Agree giving
 // every rank the first error.
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -92,6 +93,27 @@ TEST(InProcessCollectiveTest, AgreeGivesEveryRankTheFirstError) {
     EXPECT_EQ(failed[r].code(), absl::StatusCode::kResourceExhausted);
     EXPECT_EQ(failed[r].message(), "rank 2");
   }
+}
+
+// A rank that fails in the middle of a step aborts the group: the ranks already waiting in a
+// collective for it return kAborted instead of waiting for ever, and so do later calls.
+TEST(InProcessCollectiveTest, AbortWakesTheRanksWaitingForAFailedOne) {
+  const int n = 3;
+  std::vector<std::unique_ptr<Collective>> group = CreateInProcessCollectives(n);
+  std::vector<Tensor> xs;
+  for (int r = 0; r < n; ++r) xs.push_back(Tensor::Zeros(DType::kF32, {4}));
+  std::vector<absl::Status> results(n);
+  OnRanks(n, [&](int r) {
+    if (r == 2) {  // fails instead of reaching the all-reduce
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      group[r]->Abort();
+      return;
+    }
+    results[r] = group[r]->AllReduceSum(xs[r]);
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(results[r].code(), absl::StatusCode::kAborted) << r;
+  EXPECT_EQ(group[0]->AllReduceSum(xs[0]).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(group[1]->Agree(absl::OkStatus()).code(), absl::StatusCode::kAborted);
 }
 
 }  // namespace
