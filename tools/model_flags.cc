@@ -52,9 +52,9 @@ ABSL_FLAG(int, tensor_parallel, 1,
           "0 .. N-1 with --device cuda, one engine thread each, NCCL between them (the CPU "
           "backend runs N ranks as threads, for tests). N must divide the model's attention heads "
           "and FFN width, and its KV heads must divide N or N them (then KV heads are "
-          "replicated). KV moves between workers of any degrees through host staging. Not yet "
-          "with MInference, TokenSelect, --shadow-dense-rate, --tokenswift-heads or "
-          "--kangaroo-adapter.");
+          "replicated). KV moves between workers of any degrees through host staging. MInference "
+          "runs each rank's heads' patterns. Not yet with TokenSelect, --shadow-dense-rate, "
+          "--tokenswift-heads or --kangaroo-adapter.");
 ABSL_FLAG(int, prefill_tensor_parallel, 0,
           "--tensor-parallel for prefill workers only (`prefill`, and the prefill workers of "
           "`up`); 0 = --tensor-parallel. E.g. prefill on 2 GPUs, decode on 1.");

@@ -87,8 +87,8 @@ struct ModelRunnerOptions {
   // Tensor parallelism (--tensor-parallel, issue 19): the model split over this many devices of
   // the backend's kind — GPUs 0 .. N-1 (the backend given to Create is rank 0's, on GPU 0), or
   // N CPU backends — one rank thread each (RankThreads), joined by kernels::Collective (NCCL on
-  // GPUs). 1 = one device. Not yet with MInference, TokenSelect, the shadow monitor, TokenSwift's
-  // heads or Kangaroo's adapter (clear errors), nor KV moving to or from another worker.
+  // GPUs). 1 = one device. Not yet with TokenSelect, the shadow monitor, TokenSwift's heads or
+  // Kangaroo's adapter (clear errors).
   int tensor_parallel = 1;
 };
 

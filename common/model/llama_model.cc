@@ -145,11 +145,10 @@ absl::StatusOr<std::vector<int32_t>> LlamaModel::ForwardSample(
 }
 
 absl::Status LlamaModel::CheckPattern(const kernels::AttentionPattern& pattern) const {
-  if (tensor_parallel() && (pattern.kind == kernels::AttentionMethodKind::kMInference ||
-                            pattern.kind == kernels::AttentionMethodKind::kTokenSelect)) {
-    // Both read per-head patterns or score over all heads; a rank holds only some heads.
+  if (tensor_parallel() && pattern.kind == kernels::AttentionMethodKind::kTokenSelect) {
+    // Its heads vote together on the tokens to keep; a rank holds only some heads.
     return absl::UnimplementedError(
-        "MInference and TokenSelect are not built for --tensor-parallel > 1 yet (issue 19)");
+        "TokenSelect is not built for --tensor-parallel > 1 yet (issue 19)");
   }
   if (config_.sliding_window == 0 || pattern.kind == kernels::AttentionMethodKind::kDense) {
     return absl::OkStatus();
@@ -271,6 +270,7 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
                                                    " layers, this model fills ", kv_layers()));
   }
   SS_ASSIGN_OR_RETURN(StepInputs in, FlattenBatch(batch, cache));
+  if (tensor_parallel()) SS_RETURN_IF_ERROR(SliceMInferenceHeads(in.attn));
   PlanShadow(in);
   const int64_t n = static_cast<int64_t>(in.ids.size());
   const int64_t m = static_cast<int64_t>(in.logit_rows.size());
@@ -421,6 +421,35 @@ absl::Status LlamaModel::RunLayers(
   // Vocabulary-parallel LM head: this rank's slice of every logits row, then all of them.
   SS_RETURN_IF_ERROR(be.Linear(v.last, lm_head_, Tensor(), v.logits_local));
   return shard_.collective->AllGatherColumns(v.logits_local, v.gather_scratch, v.logits);
+}
+
+absl::Status LlamaModel::SliceMInferenceHeads(kernels::AttentionBatch& batch) {
+  for (kernels::SequenceAttention& sa : batch.sequences) {
+    if (sa.pattern.kind != kernels::AttentionMethodKind::kMInference ||
+        sa.pattern.minference == nullptr) {
+      continue;
+    }
+    const std::shared_ptr<const kernels::MInferenceConfig>& full = sa.pattern.minference;
+    if (full->num_heads != config_.num_heads || full->num_layers != config_.num_layers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("MInference config of ", full->num_layers, " layers x ", full->num_heads,
+                       " heads for a model of ", config_.num_layers, " x ", config_.num_heads));
+    }
+    auto& [kept, slice] = minference_slices_[full.get()];
+    if (kept != full) {  // keeps the full config alive, so its address is not reused
+      auto mine = std::make_shared<kernels::MInferenceConfig>(*full);
+      mine->num_heads = dims_.heads;
+      mine->heads.clear();
+      for (int l = 0; l < full->num_layers; ++l) {
+        for (int h = 0; h < dims_.heads; ++h)
+          mine->heads.push_back(full->at(l, dims_.head_begin + h));
+      }
+      kept = full;
+      slice = std::move(mine);
+    }
+    sa.pattern.minference = slice;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status LlamaModel::AllReduce(const Tensor& x) {

@@ -13,6 +13,7 @@
 #include <initializer_list>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -280,6 +281,10 @@ class LlamaModel {
                                                          kernels::Backend* backend,
                                                          const TensorParallelShard& shard);
   bool tensor_parallel() const { return shard_.size > 1; }
+  // Tensor parallel: MInference's per-head patterns are the model's, and this rank runs heads
+  // [head_begin, head_begin + heads), so its sequences get their slice of the config (built once
+  // per config). kInvalidArgument for a config of another model's shape.
+  absl::Status SliceMInferenceHeads(kernels::AttentionBatch& batch);
   // Sums a row-parallel projection's partial output over the ranks (no-op on one rank), timed
   // when the step samples collectives (set_allreduce_observer).
   absl::Status AllReduce(const Tensor& x);
@@ -402,7 +407,12 @@ class LlamaModel {
   std::function<void(double seconds)> allreduce_observer_;
   int64_t op_by_op_steps_ = 0;     // steps run op by op so far (the all-reduce timing's sampling)
   bool time_collectives_ = false;  // the step in flight times its all-reduces
-  StepBuffers step_;               // steps that run op by op, sized to the last such step
+  // SliceMInferenceHeads' slices: per full config (kept alive here), this rank's heads.
+  absl::flat_hash_map<const kernels::MInferenceConfig*,
+                      std::pair<std::shared_ptr<const kernels::MInferenceConfig>,
+                                std::shared_ptr<const kernels::MInferenceConfig>>>
+      minference_slices_;
+  StepBuffers step_;        // steps that run op by op, sized to the last such step
   StepBuffers graph_step_;  // decode steps under graphs: graphs_.max_rows() rows, views per size
   // Where each step's attention plan lives: op-by-op steps plan into one, graph steps into the
   // other, so a prefill chunk that grows its workspace does not invalidate the graphs.

@@ -4,7 +4,8 @@
 // adjacent RoPE pairs) and the tiny HF models, which between them cover a vocabulary padded to
 // a multiple of the ranks (511), KV heads replicated over more ranks than there are (Qwen2's
 // one), tied embeddings, q/k/v biases and a sliding window — also under speculation, whose Commit
-// moves every rank's KV. Combinations not built yet fail with clear errors.
+// moves every rank's KV, and under MInference sparse prefill (each rank its heads' patterns).
+// Combinations not built yet fail with clear errors.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include "common/engine/model_runner.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/minference_index.h"
 #include "tests/testing/test_model.h"
 
 namespace sparseserve::engine {
@@ -189,6 +191,59 @@ INSTANTIATE_TEST_SUITE_P(Models, TensorParallelTest,
                                            std::tuple{"tiny_qwen2_swa", 4}),
                          ParamName);
 
+// MInference's per-head patterns under tensor parallelism: each rank runs its heads' slice of the
+// config, so a sparse prefill (every head its own block-sparse, A-shape or vertical-slash budget:
+// really sparse at this length, its logits far from dense) equals the one-rank sparse prefill
+// within 1e-5.
+TEST(TensorParallelMInferenceTest, SparsePrefillEqualsOneRank) {
+  for (int tp : {2, 4}) {
+    Runners r("stories260K", tp);
+    if (!r.found()) GTEST_SKIP() << "stories260K not found (run scripts/fetch_model.sh)";
+    ASSERT_TRUE(r.split_status().ok()) << r.split_status();
+    const model::ModelConfig& c = r.one()->config();
+    kernels::AttentionPattern sparse;
+    sparse.kind = kernels::AttentionMethodKind::kMInference;
+    // Every (layer, head) its own pattern, so a rank running another rank's heads' patterns
+    // would differ.
+    auto config = std::make_shared<kernels::MInferenceConfig>(
+        kernels::MInferenceConfig::Uniform(c.num_layers, c.num_heads));
+    for (size_t i = 0; i < config->heads.size(); ++i) {
+      const int32_t k = static_cast<int32_t>(i);
+      kernels::HeadPattern& p = config->heads[i];
+      if (i % 3 == 0) {
+        p = {kernels::HeadPatternKind::kBlockSparse, 1 + k % 3, 0};
+      } else if (i % 3 == 1) {
+        p = {kernels::HeadPatternKind::kAShape, 16 + k, 64 + 8 * k};
+      } else {
+        p = {kernels::HeadPatternKind::kVerticalSlash, 8 + k, 16 + k};
+      }
+    }
+    sparse.minference = config;
+    std::vector<int32_t> prompt = {1};
+    for (int j = 0; j < 447; ++j) prompt.push_back(3 + (j * 977 + j * j * 37) % (c.vocab_size - 3));
+    SequenceKv a, b, d;
+    absl::StatusOr<Tensor> want = r.one()->Prefill(prompt, a, nullptr, sparse);
+    absl::StatusOr<Tensor> got = r.split()->Prefill(prompt, b, nullptr, sparse);
+    absl::StatusOr<Tensor> dense = r.one()->Prefill(prompt, d);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_TRUE(dense.ok()) << dense.status();
+    float scale = 0, diff = 0, from_dense = 0;
+    for (int64_t j = 0; j < want->numel(); ++j) {
+      scale = std::max(scale, std::fabs(want->data<float>()[j]));
+      diff = std::max(diff, std::fabs(want->data<float>()[j] - got->data<float>()[j]));
+      from_dense =
+          std::max(from_dense, std::fabs(want->data<float>()[j] - dense->data<float>()[j]));
+    }
+    EXPECT_LE(diff, 1e-5f * scale) << "tp " << tp;
+    EXPECT_GT(from_dense, 1e-3f * scale) << "the pattern must really be sparse";
+    EXPECT_LT(b.prefill_attention_density(), 1.0) << "tp " << tp;
+    r.one()->Release(a);
+    r.one()->Release(d);
+    r.split()->Release(b);
+  }
+}
+
 TEST(TensorParallelErrorsTest, RanksThatDoNotDivideTheHeadsAreRefused) {
   Runners r("tiny_llama", 3);
   EXPECT_EQ(r.split_status().code(), absl::StatusCode::kInvalidArgument);
@@ -204,11 +259,6 @@ TEST(TensorParallelErrorsTest, MethodsNotBuiltYetAreRefusedClearly) {
   const absl::Status decode = r.split()->DecodePattern(tokenselect).status();
   EXPECT_EQ(decode.code(), absl::StatusCode::kUnimplemented) << decode;
   EXPECT_NE(decode.message().find("tensor-parallel"), std::string::npos) << decode;
-  AttentionChoice minference;
-  minference.method = AttentionMethod::kMInference;
-  minference.sparse_prefill_threshold = 0;
-  EXPECT_EQ(r.split()->PrefillPattern(minference, 4096).status().code(),
-            absl::StatusCode::kUnimplemented);
   ModelRunnerOptions shadow;
   shadow.shadow_dense_rate = 0.5;
   Runners s("tiny_llama", 2, shadow);
