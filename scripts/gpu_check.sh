@@ -183,6 +183,11 @@ if has tp; then
   run tp_golden bash -c "sparseserve generate --device cuda --tensor-parallel 2 \
     --model models/stories260K/stories260K.gguf --prompt 'Once upon a time' --max-tokens 60 \
     --temperature 0 >$out/tp_golden.txt && cmp $out/tp_golden.txt tests/data/golden_once_upon_a_time.txt"
+  # MInference at covering budgets under TP 2 (each GPU its heads' patterns): golden too.
+  run tp_golden_minference bash -c "sparseserve generate --device cuda --tensor-parallel 2 \
+    --model models/stories260K/stories260K.gguf --prompt 'Once upon a time' --max-tokens 60 \
+    --temperature 0 --prefill-attention minference --sparse-prefill-threshold 0 \
+    >$out/tp_golden_minference.txt && cmp $out/tp_golden_minference.txt tests/data/golden_once_upon_a_time.txt"
   # KV across degrees on the GPUs: prefill TP 2 into decode TP 1, and the reverse.
   run tp_services_prefill2 bash scripts/gpu_services_check.sh --prefill-tensor-parallel 2
   run tp_services_decode2 bash scripts/gpu_services_check.sh --tensor-parallel 2 \
