@@ -21,8 +21,7 @@ absl::StatusOr<std::unique_ptr<KvStagingArea>> AllocateStagingArea(
     transfer::KvTransferTarget& target, const engine::ModelRunner& runner, size_t bytes) {
   const model::PagedKvCache& cache = runner.cache();
   const model::PagedKvCacheShape shape = runner.WholeHeadsKvShape();
-  const size_t block_bytes = static_cast<size_t>(2) * shape.block_tokens * shape.num_kv_heads *
-                             shape.head_dim * DTypeSize(cache.dtype());
+  const size_t block_bytes = static_cast<size_t>(runner.WholeHeadsBlockBytes());
   const size_t blocks = std::min<size_t>(
       bytes / (block_bytes * static_cast<size_t>(shape.num_layers)), shape.num_blocks);
   if (blocks == 0) {
@@ -61,9 +60,7 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Start(
     SS_ASSIGN_OR_RETURN(const bool staged, transfer::UsesKvStaging(options.kv_staging, kv_on_host,
                                                                    w->runner_->tensor_parallel()));
     SS_ASSIGN_OR_RETURN(w->kv_target_, transfer::KvTransferTarget::Create());
-    const uint64_t block_bytes = cache.layer(0).nbytes() / cache.shape().num_blocks *
-                                 w->runner_->WholeHeadsKvShape().num_kv_heads /
-                                 cache.shape().num_kv_heads;
+    const uint64_t block_bytes = static_cast<uint64_t>(w->runner_->WholeHeadsBlockBytes());
     if (staged) {
       SS_ASSIGN_OR_RETURN(
           w->staging_, AllocateStagingArea(*w->kv_target_, *w->runner_, options.kv_staging_bytes));

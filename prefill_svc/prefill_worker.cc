@@ -29,8 +29,7 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(
       // The whole-heads layout that moves between workers (kv::KvLayout): under tensor
       // parallelism the ranks' slices are gathered into it.
       const model::PagedKvCacheShape shape = w->runner_->WholeHeadsKvShape();
-      const size_t block_bytes = static_cast<size_t>(2) * shape.block_tokens * shape.num_kv_heads *
-                                 shape.head_dim * DTypeSize(cache.dtype());
+      const size_t block_bytes = static_cast<size_t>(w->runner_->WholeHeadsBlockBytes());
       // No request can need more than every block of every layer at once.
       const size_t blocks = std::min(options.kv_staging_bytes / block_bytes,
                                      static_cast<size_t>(shape.num_blocks) * shape.num_layers);

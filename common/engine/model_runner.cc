@@ -235,6 +235,12 @@ model::PagedKvCacheShape ModelRunner::WholeHeadsKvShape() const {
   return shape;
 }
 
+int64_t ModelRunner::WholeHeadsBlockBytes() const {
+  const model::PagedKvCacheShape s = WholeHeadsKvShape();
+  return int64_t{2} * s.block_tokens * s.num_kv_heads * s.head_dim *
+         static_cast<int64_t>(DTypeSize(cache_->dtype()));
+}
+
 namespace {
 
 // Host scratch for one rank's slice of `n` blocks: [n * 2, block_tokens, its heads, head_dim].

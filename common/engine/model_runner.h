@@ -305,6 +305,8 @@ class ModelRunner {
   // workers (kv::KvLayout), whatever either side's tensor parallelism. cache().shape() when one
   // rank holds the model.
   model::PagedKvCacheShape WholeHeadsKvShape() const;
+  // Bytes of one (layer, block) in that layout: kv::KvLayout::bytes_per_block_per_layer.
+  int64_t WholeHeadsBlockBytes() const;
   // Copies blocks `blocks` of layer `layer` into blocks `host_blocks` of `host_layer` (host
   // memory, [n * 2, block_tokens, num_kv_heads, head_dim]: the whole-heads layout), gathering
   // every tensor-parallel rank's slice of the heads; engine::CopyKvBlocksToHost on one rank.
