@@ -14,6 +14,12 @@ find_package(gRPC CONFIG REQUIRED)
 find_program(SPARSESERVE_PROTOC protoc REQUIRED)
 find_program(SPARSESERVE_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 find_package(prometheus-cpp CONFIG REQUIRED)
+# cpp-httplib (metrics endpoint, the OpenAI HTTP front door). Debian's libcpp-httplib.so is built
+# with OpenSSL, and the define changes httplib::Request's layout: every user must compile with it.
+find_package(OpenSSL REQUIRED)
+add_library(sparseserve_httplib INTERFACE)
+target_link_libraries(sparseserve_httplib INTERFACE cpp-httplib OpenSSL::SSL OpenSSL::Crypto)
+target_compile_definitions(sparseserve_httplib INTERFACE CPPHTTPLIB_OPENSSL_SUPPORT)
 # UCX: PyPI's libucx-cu13 (UCX 1.22, installed by scripts/deps.sh) when present, else Debian's
 # libucx-dev (1.13). Debian's 1.13 aborts a worker whose peer dies while their endpoints are wiring
 # up (ucp_request.c:684 asserts on a purged wireup REP; removed upstream in 1.14, openucx/ucx#8175),

@@ -97,6 +97,10 @@ absl::Status DecodeScheduler::Submit(DecodeJob job) {
     }
   }
   if (job.max_tokens < 1) return absl::InvalidArgumentError("max_tokens must be >= 1");
+  if (job.top_logprobs < -1 || job.top_logprobs > kernels::kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(absl::StrCat("top_logprobs ", job.top_logprobs,
+                                                   " outside [0, ", kernels::kMaxTopLogprobs, "]"));
+  }
   if (absl::Status s = sampling::Validate(job.sampling); !s.ok()) return s;
   if (absl::Status s = engine::Validate(job.options); !s.ok()) return s;
   if (job.sink == nullptr) return absl::InvalidArgumentError("no sink");
@@ -297,7 +301,8 @@ absl::Status DecodeScheduler::CopyStagedKv(DecodeJob& job, absl::Span<const int3
   return absl::OkStatus();
 }
 
-bool DecodeScheduler::Emit(Running& r, int32_t token) {
+bool DecodeScheduler::Emit(Running& r, int32_t token, const model::StepLogprobs* logprobs,
+                           int64_t row) {
   const DecodeJob& job = r.job;
   const bool stop_token = std::find(job.stop_token_ids.begin(), job.stop_token_ids.end(), token) !=
                           job.stop_token_ids.end();
@@ -307,7 +312,12 @@ bool DecodeScheduler::Emit(Running& r, int32_t token) {
   }
   r.generated.push_back(token);
   r.history.push_back(token);
-  job.sink->OnToken(token);
+  if (logprobs != nullptr && job.top_logprobs >= 0 && row >= 0 && row < logprobs->rows()) {
+    const model::TokenLogprobs lp = logprobs->Row(row, job.top_logprobs);
+    job.sink->OnToken(token, &lp);
+  } else {
+    job.sink->OnToken(token, nullptr);
+  }
   if (static_cast<int>(r.generated.size()) >= job.max_tokens) {
     Finish(r, absl::OkStatus(), engine::FinishReason::kLength);
     return false;
@@ -402,7 +412,17 @@ void DecodeScheduler::EngineStep() {
     owners.push_back(r);
     has_prefill = true;
   }
-  absl::StatusOr<std::vector<int32_t>> next = runner_->Step(rows, sampling);
+  // Log probabilities only when a sampled row's request asked for them (one more small kernel).
+  model::StepLogprobs step_logprobs;
+  bool want_logprobs = false;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].sample == model::LogitRows::kNone || owners[i]->job.top_logprobs < 0) continue;
+    want_logprobs = true;
+    step_logprobs.top_n = std::max(step_logprobs.top_n, owners[i]->job.top_logprobs);
+  }
+  model::StepLogprobs* logprobs = want_logprobs ? &step_logprobs : nullptr;
+  absl::StatusOr<std::vector<int32_t>> next =
+      runner_->Step(rows, sampling, nullptr, nullptr, logprobs);
   if (!next.ok()) {
     for (Running* r : planned) r->spec->Abandon(*r->sampler);
   }
@@ -435,6 +455,7 @@ void DecodeScheduler::EngineStep() {
       if (rows[i].sample == model::LogitRows::kNone) continue;  // a prompt's middle chunk
       const size_t sampled = rows[i].sample == model::LogitRows::kAll ? rows[i].tokens.size() : 1;
       const absl::Span<const int32_t> tokens = absl::MakeConstSpan(*next).subspan(k, sampled);
+      const int64_t first_row = static_cast<int64_t>(k);
       k += sampled;
       if (!r.prefilling && r.spec != nullptr) {
         absl::StatusOr<engine::SpecStepResult> done =
@@ -445,8 +466,9 @@ void DecodeScheduler::EngineStep() {
           continue;
         }
         CountSpeculation(r, *done);
-        for (const int32_t token : done->emitted) {
-          if (!Emit(r, token)) {
+        for (size_t j = 0; j < done->emitted.size(); ++j) {
+          const int64_t row = j < done->emitted_rows.size() ? first_row + done->emitted_rows[j] : -1;
+          if (!Emit(r, done->emitted[j], logprobs, row)) {
             finished.push_back(&r);
             break;
           }
@@ -465,7 +487,7 @@ void DecodeScheduler::EngineStep() {
                               r.seq.prefill_attention_density());
         }
       }
-      if (!Emit(r, token)) finished.push_back(&r);
+      if (!Emit(r, token, logprobs, first_row)) finished.push_back(&r);
     }
     engine::RecordStepCost(*runner_, rows, absl::ToDoubleSeconds(absl::Now() - step_start),
                            step_cost_);

@@ -58,7 +58,9 @@ class DecodeSink {
   // `prefill_attention_density`: of its local prefill's computed chunks (1 = dense or none).
   virtual void OnStart(int cached_prompt_tokens, double queue_seconds,
                        double prefill_attention_density) = 0;
-  virtual void OnToken(int32_t token) = 0;
+  // `logprobs`: the token's log probabilities when the job asked for them (top_logprobs >= 0),
+  // else null.
+  virtual void OnToken(int32_t token, const model::TokenLogprobs* logprobs) = 0;
   // Last call. `status` is OK for a normal finish (see `reason`), else the error. `work`: what
   // its sparse decode attention did (all ones and zeros for dense).
   virtual void OnFinish(const absl::Status& status, engine::FinishReason reason,
@@ -72,6 +74,9 @@ struct DecodeJob {
   int max_tokens = 256;                 // new tokens at most
   std::vector<int32_t> stop_token_ids;  // in addition to the tokenizer's end-of-generation ids
   bool ignore_eos = false;
+  // >= 0: every emitted token comes with its log probabilities and this many alternatives
+  // (0 .. kernels::kMaxTopLogprobs); -1: none.
+  int top_logprobs = -1;
   engine::RequestOptions options;  // attention methods and speculation (validated by Submit)
   // Disaggregated prefill: KV of `prompt` is already in these leased blocks (empty: a local
   // prefill) and `first_token` was sampled by the prefill worker and already delivered to the
@@ -148,8 +153,9 @@ class DecodeScheduler {
                                absl::Span<const std::pair<Running*, int>> chunks, int budget) const;
   // Adds a speculative step's drafts and acceptance to the spec_decode metrics.
   void CountSpeculation(const Running& r, const engine::SpecStepResult& step);
-  // Emits `token` for `r` and applies the stop rules; false when `r` has finished.
-  bool Emit(Running& r, int32_t token);
+  // Emits `token` for `r` and applies the stop rules; false when `r` has finished. `logprobs`:
+  // row `row` of the step's, when the step computed them (null otherwise).
+  bool Emit(Running& r, int32_t token, const model::StepLogprobs* logprobs, int64_t row);
   void Finish(Running& r, const absl::Status& status, engine::FinishReason reason);
   void Preempt(Running& r);
   void ApplyAborts();

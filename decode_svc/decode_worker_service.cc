@@ -24,6 +24,8 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
     absl::Mutex mu;
     DecodeStream* stream ABSL_GUARDED_BY(mu);  // null once OnDone ran
     std::vector<int32_t> pending ABSL_GUARDED_BY(mu);
+    // One per pending token when the request asked for logprobs; empty otherwise.
+    std::vector<model::TokenLogprobs> pending_logprobs ABSL_GUARDED_BY(mu);
     bool started ABSL_GUARDED_BY(mu) = false;
     int cached_tokens ABSL_GUARDED_BY(mu) = 0;
     double queue_seconds ABSL_GUARDED_BY(mu) = 0;
@@ -50,7 +52,7 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
       shared_->queue_seconds = queue_seconds;
       shared_->prefill_density = prefill_density;
     }
-    void OnToken(int32_t token) override {
+    void OnToken(int32_t token, const model::TokenLogprobs* logprobs) override {
       const absl::Time now = absl::Now();
       if (num_tokens_++ == 0) {
         metrics_->ttft().Observe(absl::ToDoubleSeconds(now - start_));
@@ -63,6 +65,7 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
       {
         absl::MutexLock lock(&shared_->mu);
         shared_->pending.push_back(token);
+        if (logprobs != nullptr) shared_->pending_logprobs.push_back(*logprobs);
         to_write = shared_->stream;
       }
       if (to_write != nullptr) to_write->MaybeWrite();
@@ -122,7 +125,11 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
       } else if (!shared_->pending.empty() || (shared_->finished && !shared_->finish_called)) {
         response_.Clear();
         for (int32_t t : shared_->pending) response_.add_token_ids(t);
+        for (const model::TokenLogprobs& lp : shared_->pending_logprobs) {
+          rpc::TokenLogprobsToProto(lp, response_.add_logprobs());
+        }
         shared_->pending.clear();
+        shared_->pending_logprobs.clear();
         if (!shared_->sent_first) {
           shared_->sent_first = true;
           response_.set_cached_prompt_tokens(shared_->cached_tokens);
@@ -214,6 +221,7 @@ grpc::ServerWriteReactor<v1::DecodeResponse>* DecodeWorkerService::Decode(
   job.max_tokens = request->max_tokens() > 0 ? request->max_tokens() : 256;
   job.stop_token_ids.assign(request->stop_token_ids().begin(), request->stop_token_ids().end());
   job.ignore_eos = request->ignore_eos();
+  job.top_logprobs = request->has_top_logprobs() ? request->top_logprobs() : -1;
   job.sink = std::make_shared<DecodeStream::Sink>(stream->shared(), metrics_);
   // Unset choices take this worker's flags; a bad or unimplemented one ends the call (and
   // returns the reservation's blocks) before anything runs.

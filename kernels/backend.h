@@ -173,6 +173,16 @@ class Backend {
   // (kernels/sampling_plan_check.h): rows != m, bad offsets, ids outside [0, vocab), bad knobs.
   virtual absl::Status Sample(const Tensor& logits, const SamplingBatch& batch,
                               const Tensor& out) = 0;
+  // Log probabilities of sampled tokens (the OpenAI API's logprobs), computed where the logits
+  // are, so a step still copies only a few numbers per row to the host. For row i, over the raw
+  // logits (no penalty, temperature or filter; NaN read as -inf; kernels::TokenLogprobsRow is the
+  // reference): values[i, 0] = log_softmax(logits[i])[tokens[i]]; for k < top_n, ids[i, k] = the
+  // id of the k-th largest logit (larger first, lower id on ties) and values[i, 1 + k] its log
+  // probability. logits f32 [m, vocab], tokens i32 [m] (each in [0, vocab)), values f32
+  // [m, >= 1 + top_n], ids i32 [m, >= max(top_n, 1)]; kInvalidArgument for a shape or dtype
+  // mismatch, or top_n outside [0, min(kMaxTopLogprobs, vocab)].
+  virtual absl::Status TokenLogprobs(const Tensor& logits, const Tensor& tokens, int top_n,
+                                     const Tensor& values, const Tensor& ids) = 0;
 };
 
 // Plans `batch` into a workspace of its own and runs it for one layer: for tests and one-off

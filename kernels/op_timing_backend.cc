@@ -146,4 +146,10 @@ absl::Status OpTimingBackend::Sample(const Tensor& logits, const SamplingBatch& 
   return Timed("Sample", [&] { return inner_->Sample(logits, batch, out); });
 }
 
+absl::Status OpTimingBackend::TokenLogprobs(const Tensor& logits, const Tensor& tokens, int top_n,
+                                            const Tensor& values, const Tensor& ids) {
+  return Timed("TokenLogprobs",
+               [&] { return inner_->TokenLogprobs(logits, tokens, top_n, values, ids); });
+}
+
 }  // namespace sparseserve::kernels

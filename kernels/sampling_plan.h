@@ -45,6 +45,9 @@ struct SamplingBatch {
   std::vector<int32_t> penalized_begin;
 };
 
+// Most alternatives Backend::TokenLogprobs lists per row (the OpenAI API allows 5).
+inline constexpr int kMaxTopLogprobs = 8;
+
 // Largest vocabulary Backend::Sample accepts: keeps the integer masses of a row within 64 bits.
 inline constexpr int64_t kMaxSamplingVocab = int64_t{1} << 23;
 

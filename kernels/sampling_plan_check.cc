@@ -1,5 +1,6 @@
 #include "kernels/sampling_plan_check.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -76,6 +77,35 @@ absl::Status ValidateSamplingBatch(const SamplingBatch& batch, int64_t num_rows,
                                                        " outside the vocabulary of ", vocab));
       }
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateTokenLogprobsShapes(const Tensor& logits, const Tensor& tokens, int top_n,
+                                         const Tensor& values, const Tensor& ids) {
+  if (logits.ndim() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TokenLogprobs: logits must be [m, vocab], got ", logits.DebugString()));
+  }
+  const int64_t m = logits.dim(0);
+  const int64_t vocab = logits.dim(1);
+  if (top_n < 0 || top_n > kMaxTopLogprobs || top_n > vocab) {
+    return absl::InvalidArgumentError(absl::StrCat("TokenLogprobs: top_n ", top_n,
+                                                   " outside [0, min(", kMaxTopLogprobs, ", ",
+                                                   vocab, ")]"));
+  }
+  if (tokens.ndim() != 1 || tokens.dim(0) != m) {
+    return absl::InvalidArgumentError(absl::StrCat("TokenLogprobs: tokens must be [", m,
+                                                   "], got ", tokens.DebugString()));
+  }
+  if (values.ndim() != 2 || values.dim(0) != m || values.dim(1) < 1 + top_n) {
+    return absl::InvalidArgumentError(absl::StrCat("TokenLogprobs: values must be [", m, ", >= ",
+                                                   1 + top_n, "], got ", values.DebugString()));
+  }
+  if (ids.ndim() != 2 || ids.dim(0) != m || ids.dim(1) < std::max(top_n, 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("TokenLogprobs: ids must be [", m, ", >= ",
+                                                   std::max(top_n, 1), "], got ",
+                                                   ids.DebugString()));
   }
   return absl::OkStatus();
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "common/tensor/tensor.h"
 #include "kernels/sampling_plan.h"
 
 namespace sparseserve::kernels {
@@ -20,6 +21,12 @@ absl::Status ValidateSamplingRow(const SamplingRow& row);
 // invalid row (naming it); penalized_begin neither empty (with no ids) nor num_rows + 1
 // non-decreasing offsets from 0 to penalized_ids.size(); a penalised id outside [0, vocab).
 absl::Status ValidateSamplingBatch(const SamplingBatch& batch, int64_t num_rows, int64_t vocab);
+
+// The shape rules of Backend::TokenLogprobs (dtypes and devices are the backend's to check):
+// kInvalidArgument naming the tensor for logits not 2-D, tokens not [m], values not [m, >= 1 +
+// top_n], ids not [m, >= max(top_n, 1)], or top_n outside [0, min(kMaxTopLogprobs, vocab)].
+absl::Status ValidateTokenLogprobsShapes(const Tensor& logits, const Tensor& tokens, int top_n,
+                                         const Tensor& values, const Tensor& ids);
 
 }  // namespace sparseserve::kernels
 

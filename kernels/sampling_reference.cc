@@ -136,4 +136,43 @@ void SampleRowProbabilities(absl::Span<const float> logits, const SamplingRow& r
   }
 }
 
+void TokenLogprobsRow(absl::Span<const float> logits, int32_t token, int top_n,
+                      absl::Span<float> values, absl::Span<int32_t> ids) {
+  const size_t vocab = logits.size();
+  SS_CHECK(token >= 0 && static_cast<size_t>(token) < vocab);
+  SS_CHECK(top_n >= 0 && top_n <= kMaxTopLogprobs && static_cast<size_t>(top_n) <= vocab);
+  SS_CHECK(values.size() >= static_cast<size_t>(1 + top_n) && ids.size() >= static_cast<size_t>(top_n));
+  auto logit = [&](size_t i) { return std::isnan(logits[i]) ? -INFINITY : logits[i]; };
+  float max = -INFINITY;
+  for (size_t i = 0; i < vocab; ++i) max = std::max(max, logit(i));
+  double sum = 0;
+  if (std::isfinite(max)) {
+    for (size_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logit(i)) - max);
+  }
+  const double lse = std::isfinite(max) ? max + std::log(sum) : INFINITY;
+  auto logprob = [&](size_t i) {
+    return std::isfinite(max) ? static_cast<float>(static_cast<double>(logit(i)) - lse)
+                              : -INFINITY;
+  };
+  values[0] = logprob(static_cast<size_t>(token));
+  // The top_n largest, larger first and lower id on ties: insertion into a sorted list of at most
+  // top_n ids (ids ascend, so an equal logit later in the row never displaces an earlier one).
+  int count = 0;
+  for (size_t i = 0; i < vocab && top_n > 0; ++i) {
+    const float l = logit(i);
+    if (count == top_n && !(l > logit(static_cast<size_t>(ids[static_cast<size_t>(count - 1)])))) {
+      continue;
+    }
+    int at = count < top_n ? count++ : count - 1;
+    while (at > 0 && l > logit(static_cast<size_t>(ids[static_cast<size_t>(at - 1)]))) {
+      ids[static_cast<size_t>(at)] = ids[static_cast<size_t>(at - 1)];
+      --at;
+    }
+    ids[static_cast<size_t>(at)] = static_cast<int32_t>(i);
+  }
+  for (int k = 0; k < top_n; ++k) {
+    values[static_cast<size_t>(k) + 1] = logprob(static_cast<size_t>(ids[static_cast<size_t>(k)]));
+  }
+}
+
 }  // namespace sparseserve::kernels

@@ -38,6 +38,15 @@ void SampleRowProbabilities(absl::Span<const float> logits, const SamplingRow& r
                             absl::Span<const int32_t> penalized_ids, SamplingScratch* scratch,
                             absl::Span<float> probs);
 
+// Backend::TokenLogprobs for one row: the log-softmax of the raw `logits` (NaN read as -inf,
+// accumulated in double) at `token` into values[0], and the `top_n` largest logits (larger first,
+// lower id on ties) into ids[0, top_n) with their log probabilities in values[1, 1 + top_n).
+// A row with no finite logit gives -inf everywhere (and ids 0, 1, ...).
+// REQUIRES: 0 <= token < logits.size(); 0 <= top_n <= min(kMaxTopLogprobs, logits.size());
+// values.size() >= 1 + top_n; ids.size() >= top_n (checked: a violation is a caller bug).
+void TokenLogprobsRow(absl::Span<const float> logits, int32_t token, int top_n,
+                      absl::Span<float> values, absl::Span<int32_t> ids);
+
 }  // namespace sparseserve::kernels
 
 #endif  // SPARSESERVE_KERNELS_SAMPLING_REFERENCE_H_

@@ -27,6 +27,7 @@ struct PrefillEngine::Running {
   absl::Status transfer_status;
   absl::Time first_put = absl::InfiniteFuture();
   int32_t first_token = -1;  // sampled by the step holding its last chunk
+  std::optional<model::TokenLogprobs> first_token_logprobs;
 };
 
 PrefillEngine::PrefillEngine(engine::ModelRunner* runner, transfer::KvTransferSource* source,
@@ -331,7 +332,15 @@ void PrefillEngine::EngineStep() {
       return absl::OkStatus();
     };
   }
-  absl::StatusOr<std::vector<int32_t>> next = runner_->Step(rows, sampling, on_layer_done);
+  model::StepLogprobs step_logprobs;
+  bool want_logprobs = false;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].sample == model::LogitRows::kNone || owners[i]->task.top_logprobs < 0) continue;
+    want_logprobs = true;
+    step_logprobs.top_n = std::max(step_logprobs.top_n, owners[i]->task.top_logprobs);
+  }
+  absl::StatusOr<std::vector<int32_t>> next = runner_->Step(
+      rows, sampling, on_layer_done, nullptr, want_logprobs ? &step_logprobs : nullptr);
   if (!next.ok()) {
     // PUTs of this step may still read the ring: every transfer's session is flushed (or the
     // request fails) before a later step reuses the ring.
@@ -377,6 +386,9 @@ void PrefillEngine::EngineStep() {
   for (size_t i = 0; i < rows.size(); ++i) {
     if (rows[i].sample == model::LogitRows::kNone) continue;
     Running& r = *owners[i];
+    if (want_logprobs && r.task.top_logprobs >= 0) {
+      r.first_token_logprobs = step_logprobs.Row(static_cast<int64_t>(k), r.task.top_logprobs);
+    }
     r.first_token = (*next)[k++];
     Finish(r, r.transfer_status);
     finished.push_back(&r);
@@ -403,6 +415,7 @@ void PrefillEngine::Finish(Running& r, absl::Status status) {
   r.session.reset();
   if (status.ok()) {
     result.first_token = r.first_token;
+    result.first_token_logprobs = r.first_token_logprobs;
     result.cached_tokens = r.seq.num_cached_prompt_tokens;
     result.computed_tokens = static_cast<int>(task.prompt.size()) - result.cached_tokens;
     result.attention_density = r.seq.prefill_attention_density();

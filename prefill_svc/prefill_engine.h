@@ -33,6 +33,7 @@
 #include "common/engine/request_options.h"
 #include "common/kv/kv_layout.h"
 #include "common/metrics/serving_metrics.h"
+#include "common/model/token_logprobs.h"
 #include "common/sampling/sampling_params.h"
 #include "common/transfer/kv_transfer_source.h"
 #include "common/transfer/remote_kv_pool.h"
@@ -52,12 +53,16 @@ struct PrefillTask {
   std::vector<int32_t> prompt;
   sampling::SamplingParams sampling;
   engine::RequestOptions options;                // the prefill attention method is used here
+  // >= 0: the first token's log probabilities with this many alternatives
+  // (0 .. kernels::kMaxTopLogprobs); -1: none.
+  int top_logprobs = -1;
   std::optional<PrefillTarget> target;           // none: compute only
   absl::Time deadline = absl::InfiniteFuture();  // the transfer is abandoned by then
 };
 
 struct PrefillResult {
   int32_t first_token = -1;
+  std::optional<model::TokenLogprobs> first_token_logprobs;  // when the task asked for them
   int computed_tokens = 0;
   int cached_tokens = 0;
   double attention_density = 1.0;  // of the computed chunks: 1 dense, less under MInference

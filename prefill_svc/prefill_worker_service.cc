@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc/request_conversion.h"
+#include "kernels/sampling_plan.h"
 #include "common/rpc/status_conversion.h"
 #include "common/rpc/worker_conversion.h"
 
@@ -70,6 +71,13 @@ grpc::ServerUnaryReactor* PrefillWorkerService::Prefill(grpc::CallbackServerCont
     return reactor;
   }
   task.options = *std::move(options);
+  if (request->has_top_logprobs()) {
+    if (request->top_logprobs() < 0 || request->top_logprobs() > kernels::kMaxTopLogprobs) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "top_logprobs out of range"));
+      return reactor;
+    }
+    task.top_logprobs = request->top_logprobs();
+  }
   for (int32_t t : task.prompt) {
     if (t < 0 || t >= runner_->config().vocab_size) {
       reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "token id out of range"));
@@ -93,6 +101,10 @@ grpc::ServerUnaryReactor* PrefillWorkerService::Prefill(grpc::CallbackServerCont
           return;
         }
         response->set_first_token(result->first_token);
+        if (result->first_token_logprobs.has_value()) {
+          rpc::TokenLogprobsToProto(*result->first_token_logprobs,
+                                    response->mutable_first_token_logprobs());
+        }
         response->set_computed_tokens(result->computed_tokens);
         response->set_cached_tokens(result->cached_tokens);
         response->set_transferred_bytes(static_cast<uint64_t>(result->transferred_bytes));

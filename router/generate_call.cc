@@ -127,7 +127,11 @@ void GenerateCall::OnDecodeResponse(DecodeStream* stream, const v1::DecodeRespon
       queue_seconds_ = response.queue_seconds();
       resources_->metrics->request_queue_time().Observe(queue_seconds_);
     }
-    RelayTokensLocked(response.token_ids().data(), response.token_ids_size(), actions);
+    RelayTokensLocked(response.token_ids().data(), response.token_ids_size(),
+                      response.logprobs_size() == response.token_ids_size()
+                          ? response.logprobs().data()
+                          : nullptr,
+                      actions);
     if (!concluded_ && response.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
       decode_density_ = response.decode_attention_density();
       selection_cache_hits_ = response.selection_cache_hits();
@@ -165,7 +169,8 @@ bool GenerateCall::EndsGenerationLocked(int32_t id) const {
          request_.stop_token_ids.end();
 }
 
-void GenerateCall::RelayTokensLocked(const int32_t* ids, int n, Actions& actions) {
+void GenerateCall::RelayTokensLocked(const int32_t* ids, int n,
+                                     const v1::TokenLogprobs* const* logprobs, Actions& actions) {
   if (n <= 0) return;
   const absl::Time now = absl::Now();
   metrics::ServingMetrics& m = *resources_->metrics;
@@ -180,6 +185,7 @@ void GenerateCall::RelayTokensLocked(const int32_t* ids, int n, Actions& actions
   for (int i = 0; i < n && !concluded_; ++i) {
     generated_.push_back(ids[i]);
     pending_.add_token_ids(ids[i]);
+    if (logprobs != nullptr) *pending_.add_logprobs() = *logprobs[i];
     pending_.mutable_text()->append(output_->Push(ids[i]));
     if (output_->stopped()) ConcludeLocked({.reason = v1::FINISH_REASON_STOP}, actions);
   }

@@ -137,6 +137,7 @@ v1::DecodeRequest GenerateCall::LocalDecodeRequestLocked() const {
   request.mutable_stop_token_ids()->Add(request_.stop_token_ids.begin(),
                                         request_.stop_token_ids.end());
   request.set_ignore_eos(request_.ignore_eos);
+  if (request_.top_logprobs.has_value()) request.set_top_logprobs(*request_.top_logprobs);
   return request;
 }
 
@@ -189,6 +190,7 @@ void GenerateCall::OnReserveDone(int decode_idx, int prefill_idx, const grpc::St
       *request.mutable_prefill_attention() = request_.prefill_attention;
       *request.mutable_decode_attention() = request_.decode_attention;
       *request.mutable_speculation() = request_.speculation;
+      if (request_.top_logprobs.has_value()) request.set_top_logprobs(*request_.top_logprobs);
       prefill_idx_ = prefill_idx;
       ++num_prefill_attempts_;
       WorkerRegistry& registry = *resources_->registry;
@@ -232,7 +234,9 @@ void GenerateCall::OnPrefillDone(int decode_idx, int prefill_idx, const grpc::St
       disaggregated_ = true;
       prefill_density_ = response.attention_density();
       const int32_t first = response.first_token();
-      RelayTokensLocked(&first, 1, actions);
+      const v1::TokenLogprobs* first_logprobs = &response.first_token_logprobs();
+      RelayTokensLocked(&first, 1,
+                        request_.top_logprobs.has_value() ? &first_logprobs : nullptr, actions);
       if (concluded_) {  // a stop string
         ReleaseReservationLocked(actions);
       } else if (EndsGenerationLocked(first) || request_.max_tokens <= 1) {

@@ -74,6 +74,14 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& reques
   out.decode_attention = request.decode_attention();
   out.speculation = request.speculation();
   out.ignore_eos = request.ignore_eos();
+  if (request.has_top_logprobs()) {
+    if (request.top_logprobs() < 0 || request.top_logprobs() > kMaxRequestTopLogprobs) {
+      return absl::InvalidArgumentError(absl::StrCat("top_logprobs: ", request.top_logprobs(),
+                                                     " is outside [0, ", kMaxRequestTopLogprobs,
+                                                     "]"));
+    }
+    out.top_logprobs = request.top_logprobs();
+  }
   out.request_id = request.request_id().empty() ? NewRequestId() : request.request_id();
   return out;
 }

@@ -6,6 +6,7 @@
 #define SPARSESERVE_ROUTER_REQUEST_PREP_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,12 @@ struct PreparedRequest {
   std::vector<std::string> stop;  // stop strings
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
+  // Log probabilities per token with this many alternatives; unset = none.
+  std::optional<int> top_logprobs;
 };
+
+// Most alternatives GenerateRequest.top_logprobs may ask for (as OpenAI's API).
+inline constexpr int kMaxRequestTopLogprobs = 5;
 
 // A new random request id, "req-" + 16 hex digits.
 std::string NewRequestId();
@@ -46,7 +52,8 @@ std::string NewRequestId();
 // Validates and tokenizes `request`. Returns kInvalidArgument (naming the field) for: no prompt
 // (no text and no ids, or an empty one), text the tokenizer rejects, a token id or stop token
 // id outside [0, vocab_size), a prompt of max_context tokens or more, max_tokens < 0, sampling
-// parameters sampling::Validate rejects, an unknown attention or speculation method or one
+// parameters sampling::Validate rejects, top_logprobs outside [0, kMaxRequestTopLogprobs], an
+// unknown attention or speculation method or one
 // engine::Validate rejects (with limits.request_defaults filling unset choices); kUnimplemented
 // naming a chosen method this build does not have yet.
 absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& request,

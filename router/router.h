@@ -42,6 +42,9 @@ class Router {
   grpc::Service* service() { return service_.get(); }
 
   WorkerRegistry& registry() { return *registry_; }
+  // The model's tokenizer and limits (the HTTP front door tokenizes chat prompts with them).
+  const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
+  const PrepareLimits& limits() const { return resources_.limits; }
   metrics::ServingMetrics& metrics() { return *metrics_; }
 
   // Aborts every in-flight request, waits (up to 10 s) for their calls to end, and stops the

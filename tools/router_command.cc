@@ -1,11 +1,15 @@
 // `sparseserve router`: the front door process (also run inside `sparseserve up`).
 #include <cstdio>
+#include <filesystem>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/core/logging.h"
+#include "common/core/status.h"
 #include "common/metrics/metrics_exporter.h"
 #include "common/rpc/server_runner.h"
+#include "router/http_front_door.h"
 #include "router/router.h"
 #include "tools/command.h"
 #include "tools/model_path_flag.h"
@@ -26,6 +30,15 @@ ABSL_FLAG(int, disagg_threshold, 1024,
 ABSL_FLAG(int, migration_limit, 3,
           "Times a request may move to another decode worker when its worker dies mid-stream.");
 ABSL_FLAG(double, status_interval_seconds, 0.5, "How often workers' health and load are polled.");
+ABSL_FLAG(int, http_port, 0,
+          "Port of the OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, "
+          "/v1/models, /health) on the --address host; 0 = any free port (printed in the READY "
+          "line), -1 = no HTTP API.");
+ABSL_FLAG(int, http_threads, 256,
+          "HTTP requests served at once (a streaming request holds one thread while it runs).");
+ABSL_FLAG(std::string, served_model_name, "",
+          "Model id of the HTTP API (what clients pass as \"model\"); default: the model file or "
+          "directory name without extension.");
 
 namespace sparseserve::tools {
 
@@ -46,22 +59,57 @@ router::RouterOptions RouterOptionsFromFlags() {
   return options;
 }
 
+namespace {
+
+// The model id the HTTP API serves: --served-model-name, else the model's file name without its
+// extension ("stories260K.gguf" -> "stories260K") or directory name.
+std::string ServedModelName(const std::string& model_path) {
+  std::string name = absl::GetFlag(FLAGS_served_model_name);
+  if (!name.empty()) return name;
+  std::filesystem::path path(model_path);
+  if (!path.has_filename()) path = path.parent_path();  // "dir/"
+  return path.extension() == ".gguf" ? path.stem().string() : path.filename().string();
+}
+
+// The HTTP address: the gRPC --address host with --http-port.
+std::string HttpAddress(int port) {
+  const std::string grpc = ListenAddressFromFlags();
+  return absl::StrCat(grpc.substr(0, grpc.rfind(':')), ":", port);
+}
+
+}  // namespace
+
 absl::Status ServeRouter(router::RouterOptions options, const char* role,
                          const std::function<void()>& on_stop) {
   absl::StatusOr<std::unique_ptr<metrics::MetricsExporter>> exporter =
       metrics::MetricsExporter::Start(MetricsAddressFromFlags());
   if (!exporter.ok()) return exporter.status();
   options.metrics_registry = (*exporter)->registry();
+  const std::string model_path = options.model_path;
   absl::StatusOr<std::unique_ptr<router::Router>> r = router::Router::Create(std::move(options));
   if (!r.ok()) return r.status();
   absl::StatusOr<std::unique_ptr<rpc::RpcServer>> server =
       rpc::RpcServer::Start(ListenAddressFromFlags(), {(*r)->service()});
   if (!server.ok()) return server.status();
+  std::unique_ptr<router::HttpFrontDoor> http;
+  if (const int http_port = absl::GetFlag(FLAGS_http_port); http_port >= 0) {
+    router::HttpFrontDoorOptions http_options;
+    http_options.address = HttpAddress(http_port);
+    http_options.served_model_name = ServedModelName(model_path);
+    http_options.max_context = (*r)->limits().max_context;
+    http_options.threads = absl::GetFlag(FLAGS_http_threads);
+    SS_ASSIGN_OR_RETURN(http, router::HttpFrontDoor::Start(std::move(http_options),
+                                                           (*server)->InProcessChannel(),
+                                                           &(*r)->tokenizer()));
+  }
   PrintReady(role, ListenAddressFromFlags(), (*server)->port(), MetricsAddressFromFlags(),
-             (*exporter)->port());
+             (*exporter)->port(), http == nullptr ? -1 : http->port());
   const int sig = WaitForTerminationSignal();
   SS_LOG_INFO("router: signal {}, draining", sig);
+  // New HTTP connections stop first; the gRPC drain then ends every call, HTTP ones included.
+  if (http != nullptr) http->Stop();
   (*server)->Shutdown(DrainFromFlags());
+  http.reset();
   (*r)->Shutdown();
   if (on_stop) on_stop();
   return absl::OkStatus();

@@ -21,13 +21,15 @@ absl::Duration DrainFromFlags() {
 }
 
 void PrintReady(const char* role, const std::string& address, int port,
-                const std::string& metrics_address, int metrics_port) {
+                const std::string& metrics_address, int metrics_port, int http_port) {
   auto host = [](const std::string& a) {
     const std::string h = a.substr(0, a.rfind(':'));
     return h.empty() || h == "0.0.0.0" ? std::string("127.0.0.1") : h;
   };
-  std::printf("READY %s %s:%d metrics %s:%d\n", role, host(address).c_str(), port,
+  std::printf("READY %s %s:%d metrics %s:%d", role, host(address).c_str(), port,
               host(metrics_address).c_str(), metrics_port);
+  if (http_port >= 0) std::printf(" http %s:%d", host(address).c_str(), http_port);
+  std::printf("\n");
   std::fflush(stdout);
 }
 

@@ -604,7 +604,8 @@ std::vector<StepRows> ModelRunner::DecodeRows(const std::vector<SequenceKv*>& se
 
 absl::StatusOr<std::vector<int32_t>> ModelRunner::Step(
     absl::Span<const StepRows> rows, const kernels::SamplingBatch& sampling,
-    const std::function<absl::Status(int layer)>& on_layer_done, model::DraftPass* draft) {
+    const std::function<absl::Status(int layer)>& on_layer_done, model::DraftPass* draft,
+    model::StepLogprobs* logprobs) {
   int64_t sampled = 0;
   for (const StepRows& r : rows) {
     sampled += r.sample == model::LogitRows::kAll    ? static_cast<int64_t>(r.tokens.size())
@@ -622,9 +623,11 @@ absl::StatusOr<std::vector<int32_t>> ModelRunner::Step(
   const bool deferred = tensor_parallel() > 1 && on_layer_done != nullptr;
   absl::StatusOr<std::vector<int32_t>> next;
   absl::Status ran = OnEveryRank([&](model::LlamaModel& m, model::PagedKvCache& cache) {
-    absl::StatusOr<std::vector<int32_t>> out = m.ForwardSample(
-        batch, cache, sampling, &m == model_.get() && !deferred ? on_layer_done : nullptr, draft);
-    if (&m == model_.get()) next = out;
+    const bool rank0 = &m == model_.get();
+    absl::StatusOr<std::vector<int32_t>> out =
+        m.ForwardSample(batch, cache, sampling, rank0 && !deferred ? on_layer_done : nullptr, draft,
+                        rank0 ? logprobs : nullptr);
+    if (rank0) next = out;
     return out.status();
   });
   if (ran.ok() && deferred) ran = RunLayerHooks(on_layer_done);

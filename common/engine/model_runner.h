@@ -190,10 +190,12 @@ class ModelRunner {
   // sequence keeps a state slot it took, until Release).
   // `draft`, when given, makes the step a draft pass (model::DraftPass: TokenSwift's draft heads,
   // Kangaroo's early exit; LlamaModel::ForwardSample's errors).
+  // `logprobs`, when given, gets each sampled row's log probabilities, in the order of the
+  // returned tokens (logprobs->top_n alternatives each; the OpenAI API's logprobs).
   absl::StatusOr<std::vector<int32_t>> Step(
       absl::Span<const StepRows> rows, const kernels::SamplingBatch& sampling,
       const std::function<absl::Status(int layer)>& on_layer_done = nullptr,
-      model::DraftPass* draft = nullptr);
+      model::DraftPass* draft = nullptr, model::StepLogprobs* logprobs = nullptr);
 
   // Keeps the pending rows `keep` (ascending indices into seq.pending_tokens) of a speculative
   // step: their KV moves to consecutive slots after the committed tokens (Backend::ReadKv +

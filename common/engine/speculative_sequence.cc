@@ -273,11 +273,14 @@ absl::StatusOr<SpecStepResult> SpeculativeSequence::Finish(absl::Span<const int3
   SpecStepResult result;
   if (draft_.empty()) {
     result.emitted = {sampled[0]};
+    result.emitted_rows = {0};
     // The one draw taken is the one plain decoding takes.
   } else {
     spec::AcceptedDraft accepted = verifier_(draft_, sampled);
     SS_RETURN_IF_ERROR(runner.Commit(seq, accepted.kept));
     result.emitted = std::move(accepted.emitted);
+    // AcceptDraft's walk: emitted[j] is the token sampled at kept[j].
+    result.emitted_rows = accepted.kept;
     result.drafted = draft_.NumVerificationRows();
     result.depth = draft_.MaxDepth();
     result.accepted = static_cast<int>(result.emitted.size()) - 1;

@@ -119,7 +119,12 @@ absl::Status LlamaModel::StackProjections() {
 absl::StatusOr<std::vector<int32_t>> LlamaModel::ForwardSample(
     const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
     const kernels::SamplingBatch& sampling,
-    const std::function<absl::Status(int layer)>& on_layer_kv_written, DraftPass* draft) {
+    const std::function<absl::Status(int layer)>& on_layer_kv_written, DraftPass* draft,
+    StepLogprobs* logprobs) {
+  if (logprobs != nullptr) {
+    logprobs->values.clear();
+    logprobs->ids.clear();
+  }
   const bool early_exit = draft != nullptr && draft->early_exit;
   if (early_exit && !has_early_exit_adapter()) {
     return absl::FailedPreconditionError("an early-exit draft pass needs the Kangaroo adapter");
@@ -135,6 +140,7 @@ absl::StatusOr<std::vector<int32_t>> LlamaModel::ForwardSample(
   SS_RETURN_IF_ERROR(backend_->Sample(v.logits, sampling, v.tokens));
   Tensor host = Tensor::Zeros(DType::kI32, v.tokens.shape());
   SS_RETURN_IF_ERROR(backend_->CopyToHost(v.tokens, host));
+  if (logprobs != nullptr) SS_RETURN_IF_ERROR(ReadLogprobs(v, *logprobs));
   if (early_exit) SS_RETURN_IF_ERROR(ReadTopProbabilities(v, *draft));
   if (draft != nullptr && draft->head_top_k > 0 && !draft_heads_.empty()) {
     SS_RETURN_IF_ERROR(RunDraftHeads(v, sampling, *draft));

@@ -23,6 +23,7 @@
 #include "common/model/step_graph_cache.h"
 #include "common/model/tensor_file.h"
 #include "common/model/tensor_parallel_shard.h"
+#include "common/model/token_logprobs.h"
 #include "common/tensor/tensor.h"
 #include "kernels/attention_plan.h"
 #include "kernels/backend.h"
@@ -186,11 +187,14 @@ class LlamaModel {
   // heads (else none come back) and every row of the step a logits row (kInvalidArgument: the
   // heads start from every row's residual stream); early exit needs the adapter
   // (kFailedPrecondition).
+  // `logprobs`, when given, gets every logits row's log probabilities (Backend::TokenLogprobs,
+  // logprobs->top_n alternatives each); left empty on a rank other than 0 and when no row has
+  // logits.
   absl::StatusOr<std::vector<int32_t>> ForwardSample(
       const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
       const kernels::SamplingBatch& sampling,
       const std::function<absl::Status(int layer)>& on_layer_kv_written = nullptr,
-      DraftPass* draft = nullptr);
+      DraftPass* draft = nullptr, StepLogprobs* logprobs = nullptr);
 
   // Loads TokenSwift's draft heads from an adapter (tools/train_spec_adapters.py writes it):
   // tensors heads.{j}.norm.weight [hidden] and heads.{j}.proj.weight [hidden, hidden] for j = 0,
@@ -377,6 +381,8 @@ class LlamaModel {
 
   // Runs the draft heads from the residual stream of step `v` (every row a logits row) and
   // fills draft.head_tokens on the host. Overwrites v.h, v.x, v.branch, v.last and v.logits.
+  // Backend::TokenLogprobs of the step's logits at its sampled tokens, into `out` (host).
+  absl::Status ReadLogprobs(const StepViews& v, StepLogprobs& out);
   absl::Status RunDraftHeads(const StepViews& v, const kernels::SamplingBatch& sampling,
                              DraftPass& draft);
   // Fills draft.top_probability from the logits of step `v` (copied to the host).

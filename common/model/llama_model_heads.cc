@@ -67,6 +67,25 @@ absl::Status LlamaModel::ReadTopProbabilities(const StepViews& v, DraftPass& dra
   return absl::OkStatus();
 }
 
+absl::Status LlamaModel::ReadLogprobs(const StepViews& v, StepLogprobs& out) {
+  const int64_t m = v.logits.dim(0);
+  const int n = out.top_n;
+  SS_ASSIGN_OR_RETURN(const Tensor values, backend_->Allocate(DType::kF32, {m, 1 + n}));
+  SS_ASSIGN_OR_RETURN(const Tensor ids, backend_->Allocate(DType::kI32, {m, std::max(n, 1)}));
+  SS_RETURN_IF_ERROR(backend_->TokenLogprobs(v.logits, v.tokens, n, values, ids));
+  Tensor host_values = Tensor::Zeros(DType::kF32, values.shape());
+  Tensor host_ids = Tensor::Zeros(DType::kI32, ids.shape());
+  SS_RETURN_IF_ERROR(backend_->CopyToHost(values, host_values));
+  SS_RETURN_IF_ERROR(backend_->CopyToHost(ids, host_ids));
+  out.values.assign(host_values.data<float>(), host_values.data<float>() + host_values.numel());
+  out.ids.clear();
+  for (int64_t r = 0; r < m; ++r) {
+    const int32_t* row = host_ids.data<int32_t>() + r * ids.dim(1);
+    out.ids.insert(out.ids.end(), row, row + n);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status LlamaModel::RunDraftHeads(const StepViews& v, const kernels::SamplingBatch& sampling,
                                        DraftPass& draft) {
   kernels::Backend& be = *backend_;

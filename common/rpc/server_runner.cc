@@ -55,8 +55,19 @@ int ToMillis(absl::Duration d) {
 
 }  // namespace
 
-RpcServer::RpcServer(std::unique_ptr<grpc::Server> server, int port, std::vector<std::string> names)
-    : server_(std::move(server)), port_(port), service_names_(std::move(names)) {}
+RpcServer::RpcServer(std::unique_ptr<grpc::Server> server, int port, std::vector<std::string> names,
+                     int max_message_bytes)
+    : server_(std::move(server)),
+      port_(port),
+      service_names_(std::move(names)),
+      max_message_bytes_(max_message_bytes) {}
+
+std::shared_ptr<grpc::Channel> RpcServer::InProcessChannel() const {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(max_message_bytes_);
+  args.SetMaxSendMessageSize(max_message_bytes_);
+  return server_->InProcessChannel(args);
+}
 
 absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(
     const std::string& address, const std::vector<grpc::Service*>& services,
@@ -99,7 +110,8 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(
         absl::StrCat("rpc server ", address, ": default health service missing"));
   }
   auto rpc_server =
-      std::unique_ptr<RpcServer>(new RpcServer(std::move(server), selected_port, std::move(names)));
+      std::unique_ptr<RpcServer>(new RpcServer(std::move(server), selected_port, std::move(names),
+                                           options.max_message_bytes));
   rpc_server->SetServing(true);
   SS_LOG_INFO("rpc server listening on {} (port {})", address, selected_port);
   return rpc_server;

@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/impl/service_type.h"
+#include "grpcpp/channel.h"
 #include "grpcpp/server.h"
 
 namespace sparseserve::rpc {
@@ -56,6 +57,11 @@ class RpcServer {
   // The bound port (the kernel's choice when the address asked for port 0).
   int port() const { return port_; }
 
+  // A channel to this server's services that skips the network (grpc::Server::InProcessChannel),
+  // with the server's message size limit: the HTTP front door calls the Generation service
+  // through it, so both public APIs share one implementation. Valid until Shutdown.
+  std::shared_ptr<grpc::Channel> InProcessChannel() const;
+
   // Fully qualified names of the registered services (health-check service names), e.g.
   // "sparseserve.v1.DecodeWorker"; gRPC's own services ("grpc.*") are left out.
   const std::vector<std::string>& service_names() const { return service_names_; }
@@ -73,12 +79,14 @@ class RpcServer {
   void Wait();
 
  private:
-  RpcServer(std::unique_ptr<grpc::Server> server, int port, std::vector<std::string> names);
+  RpcServer(std::unique_ptr<grpc::Server> server, int port, std::vector<std::string> names,
+            int max_message_bytes);
   void SetHealthLocked(bool serving) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::unique_ptr<grpc::Server> server_;
   const int port_;
   const std::vector<std::string> service_names_;
+  const int max_message_bytes_;
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -25,4 +25,11 @@ v1::KvLayout KvLayoutOf(const engine::ModelRunner& runner) {
   return layout;
 }
 
+void TokenLogprobsToProto(const model::TokenLogprobs& logprobs, v1::TokenLogprobs* out) {
+  out->Clear();
+  out->set_logprob(logprobs.logprob);
+  out->mutable_top_ids()->Assign(logprobs.top_ids.begin(), logprobs.top_ids.end());
+  out->mutable_top_logprobs()->Assign(logprobs.top_logprobs.begin(), logprobs.top_logprobs.end());
+}
+
 }  // namespace sparseserve::rpc

@@ -1,5 +1,5 @@
-// Engine -> wire conversions of what the workers report: a request's finish reason and a
-// runner's KV layout. Shared by the decode and prefill workers, so neither service library links
+// Engine -> wire conversions of what the workers report: a request's finish reason, a runner's KV
+// layout and a token's log probabilities. Shared by the decode and prefill workers, so neither service library links
 // the other (the router, which links no engine, has finish_label.h). Stateless; thread-safe.
 #ifndef SPARSESERVE_COMMON_RPC_WORKER_CONVERSION_H_
 #define SPARSESERVE_COMMON_RPC_WORKER_CONVERSION_H_
@@ -15,6 +15,9 @@ v1::FinishReason FinishReasonToProto(engine::FinishReason reason);
 
 // The layout of `runner`'s KV cache as worker.proto carries it (kv::CheckCompatible's input).
 v1::KvLayout KvLayoutOf(const engine::ModelRunner& runner);
+
+// Fills `out` (cleared first) with `logprobs`.
+void TokenLogprobsToProto(const model::TokenLogprobs& logprobs, v1::TokenLogprobs* out);
 
 }  // namespace sparseserve::rpc
 

@@ -60,6 +60,8 @@ class CpuBackend final : public Backend {
       const std::function<absl::Status()>& record) override;
   absl::Status LaunchGraph(const StepGraph& graph) override;
   absl::Status Sample(const Tensor& logits, const SamplingBatch& batch, const Tensor& out) override;
+  absl::Status TokenLogprobs(const Tensor& logits, const Tensor& tokens, int top_n,
+                             const Tensor& values, const Tensor& ids) override;
 
  private:
   core::ThreadPool* pool_;

@@ -79,6 +79,21 @@ struct SampleParams {
 // (radix selects over the weights for top-k and top-p, an id-ordered scan for the draw).
 cudaError_t LaunchSample(const SampleParams& params, cudaStream_t stream);
 
+struct TokenLogprobsParams {
+  const float* logits;    // f32 [num_rows, vocab]
+  const int32_t* tokens;  // int32 [num_rows] the sampled ids
+  int64_t num_rows;
+  int32_t vocab;
+  int32_t top_n;          // 0 .. kernels::kMaxTopLogprobs, <= vocab
+  float* values;          // f32 [num_rows, values_stride]: the token's, then top_n alternatives'
+  int64_t values_stride;  // >= 1 + top_n
+  int32_t* ids;           // int32 [num_rows, ids_stride]: the alternatives' ids
+  int64_t ids_stride;     // >= top_n
+};
+
+// Backend::TokenLogprobs: one 256-thread CTA per row (logprob_kernels.cu).
+cudaError_t LaunchTokenLogprobs(const TokenLogprobsParams& params, cudaStream_t stream);
+
 // Scatters k, v [n, kv_heads, hd] into the paged layer at slots [n].
 // Rope + WriteKv on a fused QKV projection's output qkv [n, (heads + 2 kv_heads) * head_dim]:
 // rotated queries to q [n, heads, head_dim], rotated keys and values into their KV slots.

@@ -1,5 +1,6 @@
 // CudaBackend::Sample — checks a SamplingBatch on the host, uploads it as one plan (row knobs and
-// penalised ids, one H2D copy) and launches the sampling kernel over a reused scratch buffer.
+// penalised ids, one H2D copy) and launches the sampling kernel over a reused scratch buffer; and
+// CudaBackend::TokenLogprobs, the logprobs of the sampled tokens.
 #include <algorithm>
 #include <cstring>
 
@@ -86,6 +87,26 @@ absl::Status CudaBackend::Sample(const Tensor& logits, const SamplingBatch& batc
   params.vocab = static_cast<int32_t>(vocab);
   params.out = out.data<int32_t>();
   return CudaStatus(cuda::LaunchSample(params, stream()), "Sample");
+}
+
+absl::Status CudaBackend::TokenLogprobs(const Tensor& logits, const Tensor& tokens, int top_n,
+                                        const Tensor& values, const Tensor& ids) {
+  SS_RETURN_IF_ERROR(CheckSampleTensor(logits, DType::kF32, 2, "logits"));
+  SS_RETURN_IF_ERROR(CheckSampleTensor(tokens, DType::kI32, 1, "tokens"));
+  SS_RETURN_IF_ERROR(CheckSampleTensor(values, DType::kF32, 2, "values"));
+  SS_RETURN_IF_ERROR(CheckSampleTensor(ids, DType::kI32, 2, "ids"));
+  SS_RETURN_IF_ERROR(ValidateTokenLogprobsShapes(logits, tokens, top_n, values, ids));
+  cuda::TokenLogprobsParams params;
+  params.logits = logits.data<float>();
+  params.tokens = tokens.data<int32_t>();
+  params.num_rows = logits.dim(0);
+  params.vocab = static_cast<int32_t>(logits.dim(1));
+  params.top_n = top_n;
+  params.values = values.data<float>();
+  params.values_stride = values.dim(1);
+  params.ids = ids.data<int32_t>();
+  params.ids_stride = ids.dim(1);
+  return CudaStatus(cuda::LaunchTokenLogprobs(params, stream()), "TokenLogprobs");
 }
 
 }  // namespace sparseserve::kernels

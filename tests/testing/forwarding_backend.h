@@ -95,6 +95,10 @@ class ForwardingBackend : public kernels::Backend {
                       const Tensor& out) override {
     return inner_->Sample(logits, batch, out);
   }
+  absl::Status TokenLogprobs(const Tensor& logits, const Tensor& tokens, int top_n,
+                             const Tensor& values, const Tensor& ids) override {
+    return inner_->TokenLogprobs(logits, tokens, top_n, values, ids);
+  }
   absl::StatusOr<std::unique_ptr<kernels::StepGraph>> CaptureGraph(
       const std::function<absl::Status()>& record) override {
     return inner_->CaptureGraph(record);

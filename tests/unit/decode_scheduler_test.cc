@@ -26,7 +26,10 @@ namespace {
 class CollectingSink : public DecodeSink {
  public:
   void OnStart(int cached, double, double) override { cached_ = cached; }
-  void OnToken(int32_t token) override { tokens_.push_back(token); }
+  void OnToken(int32_t token, const model::TokenLogprobs* logprobs) override {
+    tokens_.push_back(token);
+    if (logprobs != nullptr) logprobs_.push_back(*logprobs);
+  }
   void OnFinish(const absl::Status& status, engine::FinishReason reason,
                 const DecodeWork& work) override {
     status_ = status;
@@ -36,6 +39,7 @@ class CollectingSink : public DecodeSink {
   }
   bool Wait() { return done_.WaitForNotificationWithTimeout(absl::Seconds(60)); }
   std::vector<int32_t> tokens_;
+  std::vector<model::TokenLogprobs> logprobs_;  // one per token when the job asked
   absl::Status status_;
   engine::FinishReason reason_ = engine::FinishReason::kLength;
   DecodeWork work_;
@@ -189,8 +193,8 @@ TEST_F(DecodeSchedulerTest, StepBudgetsAndChunkSizesGiveTheSameTokens) {
 // Notifies when the first token arrives (the test then submits a long prompt beside it).
 class FirstTokenSink : public CollectingSink {
  public:
-  void OnToken(int32_t token) override {
-    CollectingSink::OnToken(token);
+  void OnToken(int32_t token, const model::TokenLogprobs* logprobs) override {
+    CollectingSink::OnToken(token, logprobs);
     if (!first_.HasBeenNotified()) first_.Notify();
   }
   absl::Notification first_;

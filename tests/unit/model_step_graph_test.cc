@@ -123,6 +123,10 @@ class RecordingBackend final : public kernels::Backend {
                       const Tensor& out) override {
     return Op([=, this] { return inner_->Sample(logits, batch, out); });
   }
+  absl::Status TokenLogprobs(const Tensor& logits, const Tensor& tokens, int top_n,
+                             const Tensor& values, const Tensor& ids) override {
+    return Op([=, this] { return inner_->TokenLogprobs(logits, tokens, top_n, values, ids); });
+  }
 
   absl::StatusOr<std::unique_ptr<kernels::StepGraph>> CaptureGraph(
       const std::function<absl::Status()>& record) override {

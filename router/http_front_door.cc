@@ -1,0 +1,338 @@
+#include "router/http_front_door.h"
+
+#include <sys/socket.h>
+
+#include <chrono>
+#include <ctime>
+#include <utility>
+
+#include "absl/random/random.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/core/logging.h"
+#include "common/rpc/status_conversion.h"
+#include "grpcpp/client_context.h"
+#include "httplib.h"
+#include "nlohmann/json.hpp"
+#include "router/openai_response.h"
+#include "sparseserve/v1/generation.grpc.pb.h"
+
+namespace sparseserve::router {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Largest request body; a longer one gets 413 before it is read.
+constexpr size_t kMaxBodyBytes = size_t{64} << 20;
+// A streaming client that reads nothing for this long is dropped (its call is cancelled).
+constexpr time_t kWriteTimeoutSeconds = 60;
+
+void ReplyError(httplib::Response& res, const absl::Status& status) {
+  res.status = HttpStatusOf(status.code());
+  res.set_content(OpenAiErrorBody(status), "application/json");
+}
+
+// True when `presented` equals one of `keys`. Every key is compared over its whole length,
+// whatever matched before, so the time taken does not tell how much of a key was right.
+bool KeyAccepted(absl::string_view presented, const std::vector<std::string>& keys) {
+  bool accepted = false;
+  for (const std::string& key : keys) {
+    unsigned char diff = presented.size() == key.size() ? 0 : 1;
+    for (size_t i = 0; i < key.size(); ++i) {
+      diff |= static_cast<unsigned char>(key[i] ^ (i < presented.size() ? presented[i] : 0));
+    }
+    accepted |= diff == 0;
+  }
+  return accepted;
+}
+
+std::string NewResponseId(OpenAiEndpoint endpoint) {
+  absl::BitGen gen;
+  return absl::StrFormat("%s-%016x%016x",
+                         endpoint == OpenAiEndpoint::kChatCompletions ? "chatcmpl" : "cmpl",
+                         absl::Uniform<uint64_t>(gen), absl::Uniform<uint64_t>(gen));
+}
+
+int64_t UnixNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// One Generate call whose messages are turned into an HTTP response, shared between the handler
+// and (when streaming) httplib's content provider.
+struct GenerateCall {
+  GenerateCall(const OpenAiRequest& request, std::string id, std::string model,
+               const tokenizer::Tokenizer* tokenizer)
+      : builder(request, std::move(id), std::move(model), UnixNow(), tokenizer) {}
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader;
+  OpenAiResponseBuilder builder;
+  bool finished = false;  // reader->Finish was called
+  grpc::Status Finish() {
+    finished = true;
+    return reader->Finish();
+  }
+};
+
+// Writes one SSE event; false when the client is gone.
+bool WriteEvent(httplib::DataSink& sink, absl::string_view payload) {
+  const std::string event = absl::StrCat("data: ", payload, "\n\n");
+  return sink.is_writable() && sink.write(event.data(), event.size());
+}
+
+}  // namespace
+
+HttpFrontDoor::HttpFrontDoor(HttpFrontDoorOptions options,
+                             std::shared_ptr<grpc::Channel> generation,
+                             const tokenizer::Tokenizer* tokenizer)
+    : options_(std::move(options)),
+      generation_(std::move(generation)),
+      tokenizer_(tokenizer),
+      started_unix_(UnixNow()) {}
+
+absl::StatusOr<std::unique_ptr<HttpFrontDoor>> HttpFrontDoor::Start(
+    HttpFrontDoorOptions options, std::shared_ptr<grpc::Channel> generation,
+    const tokenizer::Tokenizer* tokenizer) {
+  if (options.served_model_name.empty() || generation == nullptr || tokenizer == nullptr ||
+      options.threads < 1) {
+    return absl::InvalidArgumentError(
+        "http front door: needs a model name, a channel, a tokenizer and threads >= 1");
+  }
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("http front door: TLS needs both a certificate and a key");
+  }
+  for (const std::string& key : options.api_keys) {
+    if (key.empty()) return absl::InvalidArgumentError("http front door: an API key is empty");
+  }
+  const std::string address = options.address;
+  const size_t colon = address.rfind(':');
+  std::string host = colon == std::string::npos ? "" : address.substr(0, colon);
+  if (host.empty()) host = "0.0.0.0";
+  int port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
+      port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("http front door: bad address '", address, "' (want host:port)"));
+  }
+  std::unique_ptr<HttpFrontDoor> door(
+      new HttpFrontDoor(std::move(options), std::move(generation), tokenizer));
+  if (door->tls()) {
+    door->server_ = std::make_unique<httplib::SSLServer>(door->options_.tls_cert_file.c_str(),
+                                                         door->options_.tls_key_file.c_str());
+    if (!door->server_->is_valid()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "http front door: cannot load the TLS certificate ", door->options_.tls_cert_file,
+          " and key ", door->options_.tls_key_file, " (PEM files, key matching the certificate)"));
+    }
+  } else {
+    door->server_ = std::make_unique<httplib::Server>();
+  }
+  httplib::Server& server = *door->server_;
+  // SO_REUSEADDR only (httplib's default adds SO_REUSEPORT, which would share a port in use).
+  server.set_socket_options([](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  const int threads = door->options_.threads;
+  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server.set_payload_max_length(kMaxBodyBytes);
+  server.set_write_timeout(kWriteTimeoutSeconds, 0);
+  server.set_keep_alive_max_count(1000);
+  door->RegisterRoutes();
+  const int bound =
+      port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port) ? port : -1);
+  if (bound <= 0) {
+    return absl::UnavailableError(absl::StrCat("http front door: cannot listen on ", address,
+                                               " (address in use or not available)"));
+  }
+  door->port_ = bound;
+  HttpFrontDoor* raw = door.get();
+  door->listener_ = std::thread([raw] { raw->server_->listen_after_bind(); });
+  // httplib's stop() acts only once the accept loop runs: wait for it, so Stop never misses.
+  for (int i = 0; i < 5000 && !server.is_running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  SS_LOG_INFO("http front door ({}) listening on {} (port {}), model '{}'",
+              door->tls() ? "https" : "http", address, bound, door->options_.served_model_name);
+  return door;
+}
+
+HttpFrontDoor::~HttpFrontDoor() {
+  Stop();
+  if (listener_.joinable()) listener_.join();
+}
+
+void HttpFrontDoor::Stop() {
+  if (server_ != nullptr) server_->stop();
+}
+
+void HttpFrontDoor::RegisterRoutes() {
+  httplib::Server& server = *server_;
+  auto stub = std::shared_ptr<v1::Generation::Stub>(v1::Generation::NewStub(generation_));
+
+  // Authentication before routing: every endpoint but /health needs a key when keys are set.
+  server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (options_.api_keys.empty() || req.path == "/health") {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    const std::string auth = req.get_header_value("Authorization");
+    constexpr absl::string_view kBearer = "Bearer ";
+    if (!absl::StartsWith(auth, kBearer) ||
+        !KeyAccepted(absl::string_view(auth).substr(kBearer.size()), options_.api_keys)) {
+      ReplyError(res, absl::UnauthenticatedError(
+                          "missing or invalid API key (send Authorization: Bearer KEY)"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  // Routing failures and httplib's own errors (413, 400 for a malformed request line) as
+  // OpenAI error bodies.
+  server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    absl::Status status;
+    switch (res.status) {
+      case 404: status = absl::NotFoundError(absl::StrCat("no route ", req.method, " ", req.path));
+        break;
+      case 413: status = absl::InvalidArgumentError("request body too large"); break;
+      default: status = absl::InvalidArgumentError(absl::StrCat("HTTP error ", res.status));
+    }
+    const int code = res.status;
+    res.set_content(OpenAiErrorBody(status), "application/json");
+    res.status = code;
+  });
+  server.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+        ReplyError(res, absl::InternalError("internal error while serving the request"));
+      });
+
+  server.Get("/health", [stub](const httplib::Request&, httplib::Response& res) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    v1::GetModelInfoResponse info;
+    const grpc::Status status = stub->GetModelInfo(&context, v1::GetModelInfoRequest(), &info);
+    if (!status.ok()) return ReplyError(res, rpc::FromGrpcStatus(status));
+    res.set_content(Json{{"status", "ok"},
+                         {"decode_workers", info.num_decode_workers()},
+                         {"prefill_workers", info.num_prefill_workers()}}
+                        .dump(),
+                    "application/json");
+  });
+
+  auto model_json = [this] {
+    return Json{{"id", options_.served_model_name},
+                {"object", "model"},
+                {"created", started_unix_},
+                {"owned_by", "sparseserve"},
+                {"max_model_len", options_.max_context}};
+  };
+  server.Get("/v1/models", [model_json](const httplib::Request&, httplib::Response& res) {
+    res.set_content(Json{{"object", "list"}, {"data", Json::array({model_json()})}}.dump(),
+                    "application/json");
+  });
+  server.Get(R"(/v1/models/(.+))",
+             [this, model_json](const httplib::Request& req, httplib::Response& res) {
+               if (req.matches[1] != options_.served_model_name) {
+                 return ReplyError(res, absl::NotFoundError(absl::StrCat(
+                                            "the model '", req.matches[1].str(),
+                                            "' does not exist; this server serves '",
+                                            options_.served_model_name, "'")));
+               }
+               res.set_content(model_json().dump(), "application/json");
+             });
+
+  auto generate = [this, stub](OpenAiEndpoint endpoint) {
+    return [this, stub, endpoint](const httplib::Request& req, httplib::Response& res) {
+      absl::StatusOr<OpenAiRequest> parsed = ParseOpenAiRequest(req.body, endpoint);
+      if (!parsed.ok()) return ReplyError(res, parsed.status());
+      if (!parsed->model.empty() && parsed->model != options_.served_model_name) {
+        return ReplyError(res, absl::NotFoundError(absl::StrCat(
+                                   "the model '", parsed->model, "' does not exist; this server "
+                                   "serves '", options_.served_model_name, "'")));
+      }
+      v1::GenerateRequest& request = parsed->generate;
+      if (endpoint == OpenAiEndpoint::kChatCompletions) {
+        if (!options_.render_chat) {
+          return ReplyError(res, absl::InvalidArgumentError(options_.chat_template_missing));
+        }
+        absl::StatusOr<std::string> prompt =
+            options_.render_chat(parsed->messages, parsed->add_generation_prompt);
+        if (!prompt.ok()) return ReplyError(res, prompt.status());
+        // The template writes BOS and every special token itself (as HF's apply_chat_template,
+        // whose output is tokenized without adding special tokens).
+        absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(*prompt, false);
+        if (!ids.ok()) return ReplyError(res, ids.status());
+        request.mutable_token_ids()->mutable_ids()->Assign(ids->begin(), ids->end());
+      }
+      if (parsed->top_logprobs >= 0) request.set_top_logprobs(parsed->top_logprobs);
+      std::string id = NewResponseId(endpoint);
+      request.set_request_id(id);
+
+      auto call = std::make_shared<GenerateCall>(*parsed, std::move(id),
+                                                 options_.served_model_name, tokenizer_);
+      call->reader = stub->Generate(&call->context, request);
+      // The first message (or the error) decides the HTTP status: errors found before any token
+      // (validation, no worker, full queue) are proper 4xx/5xx responses, not a broken stream.
+      v1::GenerateResponse first;
+      if (!call->reader->Read(&first)) {
+        const grpc::Status status = call->Finish();
+        return ReplyError(res, status.ok() ? absl::InternalError("the stream ended empty")
+                                           : rpc::FromGrpcStatus(status));
+      }
+      if (!parsed->stream) {
+        call->builder.Add(first);
+        v1::GenerateResponse message;
+        while (call->reader->Read(&message)) call->builder.Add(message);
+        const grpc::Status status = call->Finish();
+        if (!status.ok()) return ReplyError(res, rpc::FromGrpcStatus(status));
+        res.set_content(call->builder.Body(), "application/json");
+        return;
+      }
+      res.set_header("Cache-Control", "no-cache");
+      res.set_header("X-Accel-Buffering", "no");
+      auto pending = std::make_shared<v1::GenerateResponse>(std::move(first));
+      res.set_chunked_content_provider(
+          "text/event-stream",
+          [call, pending](size_t /*offset*/, httplib::DataSink& sink) {
+            bool writable = true;
+            v1::GenerateResponse message = std::move(*pending);
+            do {
+              for (const std::string& chunk : call->builder.StreamChunks(message)) {
+                writable = writable && WriteEvent(sink, chunk);
+              }
+              if (!writable) {
+                call->context.TryCancel();  // the client left: stop generating for it
+                break;
+              }
+            } while (call->reader->Read(&message));
+            while (call->reader->Read(&message)) {
+            }
+            const grpc::Status status = call->Finish();
+            if (!writable) return false;
+            if (!status.ok()) {
+              // Headers are gone: the error travels as an event, as vLLM and OpenAI send it.
+              WriteEvent(sink, OpenAiErrorBody(rpc::FromGrpcStatus(status)));
+            }
+            WriteEvent(sink, "[DONE]");
+            sink.done();
+            return true;
+          },
+          [call](bool /*success*/) {
+            // The provider never ran (connection closed first): end the call.
+            if (!call->finished) {
+              call->context.TryCancel();
+              v1::GenerateResponse message;
+              while (call->reader->Read(&message)) {
+              }
+              call->Finish();
+            }
+          });
+    };
+  };
+  server.Post("/v1/completions", generate(OpenAiEndpoint::kCompletions));
+  server.Post("/v1/chat/completions", generate(OpenAiEndpoint::kChatCompletions));
+}
+
+}  // namespace sparseserve::router
