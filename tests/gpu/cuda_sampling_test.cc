@@ -3,7 +3,10 @@
 // branch: ties, -inf and NaN entries, all-equal rows, +inf, top_k = 1 and beyond the vocabulary,
 // tiny top_p, min_p = 1, penalties over long windows with repeated ids. Outputs are poisoned
 // first, so an unwritten row fails. Also prints Sample's time for greedy and filtered rows.
+// TokenLogprobs against the CPU reference (ids exact, values to float rounding).
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <vector>
@@ -200,6 +203,79 @@ TEST_F(CudaSamplingTest, SampleTimeGreedyAndFiltered) {
       "top-p 0.95 penalty 1.1 %.1f us, top-p 0.95 alone %.1f us\n",
       static_cast<long long>(kRows), static_cast<long long>(kVocab), sample_greedy, sample_typical,
       sample_nucleus);
+}
+
+// TokenLogprobs against the CPU reference on the same rows: the top ids exactly (ids order
+// keys exactly), the log probabilities to float rounding (the device sums in float, the host in
+// double), -inf where the host has -inf. Also prints its time beside Sample's greedy rows.
+TEST_F(CudaSamplingTest, TokenLogprobsMatchCpu) {
+  constexpr int64_t kRows = 64;
+  int64_t checked = 0;
+  for (const int64_t vocab : {int64_t{512}, int64_t{32000}, int64_t{128256}}) {
+    for (const int top_n : {0, 1, 5, kernels::kMaxTopLogprobs}) {
+      Tensor logits = Tensor::Zeros(DType::kF32, {kRows, vocab});
+      Tensor tokens = Tensor::Zeros(DType::kI32, {kRows});
+      for (int64_t r = 0; r < kRows; ++r) {
+        FillLogits(logits.data<float>() + r * vocab, vocab);
+        tokens.data<int32_t>()[r] =
+            std::uniform_int_distribution<int32_t>(0, static_cast<int32_t>(vocab) - 1)(rng_);
+      }
+      const int64_t width = std::max(top_n, 1);
+      Tensor want_v = Tensor::Zeros(DType::kF32, {kRows, 1 + top_n});
+      Tensor want_i = Tensor::Zeros(DType::kI32, {kRows, width});
+      ASSERT_TRUE(cpu_.TokenLogprobs(logits, tokens, top_n, want_v, want_i).ok());
+      Tensor got_v_dev = Poisoned(DType::kF32, {kRows, 1 + top_n});
+      Tensor got_i_dev = ToGpu(Tensor::Zeros(DType::kI32, {kRows, width}), DType::kI32);
+      const absl::Status s = gpu_->TokenLogprobs(ToGpu(logits, DType::kF32),
+                                                 ToGpu(tokens, DType::kI32), top_n, got_v_dev,
+                                                 got_i_dev);
+      ASSERT_TRUE(s.ok()) << s;
+      Tensor got_v = Tensor::Zeros(DType::kF32, got_v_dev.shape());
+      ASSERT_TRUE(gpu_->CopyToHost(got_v_dev, got_v).ok());
+      const Tensor got_i = I32ToHost(got_i_dev);
+      for (int64_t r = 0; r < kRows; ++r) {
+        for (int k = 0; k < top_n; ++k) {
+          ASSERT_EQ(got_i.data<int32_t>()[r * width + k], want_i.data<int32_t>()[r * width + k])
+              << "vocab " << vocab << " row " << r << " rank " << k;
+        }
+        for (int j = 0; j <= top_n; ++j) {
+          const float g = got_v.data<float>()[r * (1 + top_n) + j];
+          const float w = want_v.data<float>()[r * (1 + top_n) + j];
+          if (std::isfinite(w)) {
+            ASSERT_NEAR(g, w, 1e-4f + 1e-5f * std::fabs(w))
+                << "vocab " << vocab << " row " << r << " value " << j;
+          } else {
+            ASSERT_EQ(g, w) << "vocab " << vocab << " row " << r << " value " << j;
+          }
+        }
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 3 * 4 * kRows);
+
+  constexpr int64_t kVocab = 128256;
+  Tensor dev = ToGpu(RandomHost({kRows, kVocab}, 8.0f), DType::kF32);
+  Tensor toks = PoisonedI32(kRows);
+  SamplingBatch greedy;
+  greedy.rows.resize(kRows);
+  Tensor values = Poisoned(DType::kF32, {kRows, 6});
+  absl::StatusOr<Tensor> ids = PoisonedI32(kRows * 5).Reshape({kRows, 5});
+  ASSERT_TRUE(ids.ok());
+  const auto time_us = [&](const auto& op) {
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(op().ok());
+    EXPECT_TRUE(gpu_->Synchronize().ok());
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < 20; ++i) EXPECT_TRUE(op().ok());
+    EXPECT_TRUE(gpu_->Synchronize().ok());
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+               .count() /
+           20;
+  };
+  const double sample = time_us([&] { return gpu_->Sample(dev, greedy, toks); });
+  const double logprobs = time_us([&] { return gpu_->TokenLogprobs(dev, toks, 5, values, *ids); });
+  std::printf("[ timing   ] [%lld, %lld] Sample greedy %.1f us, TokenLogprobs top 5 %.1f us\n",
+              static_cast<long long>(kRows), static_cast<long long>(kVocab), sample, logprobs);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "decode_svc/decode_scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -388,6 +389,87 @@ TEST_F(DecodeSchedulerTest, SpeculativeSequencesBatchedWithPlainOnesEqualPlainDe
         for (const char* method : {"tokenswift", "kangaroo"}) {
           EXPECT_GT((*metrics)->spec_decode_accepted_tokens(method).Value(), 0) << method;
         }
+      }
+    }
+  }
+}
+
+// Logprobs (the OpenAI API's): every emitted token's equals the log-softmax of the model's logits
+// computed by a separate prefill of the prompt and the tokens before it; greedy tokens are their
+// own top alternative; speculative decoding reports the same numbers as plain decoding (its
+// verification rows' logits); a job that asks for none gets none.
+TEST_F(DecodeSchedulerTest, LogprobsMatchTheModelPlainAndSpeculative) {
+  const auto prompts = Prompts(3);
+  constexpr int kTokens = 24;
+  const engine::SpecMethod modes[] = {engine::SpecMethod::kNone, engine::SpecMethod::kPromptLookup,
+                                      engine::SpecMethod::kTokenSwift};
+  auto runner = Runner(0, /*tokenselect_max_k=*/16, /*adapters=*/true);
+  std::vector<std::shared_ptr<CollectingSink>> sinks;  // [prompt * 4 + mode], mode 3: no logprobs
+  auto metrics = metrics::ServingMetrics::Create(std::make_shared<prometheus::Registry>(),
+                                                 metrics::ServiceRole::kDecode);
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  {
+    DecodeSchedulerOptions options;
+    options.metrics = metrics->get();
+    DecodeScheduler scheduler(runner.get(), options);
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      for (int mode = 0; mode < 4; ++mode) {
+        sinks.push_back(std::make_shared<CollectingSink>());
+        DecodeJob job = Job(absl::StrCat("p", p, "m", mode), prompts[p], kTokens, sinks.back());
+        job.options.spec.method = modes[mode % 3];
+        job.options.spec.sparse_self_k = 16;
+        job.options.spec.controller = false;  // always draft: verification rows beyond the root
+        job.options.spec.tokenswift_ngram_lag = 8;
+        job.top_logprobs = mode == 3 ? -1 : 3 + mode;
+        const absl::Status submitted = scheduler.Submit(std::move(job));
+        ASSERT_TRUE(submitted.ok()) << submitted;
+      }
+    }
+    for (auto& sink : sinks) ASSERT_TRUE(sink->Wait());
+  }
+  // Accepted drafts: emitted tokens came from verification rows beyond the root.
+  EXPECT_GT((*metrics)->spec_decode_accepted_tokens("tokenswift").Value(), 0);
+  auto reference = Runner(0);
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const CollectingSink& plain = *sinks[p * 4];
+    ASSERT_TRUE(plain.status_.ok()) << plain.status_;
+    ASSERT_EQ(plain.tokens_.size(), static_cast<size_t>(kTokens));
+    ASSERT_EQ(plain.logprobs_.size(), plain.tokens_.size());
+    EXPECT_TRUE(sinks[p * 4 + 3]->logprobs_.empty());
+    EXPECT_EQ(sinks[p * 4 + 3]->tokens_, plain.tokens_);
+    std::vector<int32_t> context = prompts[p];
+    for (int i = 0; i < kTokens; ++i) {
+      const model::TokenLogprobs& lp = plain.logprobs_[static_cast<size_t>(i)];
+      ASSERT_EQ(lp.top_ids.size(), 3u);
+      EXPECT_EQ(lp.top_ids[0], plain.tokens_[static_cast<size_t>(i)]);  // greedy
+      EXPECT_EQ(lp.top_logprobs[0], lp.logprob);
+      EXPECT_GE(lp.top_logprobs[0], lp.top_logprobs[1]);
+      EXPECT_GE(lp.top_logprobs[1], lp.top_logprobs[2]);
+      if (p == 0) {  // against a separate prefill's logits
+        engine::SequenceKv seq;
+        absl::StatusOr<Tensor> logits = reference->Prefill(context, seq);
+        ASSERT_TRUE(logits.ok()) << logits.status();
+        const float* l = logits->data<float>();
+        const int64_t vocab = logits->dim(1);
+        const float max = *std::max_element(l, l + vocab);
+        double sum = 0;
+        for (int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(l[v]) - max);
+        const double lse = max + std::log(sum);
+        for (size_t k = 0; k < 3; ++k) {
+          EXPECT_NEAR(lp.top_logprobs[k], l[lp.top_ids[k]] - lse, 2e-4) << "token " << i;
+        }
+        reference->Release(seq);
+      }
+      context.push_back(plain.tokens_[static_cast<size_t>(i)]);
+      for (int mode = 1; mode < 3; ++mode) {
+        const CollectingSink& spec = *sinks[p * 4 + static_cast<size_t>(mode)];
+        ASSERT_TRUE(spec.status_.ok()) << spec.status_;
+        ASSERT_EQ(spec.tokens_, plain.tokens_) << engine::SpecMethodName(modes[mode]);
+        ASSERT_EQ(spec.logprobs_.size(), spec.tokens_.size());
+        const model::TokenLogprobs& s = spec.logprobs_[static_cast<size_t>(i)];
+        ASSERT_EQ(s.top_ids.size(), static_cast<size_t>(3 + mode));
+        EXPECT_NEAR(s.logprob, lp.logprob, 2e-4) << engine::SpecMethodName(modes[mode]) << " " << i;
+        for (size_t k = 0; k < 3; ++k) EXPECT_EQ(s.top_ids[k], lp.top_ids[k]);
       }
     }
   }

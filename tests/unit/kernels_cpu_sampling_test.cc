@@ -1,8 +1,10 @@
 // CpuBackend::Sample: a batch of rows sampled in one call picks, row by row, what each
 // sequence's own sampling::Sampler picks on the host (same seeds, same histories), and every
-// malformed plan is kInvalidArgument.
+// malformed plan is kInvalidArgument. CpuBackend::TokenLogprobs against a brute-force reference.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -147,6 +149,82 @@ TEST_F(CpuSamplingTest, RejectsMalformedPlans) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(be_.Sample(Tensor::Zeros(DType::kF32, {2, 0}), no_offsets, out).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// TokenLogprobs against a brute-force log-softmax and a full sort of the row: the sampled token's
+// log probability, the top_n ids (larger logit first, lower id on ties) and theirs; NaN counts as
+// -inf and a row without a finite logit is -inf throughout.
+TEST_F(CpuSamplingTest, TokenLogprobsMatchBruteForce) {
+  for (const int vocab : {1, 7, 512, 4099}) {
+    for (int top_n = 0; top_n <= std::min(kMaxTopLogprobs, vocab); top_n += 3) {
+      constexpr int64_t kRows = 6;
+      Tensor logits = Tensor::Zeros(DType::kF32, {kRows, vocab});
+      Tensor tokens = Tensor::Zeros(DType::kI32, {kRows});
+      for (int64_t r = 0; r < kRows; ++r) {
+        std::vector<float> row = RandomLogits(vocab);
+        if (r == kRows - 1) std::fill(row.begin(), row.end(), -kInf);  // nothing finite
+        std::copy(row.begin(), row.end(), logits.data<float>() + r * vocab);
+        tokens.data<int32_t>()[r] = std::uniform_int_distribution<int32_t>(0, vocab - 1)(rng_);
+      }
+      Tensor values = Tensor::Zeros(DType::kF32, {kRows, 1 + top_n});
+      Tensor ids = Tensor::Zeros(DType::kI32, {kRows, std::max(top_n, 1)});
+      ASSERT_TRUE(be_.TokenLogprobs(logits, tokens, top_n, values, ids).ok());
+      for (int64_t r = 0; r < kRows; ++r) {
+        const float* l = logits.data<float>() + r * vocab;
+        auto clean = [&](int i) { return std::isnan(l[i]) ? -kInf : l[i]; };
+        double max = -kInf;
+        for (int i = 0; i < vocab; ++i) max = std::max<double>(max, clean(i));
+        double sum = 0;
+        for (int i = 0; i < vocab && std::isfinite(max); ++i) sum += std::exp(clean(i) - max);
+        auto want_lp = [&](int i) {
+          return std::isfinite(max) ? clean(i) - (max + std::log(sum)) : -kInf;
+        };
+        std::vector<int> order(static_cast<size_t>(vocab));
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int a, int b) { return clean(a) > clean(b); });
+        const float* v = values.data<float>() + r * (1 + top_n);
+        const int32_t tok = tokens.data<int32_t>()[r];
+        if (std::isfinite(want_lp(tok))) {
+          EXPECT_NEAR(v[0], want_lp(tok), 1e-5) << "vocab " << vocab << " row " << r;
+        } else {
+          EXPECT_EQ(v[0], want_lp(tok));
+        }
+        for (int k = 0; k < top_n; ++k) {
+          EXPECT_EQ(ids.data<int32_t>()[r * std::max(top_n, 1) + k], order[static_cast<size_t>(k)])
+              << "vocab " << vocab << " row " << r << " rank " << k;
+          const double want = want_lp(order[static_cast<size_t>(k)]);
+          if (std::isfinite(want)) {
+            EXPECT_NEAR(v[1 + k], want, 1e-5);
+          } else {
+            EXPECT_EQ(v[1 + k], want);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CpuSamplingTest, TokenLogprobsRejectsBadShapes) {
+  Tensor logits = Tensor::Zeros(DType::kF32, {2, 10});
+  Tensor tokens = Tensor::Zeros(DType::kI32, {2});
+  Tensor values = Tensor::Zeros(DType::kF32, {2, 4});
+  Tensor ids = Tensor::Zeros(DType::kI32, {2, 3});
+  ASSERT_TRUE(be_.TokenLogprobs(logits, tokens, 3, values, ids).ok());
+  const auto code = [&](int top_n, const Tensor& t, const Tensor& v, const Tensor& i) {
+    return be_.TokenLogprobs(logits, t, top_n, v, i).code();
+  };
+  constexpr absl::StatusCode kBad = absl::StatusCode::kInvalidArgument;
+  EXPECT_EQ(code(4, tokens, values, ids), kBad);   // ids too narrow
+  EXPECT_EQ(code(-1, tokens, values, ids), kBad);
+  EXPECT_EQ(code(kMaxTopLogprobs + 1, tokens, Tensor::Zeros(DType::kF32, {2, 20}),
+                 Tensor::Zeros(DType::kI32, {2, 20})),
+            kBad);
+  EXPECT_EQ(code(3, Tensor::Zeros(DType::kI32, {3}), values, ids), kBad);
+  EXPECT_EQ(code(3, tokens, Tensor::Zeros(DType::kF32, {2, 3}), ids), kBad);
+  Tensor out_of_vocab = Tensor::Zeros(DType::kI32, {2});
+  out_of_vocab.data<int32_t>()[1] = 10;
+  EXPECT_EQ(code(3, out_of_vocab, values, ids), kBad);
 }
 
 }  // namespace
