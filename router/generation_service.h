@@ -2,6 +2,8 @@
 // callback API. Generate creates one GenerateCall reactor per call; Abort and GetModelInfo answer
 // from the RequestTable and the WorkerRegistry without blocking.
 //
+// With API keys (RouterOptions::api_keys) every call needs metadata "authorization: Bearer KEY",
+// else UNAUTHENTICATED.
 // The CallResources are borrowed from the Router, which outlives the service and every call.
 // Thread-safe (gRPC calls the handlers concurrently).
 #ifndef SPARSESERVE_ROUTER_GENERATION_SERVICE_H_
@@ -37,6 +39,9 @@ class GenerationService final : public v1::Generation::CallbackService {
                                          v1::GetModelInfoResponse* response) override;
 
  private:
+  // Whether the call carries an accepted API key (RouterOptions::api_keys; none = all are).
+  bool Authorized(const grpc::CallbackServerContext* context) const;
+
   CallResources* const resources_;
 };
 

@@ -16,6 +16,7 @@
 #include "grpcpp/client_context.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
+#include "router/api_keys.h"
 #include "router/openai_response.h"
 #include "sparseserve/v1/generation.grpc.pb.h"
 
@@ -32,20 +33,6 @@ constexpr time_t kWriteTimeoutSeconds = 60;
 void ReplyError(httplib::Response& res, const absl::Status& status) {
   res.status = HttpStatusOf(status.code());
   res.set_content(OpenAiErrorBody(status), "application/json");
-}
-
-// True when `presented` equals one of `keys`. Every key is compared over its whole length,
-// whatever matched before, so the time taken does not tell how much of a key was right.
-bool KeyAccepted(absl::string_view presented, const std::vector<std::string>& keys) {
-  bool accepted = false;
-  for (const std::string& key : keys) {
-    unsigned char diff = presented.size() == key.size() ? 0 : 1;
-    for (size_t i = 0; i < key.size(); ++i) {
-      diff |= static_cast<unsigned char>(key[i] ^ (i < presented.size() ? presented[i] : 0));
-    }
-    accepted |= diff == 0;
-  }
-  return accepted;
 }
 
 std::string NewResponseId(OpenAiEndpoint endpoint) {
@@ -178,10 +165,7 @@ void HttpFrontDoor::RegisterRoutes() {
     if (options_.api_keys.empty() || req.path == "/health") {
       return httplib::Server::HandlerResponse::Unhandled;
     }
-    const std::string auth = req.get_header_value("Authorization");
-    constexpr absl::string_view kBearer = "Bearer ";
-    if (!absl::StartsWith(auth, kBearer) ||
-        !KeyAccepted(absl::string_view(auth).substr(kBearer.size()), options_.api_keys)) {
+    if (!AuthorizationAccepted(req.get_header_value("Authorization"), options_.api_keys)) {
       ReplyError(res, absl::UnauthenticatedError(
                           "missing or invalid API key (send Authorization: Bearer KEY)"));
       return httplib::Server::HandlerResponse::Handled;
@@ -208,8 +192,12 @@ void HttpFrontDoor::RegisterRoutes() {
         ReplyError(res, absl::InternalError("internal error while serving the request"));
       });
 
-  server.Get("/health", [stub](const httplib::Request&, httplib::Response& res) {
+  server.Get("/health", [this, stub](const httplib::Request&, httplib::Response& res) {
     grpc::ClientContext context;
+    // Probes carry no key: the front door speaks for them.
+    if (!options_.api_keys.empty()) {
+      context.AddMetadata("authorization", absl::StrCat("Bearer ", options_.api_keys.front()));
+    }
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
     v1::GetModelInfoResponse info;
     const grpc::Status status = stub->GetModelInfo(&context, v1::GetModelInfoRequest(), &info);
@@ -272,6 +260,10 @@ void HttpFrontDoor::RegisterRoutes() {
 
       auto call = std::make_shared<GenerateCall>(*parsed, std::move(id),
                                                  options_.served_model_name, tokenizer_);
+      // The key was checked here; the Generation service checks it again (it guards the gRPC port).
+      if (!options_.api_keys.empty()) {
+        call->context.AddMetadata("authorization", req.get_header_value("Authorization"));
+      }
       call->reader = stub->Generate(&call->context, request);
       // The first message (or the error) decides the HTTP status: errors found before any token
       // (validation, no worker, full queue) are proper 4xx/5xx responses, not a broken stream.

@@ -33,7 +33,7 @@ namespace sparseserve::router {
 // Renders chat messages into the prompt text with the model's chat template (the caller owns the
 // template); kInvalidArgument for messages the template refuses (raise_exception).
 using ChatRenderer = std::function<absl::StatusOr<std::string>(
-    const std::vector<OpenAiChatMessage>& messages, bool add_generation_prompt)>;
+    const std::vector<tokenizer::ChatMessage>& messages, bool add_generation_prompt)>;
 
 struct HttpFrontDoorOptions {
   // "host:port"; port 0 = a kernel-chosen port (port() tells which).

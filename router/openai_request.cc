@@ -107,16 +107,16 @@ absl::Status ParsePrompt(const Json& prompt, v1::GenerateRequest* out) {
 }
 
 // `messages`: [{role, content}], content a string or an array of {"type": "text", "text"} parts.
-absl::StatusOr<std::vector<OpenAiChatMessage>> ParseMessages(const Json& messages) {
+absl::StatusOr<std::vector<tokenizer::ChatMessage>> ParseMessages(const Json& messages) {
   if (!messages.is_array() || messages.empty()) {
     return FieldError("messages", "must be a non-empty array");
   }
-  std::vector<OpenAiChatMessage> out;
+  std::vector<tokenizer::ChatMessage> out;
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string field = absl::StrCat("messages[", i, "]");
     const Json& m = messages[i];
     if (!m.is_object()) return FieldError(field, "must be an object");
-    OpenAiChatMessage message;
+    tokenizer::ChatMessage message;
     const Json* role = Member(m, "role");
     if (role == nullptr) return FieldError(field, "has no role");
     absl::StatusOr<std::string> r = StringField(*role, absl::StrCat(field, ".role"));
@@ -293,7 +293,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, OpenAiE
   } else {
     const Json* messages = Member(json, "messages");
     if (messages == nullptr) return FieldError("messages", "is required");
-    absl::StatusOr<std::vector<OpenAiChatMessage>> m = ParseMessages(*messages);
+    absl::StatusOr<std::vector<tokenizer::ChatMessage>> m = ParseMessages(*messages);
     if (!m.ok()) return m.status();
     out.messages = *std::move(m);
     if (const Json* a = Member(json, "add_generation_prompt"); a != nullptr) {

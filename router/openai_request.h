@@ -17,17 +17,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/tokenizer/chat_template.h"
 #include "sparseserve/v1/generation.pb.h"
 
 namespace sparseserve::router {
 
 enum class OpenAiEndpoint { kCompletions, kChatCompletions };
-
-// One chat message: its role and its text (content parts of type "text" concatenated).
-struct OpenAiChatMessage {
-  std::string role;
-  std::string content;
-};
 
 struct OpenAiRequest {
   OpenAiEndpoint endpoint = OpenAiEndpoint::kCompletions;
@@ -40,7 +35,8 @@ struct OpenAiRequest {
   // The prompt, sampling, limits and methods; for chat the prompt is left unset (the caller
   // renders `messages` with the model's chat template).
   v1::GenerateRequest generate;
-  std::vector<OpenAiChatMessage> messages;  // chat only, at least one
+  // Chat only, at least one; content parts of type "text" concatenated.
+  std::vector<tokenizer::ChatMessage> messages;
   bool add_generation_prompt = true;        // chat: the template's assistant header
 };
 

@@ -53,6 +53,10 @@ struct RouterOptions {
   // fills the unset choices from its own flags (docs/api.md).
   engine::RequestOptions request_defaults;
 
+  // Accepted API keys of the public APIs (--api-key-file; router/api_keys.h); empty = no
+  // authentication.
+  std::vector<std::string> api_keys;
+
   // Channel settings of the worker connections (keepalive, message size).
   rpc::ChannelOptions channel;
   // Registry the router's ServingMetrics (role "router") are registered on, usually the

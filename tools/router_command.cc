@@ -7,8 +7,10 @@
 #include "absl/strings/str_split.h"
 #include "common/core/logging.h"
 #include "common/core/status.h"
+#include "common/engine/chat_template_source.h"
 #include "common/metrics/metrics_exporter.h"
 #include "common/rpc/server_runner.h"
+#include "router/api_keys.h"
 #include "router/http_front_door.h"
 #include "router/router.h"
 #include "tools/command.h"
@@ -36,6 +38,15 @@ ABSL_FLAG(int, http_port, 0,
           "line), -1 = no HTTP API.");
 ABSL_FLAG(int, http_threads, 256,
           "HTTP requests served at once (a streaming request holds one thread while it runs).");
+ABSL_FLAG(std::string, api_key_file, "",
+          "File of accepted API keys, one per line ('#' comments): every call of the public gRPC "
+          "API (metadata authorization: Bearer KEY) and the HTTP API (header Authorization: "
+          "Bearer KEY; /health excepted) must carry one, else UNAUTHENTICATED / 401. Empty = "
+          "no authentication.");
+ABSL_FLAG(std::string, chat_template, "",
+          "Jinja chat template file for /v1/chat/completions; default: the model's own "
+          "(tokenizer_config.json chat_template, or GGUF tokenizer.chat_template). A model "
+          "without one answers chat requests with 400.");
 ABSL_FLAG(std::string, served_model_name, "",
           "Model id of the HTTP API (what clients pass as \"model\"); default: the model file or "
           "directory name without extension.");
@@ -71,6 +82,32 @@ std::string ServedModelName(const std::string& model_path) {
   return path.extension() == ".gguf" ? path.stem().string() : path.filename().string();
 }
 
+// The chat template of /v1/chat/completions: --chat-template, else the model's own. A model
+// without one is not an error (chat requests get 400); a template that does not parse is.
+absl::Status SetChatTemplate(const std::string& model_path, router::HttpFrontDoorOptions* http) {
+  const std::string file = absl::GetFlag(FLAGS_chat_template);
+  absl::StatusOr<engine::LoadedChatTemplate> loaded = engine::LoadChatTemplate(model_path, file);
+  if (absl::IsNotFound(loaded.status()) && file.empty()) {
+    http->chat_template_missing = absl::StrCat(
+        "the model ", model_path, " has no chat template; start the router with --chat-template "
+        "FILE to serve /v1/chat/completions");
+    SS_LOG_INFO("router: {}", http->chat_template_missing);
+    return absl::OkStatus();
+  }
+  if (!loaded.ok()) return loaded.status();
+  SS_LOG_INFO("router: chat template from {}", loaded->origin);
+  auto chat = std::make_shared<engine::LoadedChatTemplate>(*std::move(loaded));
+  http->render_chat = [chat](const std::vector<tokenizer::ChatMessage>& messages,
+                             bool add_generation_prompt) {
+    tokenizer::ChatTemplateContext context;
+    context.add_generation_prompt = add_generation_prompt;
+    context.bos_token = chat->bos_token;
+    context.eos_token = chat->eos_token;
+    return chat->chat_template.Render(messages, context);
+  };
+  return absl::OkStatus();
+}
+
 // The HTTP address: the gRPC --address host with --http-port.
 std::string HttpAddress(int port) {
   const std::string grpc = ListenAddressFromFlags();
@@ -86,6 +123,10 @@ absl::Status ServeRouter(router::RouterOptions options, const char* role,
   if (!exporter.ok()) return exporter.status();
   options.metrics_registry = (*exporter)->registry();
   const std::string model_path = options.model_path;
+  if (const std::string key_file = absl::GetFlag(FLAGS_api_key_file); !key_file.empty()) {
+    SS_ASSIGN_OR_RETURN(options.api_keys, router::LoadApiKeys(key_file));
+  }
+  const std::vector<std::string> api_keys = options.api_keys;
   absl::StatusOr<std::unique_ptr<router::Router>> r = router::Router::Create(std::move(options));
   if (!r.ok()) return r.status();
   absl::StatusOr<std::unique_ptr<rpc::RpcServer>> server =
@@ -98,6 +139,8 @@ absl::Status ServeRouter(router::RouterOptions options, const char* role,
     http_options.served_model_name = ServedModelName(model_path);
     http_options.max_context = (*r)->limits().max_context;
     http_options.threads = absl::GetFlag(FLAGS_http_threads);
+    http_options.api_keys = api_keys;
+    SS_RETURN_IF_ERROR(SetChatTemplate(model_path, &http_options));
     SS_ASSIGN_OR_RETURN(http, router::HttpFrontDoor::Start(std::move(http_options),
                                                            (*server)->InProcessChannel(),
                                                            &(*r)->tokenizer()));

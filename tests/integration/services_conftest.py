@@ -56,6 +56,8 @@ class Cluster:
                                      "metrics": words[4], "pid": int(words[6])})
             elif words[0] == "READY":
                 self.address, self.metrics = words[2], words[4]
+                # "http HOST:PORT" when the OpenAI HTTP API is on (the default).
+                self.http = words[6] if len(words) > 6 and words[5] == "http" else None
                 break
         else:
             raise RuntimeError("sparseserve up not ready in time")
