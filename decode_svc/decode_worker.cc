@@ -99,7 +99,8 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Start(
   w->scheduler_ = std::make_unique<DecodeScheduler>(w->runner_.get(), std::move(sched));
   w->service_ = std::make_unique<DecodeWorkerService>(
       w->scheduler_.get(), w->runner_.get(), w->reservations_.get(), w->metrics_.get(), info);
-  SS_ASSIGN_OR_RETURN(w->server_, rpc::RpcServer::Start(options.address, {w->service_.get()}));
+  SS_ASSIGN_OR_RETURN(w->server_, rpc::RpcServer::Start(options.address, {w->service_.get()},
+                                                        {.credentials = options.credentials}));
   w->expiry_ = std::thread([raw = w.get()] { raw->ExpiryLoop(); });
   SS_LOG_INFO(
       "decode worker serving {} on port {} (metrics on {}), {} KV blocks of {} tokens; KV "

@@ -25,6 +25,7 @@
 #include "decode_svc/kv_reservation_table.h"
 #include "decode_svc/kv_staging_area.h"
 #include "kernels/backend.h"
+#include "grpcpp/security/server_credentials.h"
 
 namespace sparseserve::decode {
 
@@ -32,6 +33,8 @@ struct DecodeWorkerOptions {
   std::string model_path;                       // .gguf file or Hugging Face directory
   std::string address = "127.0.0.1:0";          // gRPC listen address (port 0 = any free port)
   std::string metrics_address = "127.0.0.1:0";  // Prometheus /metrics listen address
+  // Credentials of the gRPC port (rpc/tls_credentials.h); null = plain.
+  std::shared_ptr<grpc::ServerCredentials> credentials;
   Device device = Device::kHost;
   engine::ModelRunnerOptions runner;
   DecodeSchedulerOptions scheduler;             // eos_ids are filled from the tokenizer

@@ -86,7 +86,8 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(
   w->service_ =
       std::make_unique<PrefillWorkerService>(w->engine_.get(), w->runner_.get(), w->metrics_.get(),
                                              options.model_path, options.request_defaults);
-  SS_ASSIGN_OR_RETURN(w->server_, rpc::RpcServer::Start(options.address, {w->service_.get()}));
+  SS_ASSIGN_OR_RETURN(w->server_, rpc::RpcServer::Start(options.address, {w->service_.get()},
+                                                        {.credentials = options.credentials}));
   SS_LOG_INFO("prefill worker serving {} on port {} (metrics on {}); KV transfer {}",
               options.model_path, w->port(), w->metrics_port(), transfer_mode);
   return w;

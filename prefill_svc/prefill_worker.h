@@ -22,6 +22,7 @@
 #include "prefill_svc/kv_staging_ring.h"
 #include "prefill_svc/prefill_engine.h"
 #include "sparseserve/v1/worker.grpc.pb.h"
+#include "grpcpp/security/server_credentials.h"
 
 namespace sparseserve::prefill {
 
@@ -29,6 +30,8 @@ struct PrefillWorkerOptions {
   std::string model_path;
   std::string address = "127.0.0.1:0";
   std::string metrics_address = "127.0.0.1:0";
+  // Credentials of the gRPC port (rpc/tls_credentials.h); null = plain.
+  std::shared_ptr<grpc::ServerCredentials> credentials;
   Device device = Device::kHost;
   engine::ModelRunnerOptions runner;
   int max_queued = 256;  // queued prefills beyond this: RESOURCE_EXHAUSTED

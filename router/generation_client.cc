@@ -7,9 +7,11 @@
 
 namespace sparseserve::router {
 
-GenerationClient::GenerationClient(const std::string& address)
-    : stub_(v1::Generation::NewStub(
-          grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+GenerationClient::GenerationClient(const std::string& address,
+                                   std::shared_ptr<grpc::ChannelCredentials> credentials)
+    : stub_(v1::Generation::NewStub(grpc::CreateChannel(
+          address,
+          credentials != nullptr ? credentials : grpc::InsecureChannelCredentials()))) {}
 
 absl::StatusOr<RemoteGeneration> GenerationClient::Generate(
     const v1::GenerateRequest& request, absl::Duration timeout,

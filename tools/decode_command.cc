@@ -48,8 +48,10 @@ int RunDecodeCommand(const std::vector<char*>& positional) {
   absl::StatusOr<transfer::KvStagingMode> staging = KvStagingModeFromFlags();
   absl::StatusOr<size_t> staging_bytes = DecodeKvStagingBytesFromFlags();
   absl::StatusOr<engine::RequestOptions> request_defaults = RequestOptionsFromFlags();
-  for (const absl::Status& s :
-       {device.status(), staging.status(), staging_bytes.status(), request_defaults.status()}) {
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      WorkerCredentialsFromFlags();
+  for (const absl::Status& s : {device.status(), staging.status(), staging_bytes.status(),
+                                request_defaults.status(), credentials.status()}) {
     if (!s.ok()) {
       std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
       return 2;
@@ -59,6 +61,7 @@ int RunDecodeCommand(const std::vector<char*>& positional) {
   options.kv_staging = *staging;
   options.kv_staging_bytes = *staging_bytes;
   options.request_defaults = *request_defaults;
+  options.credentials = *credentials;
   auto worker = decode::DecodeWorker::Start(options);
   if (!worker.ok()) {
     std::fprintf(stderr, "error: %s\n", worker.status().ToString().c_str());

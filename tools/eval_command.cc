@@ -32,6 +32,7 @@
 #include "tools/command.h"
 #include "tools/model_flags.h"
 #include "tools/request_options_flags.h"
+#include "tools/serve_flags.h"
 
 ABSL_FLAG(std::string, tasks, "",
           "JSON-lines task file written by `python3 tools/longctx --tokenizer ...` (required).");
@@ -192,7 +193,8 @@ absl::StatusOr<std::vector<Outcome>> RunLocal(const std::vector<Task>& tasks,
   return outcomes;
 }
 
-std::vector<Outcome> RunRemote(const std::vector<Task>& tasks) {
+std::vector<Outcome> RunRemote(const std::vector<Task>& tasks,
+                               const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
   std::vector<Outcome> outcomes(tasks.size());
   Progress progress(tasks.size());
   std::atomic<size_t> next{0};
@@ -201,7 +203,7 @@ std::vector<Outcome> RunRemote(const std::vector<Task>& tasks) {
   // One client per lane; lanes pull tasks in order so a slow one does not hold a fixed share.
   pool.ParallelFor(concurrency, 1, [&](int64_t begin, int64_t end) {
     for (int64_t lane = begin; lane < end; ++lane) {
-      router::GenerationClient client(absl::GetFlag(FLAGS_server));
+      router::GenerationClient client(absl::GetFlag(FLAGS_server), credentials);
       for (size_t i = next++; i < tasks.size(); i = next++) {
         v1::GenerateRequest request;
         request.set_text(tasks[i].prompt);
@@ -263,7 +265,9 @@ absl::Status Evaluate() {
                remote ? "through the server" : "in process");
   std::vector<Outcome> outcomes;
   if (remote) {
-    outcomes = RunRemote(tasks);
+    SS_ASSIGN_OR_RETURN(const std::shared_ptr<grpc::ChannelCredentials> credentials,
+                        ClientCredentialsFromFlags());
+    outcomes = RunRemote(tasks, credentials);
   } else {
     SS_ASSIGN_OR_RETURN(outcomes, RunLocal(tasks, options));
   }

@@ -14,6 +14,7 @@
 #include "kernels/backend.h"
 #include "router/generation_client.h"
 #include "tools/command.h"
+#include "tools/serve_flags.h"
 #include "tools/model_flags.h"
 #include "tools/request_options_flags.h"
 
@@ -31,7 +32,7 @@ ABSL_FLAG(uint64_t, seed, 0, "Random seed; the same seed gives the same output."
 ABSL_FLAG(bool, ignore_eos, false, "Keep generating past end-of-sequence tokens.");
 ABSL_FLAG(std::string, server, "",
           "Router address (host:port): generate through a running server instead of loading "
-          "the model in this process.");
+          "the model in this process (--tls-ca CA.pem: verify a TLS router with it).");
 ABSL_FLAG(double, timeout_seconds, 600, "With --server: deadline of the whole request.");
 
 namespace sparseserve::tools {
@@ -64,7 +65,9 @@ absl::Status GenerateRemote() {
   s->set_repetition_penalty(static_cast<float>(absl::GetFlag(FLAGS_repetition_penalty)));
   s->set_penalty_window(absl::GetFlag(FLAGS_penalty_window));
   s->set_seed(absl::GetFlag(FLAGS_seed));
-  router::GenerationClient client(absl::GetFlag(FLAGS_server));
+  SS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                      ClientCredentialsFromFlags());
+  router::GenerationClient client(absl::GetFlag(FLAGS_server), credentials);
   SS_ASSIGN_OR_RETURN(router::RemoteGeneration result,
                       client.Generate(request, absl::Seconds(absl::GetFlag(FLAGS_timeout_seconds)),
                                       [](absl::string_view delta) {

@@ -58,8 +58,10 @@ int RunPrefillCommand(const std::vector<char*>& positional) {
   absl::StatusOr<transfer::KvStagingMode> staging = KvStagingModeFromFlags();
   absl::StatusOr<size_t> staging_bytes = PrefillKvStagingBytesFromFlags();
   absl::StatusOr<engine::RequestOptions> request_defaults = RequestOptionsFromFlags();
-  for (const absl::Status& s :
-       {device.status(), staging.status(), staging_bytes.status(), request_defaults.status()}) {
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      WorkerCredentialsFromFlags();
+  for (const absl::Status& s : {device.status(), staging.status(), staging_bytes.status(),
+                                request_defaults.status(), credentials.status()}) {
     if (!s.ok()) {
       std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
       return 2;
@@ -69,6 +71,7 @@ int RunPrefillCommand(const std::vector<char*>& positional) {
   options.kv_staging = *staging;
   options.kv_staging_bytes = *staging_bytes;
   options.request_defaults = *request_defaults;
+  options.credentials = *credentials;
   auto worker = prefill::PrefillWorker::Start(options);
   if (!worker.ok()) {
     std::fprintf(stderr, "error: %s\n", worker.status().ToString().c_str());

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -50,6 +51,9 @@ ABSL_FLAG(std::string, chat_template, "",
 ABSL_FLAG(std::string, served_model_name, "",
           "Model id of the HTTP API (what clients pass as \"model\"); default: the model file or "
           "directory name without extension.");
+
+ABSL_DECLARE_FLAG(std::string, tls_cert);
+ABSL_DECLARE_FLAG(std::string, tls_key);
 
 namespace sparseserve::tools {
 
@@ -127,10 +131,18 @@ absl::Status ServeRouter(router::RouterOptions options, const char* role,
     SS_ASSIGN_OR_RETURN(options.api_keys, router::LoadApiKeys(key_file));
   }
   const std::vector<std::string> api_keys = options.api_keys;
+  // TLS: the public port with --tls-cert/--tls-key; the links to the workers with --tls-ca.
+  SS_ASSIGN_OR_RETURN(const rpc::TlsPem tls, TlsFromFlags());
+  SS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> public_credentials,
+                      rpc::ServerCredentialsFor(tls, /*require_client_certs=*/false));
+  if (tls.has_ca()) {
+    SS_ASSIGN_OR_RETURN(options.channel.credentials, rpc::ChannelCredentialsFor(tls));
+  }
   absl::StatusOr<std::unique_ptr<router::Router>> r = router::Router::Create(std::move(options));
   if (!r.ok()) return r.status();
   absl::StatusOr<std::unique_ptr<rpc::RpcServer>> server =
-      rpc::RpcServer::Start(ListenAddressFromFlags(), {(*r)->service()});
+      rpc::RpcServer::Start(ListenAddressFromFlags(), {(*r)->service()},
+                            {.credentials = public_credentials});
   if (!server.ok()) return server.status();
   std::unique_ptr<router::HttpFrontDoor> http;
   if (const int http_port = absl::GetFlag(FLAGS_http_port); http_port >= 0) {
@@ -140,6 +152,8 @@ absl::Status ServeRouter(router::RouterOptions options, const char* role,
     http_options.max_context = (*r)->limits().max_context;
     http_options.threads = absl::GetFlag(FLAGS_http_threads);
     http_options.api_keys = api_keys;
+    http_options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+    http_options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
     SS_RETURN_IF_ERROR(SetChatTemplate(model_path, &http_options));
     SS_ASSIGN_OR_RETURN(http, router::HttpFrontDoor::Start(std::move(http_options),
                                                            (*server)->InProcessChannel(),

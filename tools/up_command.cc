@@ -3,6 +3,7 @@
 #include <iterator>
 #include <vector>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/str_join.h"
@@ -16,6 +17,8 @@
 ABSL_FLAG(int, num_prefill, 1, "Prefill worker processes to start.");
 ABSL_FLAG(int, num_decode, 1, "Decode worker processes to start.");
 ABSL_FLAG(double, worker_start_seconds, 120, "How long a worker may take to load and serve.");
+
+ABSL_DECLARE_FLAG(std::string, tls_cert);
 
 namespace sparseserve::tools {
 namespace {
@@ -45,7 +48,10 @@ constexpr const char* kForwardedFlags[] = {"model",
                                            "prefill_kv_transfer",
                                            "kv_staging",
                                            "kv_staging_mb",
-                                           "prefill_kv_staging_mb"};
+                                           "prefill_kv_staging_mb",
+                                           "tls_cert",
+                                           "tls_key",
+                                           "tls_ca"};
 
 std::vector<std::string> WorkerArgs(const char* role) {
   std::vector<std::string> args = {role, "--address=127.0.0.1:0", "--metrics_address=127.0.0.1:0"};
@@ -108,6 +114,12 @@ int RunUpCommand(const std::vector<char*>& positional) {
   std::fprintf(stderr, "sparseserve up: decode workers [%s], prefill workers [%s]\n",
                absl::StrJoin(options.decode_workers, ", ").c_str(),
                absl::StrJoin(options.prefill_workers, ", ").c_str());
+  if (absl::GetFlag(FLAGS_tls_cert).empty()) {
+    std::fprintf(stderr,
+                 "sparseserve up: plain gRPC and HTTP (fine on one machine). For TLS pass "
+                 "--tls-cert and --tls-key (public ports), plus --tls-ca for mutual TLS to the "
+                 "workers, and --api-key-file for API keys (docs/deployment.md)\n");
+  }
   absl::Status s = ServeRouter(std::move(options), "up", [&children] {
     for (auto& c : children) c->Stop(absl::Seconds(10));
   });

@@ -25,7 +25,10 @@ std::shared_ptr<grpc::Channel> ChannelCache::Get(const std::string& address) {
   args.SetMaxReceiveMessageSize(options_.max_message_bytes);
   args.SetMaxSendMessageSize(options_.max_message_bytes);
   std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+      grpc::CreateCustomChannel(address,
+                                options_.credentials != nullptr ? options_.credentials
+                                                                : grpc::InsecureChannelCredentials(),
+                                args);
   channels_.emplace(address, channel);
   return channel;
 }

@@ -1,7 +1,7 @@
 // ChannelCache: one grpc::Channel per target address, created on first use and reused for every
 // later call (gRPC performance guide: re-use channels; a channel per call is forbidden by
-// STYLE.md). Channels use insecure credentials (cluster-internal traffic) and HTTP/2 keepalive
-// pings so that a dead peer is noticed while a long stream is idle.
+// STYLE.md). Channels use ChannelOptions::credentials (plain by default, mutual TLS with --tls-ca)
+// and HTTP/2 keepalive pings so that a dead peer is noticed while a long stream is idle.
 //
 // Thread-safe. Channels are std::shared_ptr because gRPC's API hands them out that way; the
 // co-owners are this cache and the stubs created on them.
@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/channel.h"
+#include "grpcpp/security/credentials.h"
 
 namespace sparseserve::rpc {
 
@@ -29,6 +30,9 @@ struct ChannelOptions {
   absl::Duration keepalive_timeout = absl::Seconds(10);
   // Largest message sent or received, bytes. Default 64 MiB (matches RpcServerOptions).
   int max_message_bytes = 64 << 20;
+  // Credentials of every channel (rpc/tls_credentials.h: mutual TLS to the workers); null =
+  // insecure (plain).
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
 class ChannelCache {

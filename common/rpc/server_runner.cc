@@ -78,7 +78,10 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(
 
   grpc::ServerBuilder builder;
   int selected_port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &selected_port);
+  builder.AddListeningPort(address,
+                           options.credentials != nullptr ? options.credentials
+                                                          : grpc::InsecureServerCredentials(),
+                           &selected_port);
   for (grpc::Service* service : services) {
     if (service == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("rpc server ", address, ": null service"));

@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/impl/service_type.h"
+#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/server.h"
 
@@ -36,11 +37,13 @@ struct RpcServerOptions {
   // SO_REUSEPORT on the listening socket. Default false, so that a second server on a port in
   // use fails to start instead of silently sharing the port.
   bool allow_reuseport = false;
+  // Credentials of the listening port (rpc/tls_credentials.h); null = insecure (plain).
+  std::shared_ptr<grpc::ServerCredentials> credentials;
 };
 
 class RpcServer {
  public:
-  // Registers `services` (borrowed, non-null), binds `address` with insecure credentials
+  // Registers `services` (borrowed, non-null), binds `address` with options.credentials
   // ("0.0.0.0:50051", or port 0 such as "127.0.0.1:0" for a kernel-chosen port) and starts
   // serving with health status SERVING for "" and every registered service.
   // Returns kInvalidArgument for a null service, kUnavailable (naming the address) when the
