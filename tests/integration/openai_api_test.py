@@ -1,9 +1,10 @@
 """The OpenAI-compatible HTTP API of `sparseserve up` (issue 18), driven by the official `openai`
 Python client and by raw HTTP: completions and chat equal `sparseserve generate` on stories260K,
-streaming and not; logprobs; every error path gives OpenAI's status and body and the server keeps
-serving; API keys. Every wait is bounded."""
+streaming and not; logprobs; every error path (400, 401, 404, 429, 503) gives OpenAI's status and
+body and the server keeps serving; API keys. Every wait is bounded."""
 import json
 import os
+import signal
 import time
 import urllib.error
 import urllib.request
@@ -11,7 +12,7 @@ import urllib.request
 import openai
 import pytest
 
-from services_conftest import ROOT, Cluster, reference_tokens, scrape
+from services_conftest import ROOT, Cluster, reference_tokens, scrape, wait_until
 
 TEMPLATE = os.path.join(ROOT, "tests", "data", "chat_templates", "stories_chat.jinja")
 PROMPT = "Once upon a time"
@@ -247,5 +248,16 @@ def test_api_keys(tmp_path):
             assert out.choices[0].text
         assert get(c, "/health")[0] == 200  # probes need no key
         assert get(c, "/v1/models")[0] == 401
+    finally:
+        c.close()
+
+
+def test_no_healthy_worker_is_503():
+    c = Cluster(num_prefill=0, num_decode=1)
+    try:
+        os.kill(c.role("decode")[0]["pid"], signal.SIGKILL)
+        assert wait_until(lambda: get(c, "/health")[0] == 503, timeout=20)
+        status, body = post(c, "/v1/completions", {"prompt": PROMPT, "max_tokens": 4})
+        assert status == 503 and body["error"]["type"] == "service_unavailable_error", body
     finally:
         c.close()
