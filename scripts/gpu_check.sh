@@ -52,7 +52,7 @@ has() { [[ " $stages " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$out/gpu.txt" 2>&1
 has tests && run tests cuda_backend_test
 has sanitizer && run sanitizer compute-sanitizer --tool memcheck --error-exitcode 1 \
-  cuda_backend_test --gtest_filter='*RmsNorm*:*Linear*:*Rope*:*SiluMul*:*FillUniform*:*Stories*:*StepGraph*:*SampleMatches*:*SampleRejects*:*ReadKv*:*FlipsAreRare*:*Shadow*:*RelativeL2Error*:*MInferenceSmall*'
+  cuda_backend_test --gtest_filter='*RmsNorm*:*Linear*:*Rope*:*SiluMul*:*FillUniform*:*Stories*:*StepGraph*:*SampleMatches*:*SampleRejects*:*ReadKv*:*FlipsAreRare*:*Shadow*:*RelativeL2Error*:*MInferenceSmall*:*TokenLogprobs*'
 if has golden; then
   run golden bash -c "sparseserve generate --device cuda --model models/stories260K/stories260K.gguf \
     --prompt 'Once upon a time' --max-tokens 60 --temperature 0 >$out/golden.txt &&

@@ -42,6 +42,31 @@ else
   echo "FAIL long prompt through up: '$got' vs single process '$want'"; fails=$((fails + 1))
 fi
 
+# The OpenAI HTTP API on CUDA workers: the golden text, and logprobs computed on the GPU (greedy:
+# each token is its own most probable alternative; the first comes from the prefill worker).
+http=$(awk '/^READY up/ {print $7}' "$log")
+if python3 - "$http" <<'PY'
+import json, sys, urllib.request
+body = json.dumps({"prompt": "Once upon a time", "max_tokens": 60, "temperature": 0,
+                   "logprobs": 3, "ignore_eos": True}).encode()
+req = urllib.request.Request(f"http://{sys.argv[1]}/v1/completions", data=body,
+                             headers={"Content-Type": "application/json"})
+out = json.loads(urllib.request.urlopen(req, timeout=60).read())
+choice = out["choices"][0]
+golden = open("tests/data/golden_once_upon_a_time.txt").read()[:-1]
+lp = choice["logprobs"]
+ok = choice["text"] == golden and len(lp["tokens"]) == 60 and all(
+    len(top) == 3 and abs(max(top.values()) - v) < 1e-6 and v <= 0
+    for v, top in zip(lp["token_logprobs"], lp["top_logprobs"]))
+print("first logprobs", lp["token_logprobs"][:3])
+sys.exit(0 if ok else 1)
+PY
+then
+  echo "ok   OpenAI HTTP API on CUDA workers: golden text, logprobs from the GPU"
+else
+  echo "FAIL OpenAI HTTP API on CUDA workers"; fails=$((fails + 1))
+fi
+
 # Sum of the samples of metric $2 on the /metrics page at $1 (host:port).
 metric() {
   python3 - "$1" "$2" <<'PY'

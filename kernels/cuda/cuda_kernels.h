@@ -91,7 +91,7 @@ struct TokenLogprobsParams {
   int64_t ids_stride;     // >= top_n
 };
 
-// Backend::TokenLogprobs: one 256-thread CTA per row (logprob_kernels.cu).
+// Backend::TokenLogprobs: one 1024-thread CTA per row (logprob_kernels.cu).
 cudaError_t LaunchTokenLogprobs(const TokenLogprobsParams& params, cudaStream_t stream);
 
 // Scatters k, v [n, kv_heads, hd] into the paged layer at slots [n].

@@ -1,8 +1,8 @@
 // Log probabilities of sampled tokens on the device (Backend::TokenLogprobs): one CTA per logits
-// row. A block max and a block sum of exp(l - max) give the row's log-sum-exp; each thread keeps
-// the top_n largest logits of its strided elements in a sorted register list, and top_n rounds of
-// a block-wide max over 64-bit keys (orderable float bits, then the inverted id, so a tie goes to
-// the lower id) merge the lists. kernels::TokenLogprobsRow is the host reference (it sums in
+// row, read once: each thread keeps an online log-sum-exp (running max and rescaled sum) and the
+// top_n largest logits of its strided elements in a sorted list, block reductions combine the
+// log-sum-exps, and top_n rounds of a block-wide max over 64-bit keys (orderable float bits, then
+// the inverted id, so a tie goes to the lower id) merge the lists. kernels::TokenLogprobsRow is the host reference (it sums in
 // double; the two agree to float rounding).
 #include <cstdint>
 
@@ -12,7 +12,7 @@
 namespace sparseserve::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 1024;
 constexpr int kMaxTop = 8;  // kernels::kMaxTopLogprobs
 
 __device__ __forceinline__ float Logit(const float* row, int64_t i) {
@@ -57,30 +57,50 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t r = blockIdx.x;
   const float* row = p.logits + r * p.vocab;
 
+  // One pass: an online log-sum-exp (running max, sum rescaled when the max grows) and the
+  // thread's top list, sorted by key descending; 0 = empty (no real key is 0). `floor` caches
+  // the list's last key in a register, so most elements cost one compare.
   float local_max = -INFINITY;
-  // The thread's top list, sorted by key descending; 0 = empty (no real key is 0).
+  float local_sum = 0.0f;
   unsigned long long top[kMaxTop];
   for (int k = 0; k < kMaxTop; ++k) top[k] = 0;
-  for (int64_t i = threadIdx.x; i < p.vocab; i += kThreads) {
-    const float l = Logit(row, i);
-    local_max = fmaxf(local_max, l);
-    if (p.top_n == 0) continue;
-    const unsigned long long key = Key(l, static_cast<int32_t>(i));
-    if (key <= top[p.top_n - 1]) continue;
-    int at = p.top_n - 1;
-    while (at > 0 && key > top[at - 1]) {
-      top[at] = top[at - 1];
-      --at;
+  unsigned long long floor = p.top_n == 0 ? ~0ull : 0;
+  // kUnroll loads in flight per thread before any is used: one CTA per row must keep enough bytes
+  // in flight to stream the row at the SM's share of the bandwidth.
+  constexpr int kUnroll = 8;
+  for (int64_t base = threadIdx.x; base < p.vocab; base += int64_t{kThreads} * kUnroll) {
+    float loaded[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = base + int64_t{u} * kThreads;
+      loaded[u] = i < p.vocab ? Logit(row, i) : -INFINITY;
     }
-    top[at] = key;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = base + int64_t{u} * kThreads;
+      if (i >= p.vocab) break;
+      const float l = loaded[u];
+      if (l > local_max) {
+        local_sum = local_sum * __expf(local_max - l) + 1.0f;  // exp(-inf) = 0 on the first
+        local_max = l;
+      } else if (l != -INFINITY) {
+        local_sum += __expf(l - local_max);
+      }
+      const unsigned long long key = Key(l, static_cast<int32_t>(i));
+      if (key <= floor) continue;
+      int at = p.top_n - 1;
+      while (at > 0 && key > top[at - 1]) {
+        top[at] = top[at - 1];
+        --at;
+      }
+      top[at] = key;
+      floor = top[p.top_n - 1];
+    }
   }
   const float max = BlockReduce<ReduceOp::kMax>(local_max, reduce);
-  float local_sum = 0.0f;
-  if (isfinite(max)) {
-    for (int64_t i = threadIdx.x; i < p.vocab; i += kThreads) local_sum += __expf(Logit(row, i) - max);
-  }
-  const float sum = BlockReduce<ReduceOp::kSum>(local_sum, reduce);
   const bool finite = isfinite(max);
+  const float scaled = finite && local_max != -INFINITY ? local_sum * __expf(local_max - max) : 0.0f;
+  const float sum = BlockReduce<ReduceOp::kSum>(scaled, reduce);
   const float lse = max + logf(sum);
   float* values = p.values + r * p.values_stride;
   if (threadIdx.x == 0) {
