@@ -8,7 +8,7 @@
 
 namespace sparseserve::rpc {
 
-ChannelCache::ChannelCache(ChannelOptions options) : options_(options) {}
+ChannelCache::ChannelCache(ChannelOptions options) : options_(std::move(options)) {}
 
 std::shared_ptr<grpc::Channel> ChannelCache::Get(const std::string& address) {
   absl::MutexLock lock(&mu_);
@@ -24,11 +24,10 @@ std::shared_ptr<grpc::Channel> ChannelCache::Get(const std::string& address) {
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // keep pinging while idle
   args.SetMaxReceiveMessageSize(options_.max_message_bytes);
   args.SetMaxSendMessageSize(options_.max_message_bytes);
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(address,
-                                options_.credentials != nullptr ? options_.credentials
-                                                                : grpc::InsecureChannelCredentials(),
-                                args);
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+      address,
+      options_.credentials != nullptr ? options_.credentials : grpc::InsecureChannelCredentials(),
+      args);
   channels_.emplace(address, channel);
   return channel;
 }
