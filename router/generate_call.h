@@ -122,8 +122,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<v1::GenerateResponse>
   // Output and completion (generate_call.cc).
   // `logprobs`: n entries (the tokens' log probabilities), or null when the request asked none.
   void RelayTokensLocked(const int32_t* ids, int n, const v1::TokenLogprobs* const* logprobs,
-                         Actions& actions)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                         Actions& actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool EndsGenerationLocked(int32_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ConcludeLocked(const Outcome& outcome, Actions& actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CancelDownstreamLocked(Actions& actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

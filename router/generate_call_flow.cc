@@ -235,8 +235,8 @@ void GenerateCall::OnPrefillDone(int decode_idx, int prefill_idx, const grpc::St
       prefill_density_ = response.attention_density();
       const int32_t first = response.first_token();
       const v1::TokenLogprobs* first_logprobs = &response.first_token_logprobs();
-      RelayTokensLocked(&first, 1,
-                        request_.top_logprobs.has_value() ? &first_logprobs : nullptr, actions);
+      RelayTokensLocked(&first, 1, request_.top_logprobs.has_value() ? &first_logprobs : nullptr,
+                        actions);
       if (concluded_) {  // a stop string
         ReleaseReservationLocked(actions);
       } else if (EndsGenerationLocked(first) || request_.max_tokens <= 1) {

@@ -8,10 +8,9 @@
 namespace sparseserve::router {
 
 GenerationClient::GenerationClient(const std::string& address,
-                                   std::shared_ptr<grpc::ChannelCredentials> credentials)
+                                   const std::shared_ptr<grpc::ChannelCredentials>& credentials)
     : stub_(v1::Generation::NewStub(grpc::CreateChannel(
-          address,
-          credentials != nullptr ? credentials : grpc::InsecureChannelCredentials()))) {}
+          address, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials()))) {}
 
 absl::StatusOr<RemoteGeneration> GenerationClient::Generate(
     const v1::GenerateRequest& request, absl::Duration timeout,

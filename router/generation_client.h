@@ -28,7 +28,7 @@ class GenerationClient {
  public:
   // `credentials`: null = plain; TLS ones (rpc::ChannelCredentialsFor) for a TLS router.
   explicit GenerationClient(const std::string& address,
-                            std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
+                            const std::shared_ptr<grpc::ChannelCredentials>& credentials = nullptr);
   // Runs one Generate call; `on_text` gets each text delta. Errors are the server's status
   // (e.g. kInvalidArgument, kUnavailable) or kDeadlineExceeded after `timeout`.
   absl::StatusOr<RemoteGeneration> Generate(

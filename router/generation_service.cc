@@ -16,9 +16,9 @@ class RefusedGenerate final : public grpc::ServerWriteReactor<v1::GenerateRespon
 };
 
 const grpc::Status& Unauthenticated() {
-  static const grpc::Status* status = new grpc::Status(
-      grpc::StatusCode::UNAUTHENTICATED,
-      "missing or invalid API key (send metadata authorization: Bearer KEY)");
+  static const grpc::Status* status =
+      new grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                       "missing or invalid API key (send metadata authorization: Bearer KEY)");
   return *status;
 }
 

@@ -178,7 +178,8 @@ void HttpFrontDoor::RegisterRoutes() {
     if (!res.body.empty()) return;
     absl::Status status;
     switch (res.status) {
-      case 404: status = absl::NotFoundError(absl::StrCat("no route ", req.method, " ", req.path));
+      case 404:
+        status = absl::NotFoundError(absl::StrCat("no route ", req.method, " ", req.path));
         break;
       case 413: status = absl::InvalidArgumentError("request body too large"); break;
       default: status = absl::InvalidArgumentError(absl::StrCat("HTTP error ", res.status));
@@ -188,7 +189,7 @@ void HttpFrontDoor::RegisterRoutes() {
     res.status = code;
   });
   server.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+      [](const httplib::Request&, httplib::Response& res, const std::exception_ptr& /*error*/) {
         ReplyError(res, absl::InternalError("internal error while serving the request"));
       });
 
@@ -223,10 +224,10 @@ void HttpFrontDoor::RegisterRoutes() {
   server.Get(R"(/v1/models/(.+))",
              [this, model_json](const httplib::Request& req, httplib::Response& res) {
                if (req.matches[1] != options_.served_model_name) {
-                 return ReplyError(res, absl::NotFoundError(absl::StrCat(
-                                            "the model '", req.matches[1].str(),
-                                            "' does not exist; this server serves '",
-                                            options_.served_model_name, "'")));
+                 return ReplyError(
+                     res, absl::NotFoundError(absl::StrCat("the model '", req.matches[1].str(),
+                                                           "' does not exist; this server serves '",
+                                                           options_.served_model_name, "'")));
                }
                res.set_content(model_json().dump(), "application/json");
              });
@@ -236,9 +237,10 @@ void HttpFrontDoor::RegisterRoutes() {
       absl::StatusOr<OpenAiRequest> parsed = ParseOpenAiRequest(req.body, endpoint);
       if (!parsed.ok()) return ReplyError(res, parsed.status());
       if (!parsed->model.empty() && parsed->model != options_.served_model_name) {
-        return ReplyError(res, absl::NotFoundError(absl::StrCat(
-                                   "the model '", parsed->model, "' does not exist; this server "
-                                   "serves '", options_.served_model_name, "'")));
+        return ReplyError(res, absl::NotFoundError(absl::StrCat("the model '", parsed->model,
+                                                                "' does not exist; this server "
+                                                                "serves '",
+                                                                options_.served_model_name, "'")));
       }
       v1::GenerateRequest& request = parsed->generate;
       if (endpoint == OpenAiEndpoint::kChatCompletions) {
@@ -258,8 +260,8 @@ void HttpFrontDoor::RegisterRoutes() {
       std::string id = NewResponseId(endpoint);
       request.set_request_id(id);
 
-      auto call = std::make_shared<GenerateCall>(*parsed, std::move(id),
-                                                 options_.served_model_name, tokenizer_);
+      auto call = std::make_shared<GenerateCall>(*parsed, std::move(id), options_.served_model_name,
+                                                 tokenizer_);
       // The key was checked here; the Generation service checks it again (it guards the gRPC port).
       if (!options_.api_keys.empty()) {
         call->context.AddMetadata("authorization", req.get_header_value("Authorization"));

@@ -73,9 +73,8 @@ absl::StatusOr<std::vector<int32_t>> TokenIdsField(const Json& value, absl::stri
   std::vector<int32_t> ids;
   ids.reserve(value.size());
   for (size_t i = 0; i < value.size(); ++i) {
-    absl::StatusOr<int64_t> id =
-        IntegerField(value[i], absl::StrCat(field, "[", i, "]"), 0,
-                     std::numeric_limits<int32_t>::max());
+    absl::StatusOr<int64_t> id = IntegerField(value[i], absl::StrCat(field, "[", i, "]"), 0,
+                                              std::numeric_limits<int32_t>::max());
     if (!id.ok()) return id.status();
     ids.push_back(static_cast<int32_t>(*id));
   }
@@ -90,15 +89,16 @@ absl::Status ParsePrompt(const Json& prompt, v1::GenerateRequest* out) {
     return absl::OkStatus();
   }
   if (!prompt.is_array() || prompt.empty()) {
-    return FieldError("prompt", "must be a string, an array of token ids, or an array of one of "
-                                "those");
+    return FieldError("prompt",
+                      "must be a string, an array of token ids, or an array of one of "
+                      "those");
   }
   if (prompt.size() == 1 && (prompt[0].is_string() || prompt[0].is_array())) {
     return ParsePrompt(prompt[0], out);
   }
   if (prompt[0].is_string() || prompt[0].is_array()) {
-    return FieldError("prompt", absl::StrCat(prompt.size(),
-                                             " prompts in one request; send one per request"));
+    return FieldError("prompt",
+                      absl::StrCat(prompt.size(), " prompts in one request; send one per request"));
   }
   absl::StatusOr<std::vector<int32_t>> ids = TokenIdsField(prompt, "prompt");
   if (!ids.ok()) return ids.status();
@@ -133,8 +133,9 @@ absl::StatusOr<std::vector<tokenizer::ChatMessage>> ParseMessages(const Json& me
           const Json* text = part.is_object() ? Member(part, "text") : nullptr;
           if (type == nullptr || !type->is_string() || type->get<std::string>() != "text" ||
               text == nullptr || !text->is_string()) {
-            return FieldError(part_field, "only parts {\"type\": \"text\", \"text\": ...} are "
-                                          "supported");
+            return FieldError(part_field,
+                              "only parts {\"type\": \"text\", \"text\": ...} are "
+                              "supported");
           }
           message.content += text->get<std::string>();
         }

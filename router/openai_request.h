@@ -37,7 +37,7 @@ struct OpenAiRequest {
   v1::GenerateRequest generate;
   // Chat only, at least one; content parts of type "text" concatenated.
   std::vector<tokenizer::ChatMessage> messages;
-  bool add_generation_prompt = true;        // chat: the template's assistant header
+  bool add_generation_prompt = true;  // chat: the template's assistant header
 };
 
 // Most top alternatives a token's logprobs may list (OpenAI's limit for completions).

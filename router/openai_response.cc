@@ -90,8 +90,8 @@ std::vector<OpenAiResponseBuilder::TokenEntry> OpenAiResponseBuilder::Entries(
   std::vector<TokenEntry> out;
   if (top_logprobs_ < 0) return out;
   for (int i = 0; i < message.token_ids_size(); ++i) {
-    out.push_back({message.token_ids(i), i < message.logprobs_size() ? message.logprobs(i)
-                                                                     : v1::TokenLogprobs()});
+    out.push_back({message.token_ids(i),
+                   i < message.logprobs_size() ? message.logprobs(i) : v1::TokenLogprobs()});
   }
   return out;
 }
@@ -126,9 +126,8 @@ Json OpenAiResponseBuilder::LogprobsJson(const std::vector<TokenEntry>& tokens,
     Json top = Json::array();
     for (int k = 0; k < t.logprobs.top_ids_size() && k < top_logprobs_; ++k) {
       const std::string alt = spell(t.logprobs.top_ids(k));
-      top.push_back({{"token", alt},
-                     {"logprob", t.logprobs.top_logprobs(k)},
-                     {"bytes", BytesJson(alt)}});
+      top.push_back(
+          {{"token", alt}, {"logprob", t.logprobs.top_logprobs(k)}, {"bytes", BytesJson(alt)}});
     }
     content.push_back({{"token", s},
                        {"logprob", t.logprobs.logprob()},
@@ -176,12 +175,12 @@ std::vector<std::string> OpenAiResponseBuilder::StreamChunks(const v1::GenerateR
   if (has_content || finish != nullptr) {
     Json choice = {{"index", 0}};
     if (chat) {
-      choice["delta"] =
-          message.text().empty() ? Json::object() : Json{{"content", message.text()}};
+      choice["delta"] = message.text().empty() ? Json::object() : Json{{"content", message.text()}};
     } else {
       choice["text"] = message.text();
     }
-    choice["logprobs"] = entries.empty() ? Json(nullptr) : LogprobsJson(entries, streamed_text_bytes_);
+    choice["logprobs"] =
+        entries.empty() ? Json(nullptr) : LogprobsJson(entries, streamed_text_bytes_);
     choice["finish_reason"] = finish == nullptr ? Json(nullptr) : Json(finish);
     chunks.push_back(ChunkEnvelope(Json::array({std::move(choice)}), false));
   }

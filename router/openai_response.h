@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "nlohmann/json_fwd.hpp"
 #include "common/tokenizer/tokenizer.h"
+#include "nlohmann/json_fwd.hpp"
 #include "router/openai_request.h"
 #include "sparseserve/v1/generation.pb.h"
 

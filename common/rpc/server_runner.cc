@@ -78,10 +78,10 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(
 
   grpc::ServerBuilder builder;
   int selected_port = 0;
-  builder.AddListeningPort(address,
-                           options.credentials != nullptr ? options.credentials
-                                                          : grpc::InsecureServerCredentials(),
-                           &selected_port);
+  builder.AddListeningPort(
+      address,
+      options.credentials != nullptr ? options.credentials : grpc::InsecureServerCredentials(),
+      &selected_port);
   for (grpc::Service* service : services) {
     if (service == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("rpc server ", address, ": null service"));
@@ -112,9 +112,8 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(
     return absl::UnavailableError(
         absl::StrCat("rpc server ", address, ": default health service missing"));
   }
-  auto rpc_server =
-      std::unique_ptr<RpcServer>(new RpcServer(std::move(server), selected_port, std::move(names),
-                                           options.max_message_bytes));
+  auto rpc_server = std::unique_ptr<RpcServer>(
+      new RpcServer(std::move(server), selected_port, std::move(names), options.max_message_bytes));
   rpc_server->SetServing(true);
   SS_LOG_INFO("rpc server listening on {} (port {})", address, selected_port);
   return rpc_server;

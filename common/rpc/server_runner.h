@@ -16,9 +16,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "grpcpp/channel.h"
 #include "grpcpp/impl/service_type.h"
 #include "grpcpp/security/server_credentials.h"
-#include "grpcpp/channel.h"
 #include "grpcpp/server.h"
 
 namespace sparseserve::rpc {

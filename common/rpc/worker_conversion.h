@@ -1,6 +1,7 @@
 // Engine -> wire conversions of what the workers report: a request's finish reason, a runner's KV
-// layout and a token's log probabilities. Shared by the decode and prefill workers, so neither service library links
-// the other (the router, which links no engine, has finish_label.h). Stateless; thread-safe.
+// layout and a token's log probabilities. Shared by the decode and prefill workers, so neither
+// service library links the other (the router, which links no engine, has finish_label.h).
+// Stateless; thread-safe.
 #ifndef SPARSESERVE_COMMON_RPC_WORKER_CONVERSION_H_
 #define SPARSESERVE_COMMON_RPC_WORKER_CONVERSION_H_
 

@@ -71,9 +71,9 @@ TEST(OpenAiRequestTest, PromptShapesAndDefaults) {
   EXPECT_EQ(Completion(R"({"prompt": [[4, 5]]})").generate.token_ids().ids_size(), 2);
   EXPECT_EQ(Completion(R"({"prompt": "x", "n": 1, "echo": false, "best_of": 1})").generate.text(),
             "x");
-  EXPECT_EQ(Completion(R"({"prompt": "x", "presence_penalty": 0, "logit_bias": {}})")
-                .generate.text(),
-            "x");
+  EXPECT_EQ(
+      Completion(R"({"prompt": "x", "presence_penalty": 0, "logit_bias": {}})").generate.text(),
+      "x");
 }
 
 TEST(OpenAiRequestTest, RefusalsNameTheirField) {
@@ -143,20 +143,19 @@ TEST(OpenAiRequestTest, ChatMessagesAndLogprobs) {
   EXPECT_EQ(r.top_logprobs, 2);
   EXPECT_EQ(r.generate.max_tokens(), 9);
   EXPECT_FALSE(r.generate.has_text());  // rendered by the caller
-  EXPECT_EQ(Chat(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})")
-                .top_logprobs,
-            0);
+  EXPECT_EQ(
+      Chat(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})").top_logprobs,
+      0);
   EXPECT_EQ(Chat(R"({"messages": [{"role": "user", "content": "x"}]})").generate.max_tokens(), 0);
   constexpr auto kChat = OpenAiEndpoint::kChatCompletions;
   EXPECT_EQ(Refusal("{}", kChat), "messages: is required");
   EXPECT_EQ(Refusal(R"({"messages": []})", kChat).rfind("messages", 0), 0u);
   EXPECT_EQ(Refusal(R"({"messages": [{"content": "x"}]})", kChat).rfind("messages[0]", 0), 0u);
-  EXPECT_EQ(Refusal(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
-                    kChat)
-                .rfind("messages[0].content[0]", 0),
-            0u);
-  EXPECT_EQ(Refusal(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})",
-                    kChat)
+  EXPECT_EQ(
+      Refusal(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", kChat)
+          .rfind("messages[0].content[0]", 0),
+      0u);
+  EXPECT_EQ(Refusal(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", kChat)
                 .rfind("top_logprobs", 0),
             0u);
   EXPECT_EQ(Refusal(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 2})", kChat)
@@ -177,7 +176,7 @@ TEST(OpenAiResponseTest, ErrorsCarryTheirHttpStatus) {
   EXPECT_EQ(body["error"]["code"], 429);
 }
 
-v1::GenerateResponse Message(const std::string& text, std::vector<int32_t> ids,
+v1::GenerateResponse Message(const std::string& text, const std::vector<int32_t>& ids,
                              v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED) {
   v1::GenerateResponse m;
   m.set_text(text);
