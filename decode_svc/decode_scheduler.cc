@@ -467,7 +467,8 @@ void DecodeScheduler::EngineStep() {
         }
         CountSpeculation(r, *done);
         for (size_t j = 0; j < done->emitted.size(); ++j) {
-          const int64_t row = j < done->emitted_rows.size() ? first_row + done->emitted_rows[j] : -1;
+          const int64_t row =
+              j < done->emitted_rows.size() ? first_row + done->emitted_rows[j] : -1;
           if (!Emit(r, done->emitted[j], logprobs, row)) {
             finished.push_back(&r);
             break;

@@ -24,8 +24,8 @@
 #include "decode_svc/decode_worker_service.h"
 #include "decode_svc/kv_reservation_table.h"
 #include "decode_svc/kv_staging_area.h"
-#include "kernels/backend.h"
 #include "grpcpp/security/server_credentials.h"
+#include "kernels/backend.h"
 
 namespace sparseserve::decode {
 

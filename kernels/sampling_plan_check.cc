@@ -90,21 +90,20 @@ absl::Status ValidateTokenLogprobsShapes(const Tensor& logits, const Tensor& tok
   const int64_t m = logits.dim(0);
   const int64_t vocab = logits.dim(1);
   if (top_n < 0 || top_n > kMaxTopLogprobs || top_n > vocab) {
-    return absl::InvalidArgumentError(absl::StrCat("TokenLogprobs: top_n ", top_n,
-                                                   " outside [0, min(", kMaxTopLogprobs, ", ",
-                                                   vocab, ")]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TokenLogprobs: top_n ", top_n, " outside [0, min(", kMaxTopLogprobs, ", ", vocab, ")]"));
   }
   if (tokens.ndim() != 1 || tokens.dim(0) != m) {
-    return absl::InvalidArgumentError(absl::StrCat("TokenLogprobs: tokens must be [", m,
-                                                   "], got ", tokens.DebugString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("TokenLogprobs: tokens must be [", m, "], got ", tokens.DebugString()));
   }
   if (values.ndim() != 2 || values.dim(0) != m || values.dim(1) < 1 + top_n) {
-    return absl::InvalidArgumentError(absl::StrCat("TokenLogprobs: values must be [", m, ", >= ",
-                                                   1 + top_n, "], got ", values.DebugString()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TokenLogprobs: values must be [", m, ", >= ", 1 + top_n, "], got ", values.DebugString()));
   }
   if (ids.ndim() != 2 || ids.dim(0) != m || ids.dim(1) < std::max(top_n, 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("TokenLogprobs: ids must be [", m, ", >= ",
-                                                   std::max(top_n, 1), "], got ",
+    return absl::InvalidArgumentError(absl::StrCat("TokenLogprobs: ids must be [", m,
+                                                   ", >= ", std::max(top_n, 1), "], got ",
                                                    ids.DebugString()));
   }
   return absl::OkStatus();

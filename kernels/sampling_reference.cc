@@ -141,7 +141,8 @@ void TokenLogprobsRow(absl::Span<const float> logits, int32_t token, int top_n,
   const size_t vocab = logits.size();
   SS_CHECK(token >= 0 && static_cast<size_t>(token) < vocab);
   SS_CHECK(top_n >= 0 && top_n <= kMaxTopLogprobs && static_cast<size_t>(top_n) <= vocab);
-  SS_CHECK(values.size() >= static_cast<size_t>(1 + top_n) && ids.size() >= static_cast<size_t>(top_n));
+  SS_CHECK(values.size() >= static_cast<size_t>(1 + top_n) &&
+           ids.size() >= static_cast<size_t>(top_n));
   auto logit = [&](size_t i) { return std::isnan(logits[i]) ? -INFINITY : logits[i]; };
   float max = -INFINITY;
   for (size_t i = 0; i < vocab; ++i) max = std::max(max, logit(i));
@@ -151,8 +152,7 @@ void TokenLogprobsRow(absl::Span<const float> logits, int32_t token, int top_n,
   }
   const double lse = std::isfinite(max) ? max + std::log(sum) : INFINITY;
   auto logprob = [&](size_t i) {
-    return std::isfinite(max) ? static_cast<float>(static_cast<double>(logit(i)) - lse)
-                              : -INFINITY;
+    return std::isfinite(max) ? static_cast<float>(static_cast<double>(logit(i)) - lse) : -INFINITY;
   };
   values[0] = logprob(static_cast<size_t>(token));
   // The top_n largest, larger first and lower id on ties: insertion into a sorted list of at most

@@ -52,7 +52,7 @@ struct PrefillTask {
   std::string request_id;
   std::vector<int32_t> prompt;
   sampling::SamplingParams sampling;
-  engine::RequestOptions options;                // the prefill attention method is used here
+  engine::RequestOptions options;  // the prefill attention method is used here
   // >= 0: the first token's log probabilities with this many alternatives
   // (0 .. kernels::kMaxTopLogprobs); -1: none.
   int top_logprobs = -1;

@@ -18,11 +18,11 @@
 #include "common/rpc/server_runner.h"
 #include "common/transfer/kv_staging_mode.h"
 #include "common/transfer/kv_transfer_source.h"
+#include "grpcpp/security/server_credentials.h"
 #include "kernels/backend.h"
 #include "prefill_svc/kv_staging_ring.h"
 #include "prefill_svc/prefill_engine.h"
 #include "sparseserve/v1/worker.grpc.pb.h"
-#include "grpcpp/security/server_credentials.h"
 
 namespace sparseserve::prefill {
 

@@ -4,9 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc/request_conversion.h"
-#include "kernels/sampling_plan.h"
 #include "common/rpc/status_conversion.h"
 #include "common/rpc/worker_conversion.h"
+#include "kernels/sampling_plan.h"
 
 namespace sparseserve::prefill {
 namespace {
@@ -73,7 +73,8 @@ grpc::ServerUnaryReactor* PrefillWorkerService::Prefill(grpc::CallbackServerCont
   task.options = *std::move(options);
   if (request->has_top_logprobs()) {
     if (request->top_logprobs() < 0 || request->top_logprobs() > kernels::kMaxTopLogprobs) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "top_logprobs out of range"));
+      reactor->Finish(
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "top_logprobs out of range"));
       return reactor;
     }
     task.top_logprobs = request->top_logprobs();

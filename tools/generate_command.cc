@@ -14,9 +14,9 @@
 #include "kernels/backend.h"
 #include "router/generation_client.h"
 #include "tools/command.h"
-#include "tools/serve_flags.h"
 #include "tools/model_flags.h"
 #include "tools/request_options_flags.h"
+#include "tools/serve_flags.h"
 
 ABSL_FLAG(std::string, prompt, "", "Prompt text (required).");
 ABSL_FLAG(int, max_tokens, 256, "Maximum number of new tokens to generate.");

@@ -92,9 +92,10 @@ absl::Status SetChatTemplate(const std::string& model_path, router::HttpFrontDoo
   const std::string file = absl::GetFlag(FLAGS_chat_template);
   absl::StatusOr<engine::LoadedChatTemplate> loaded = engine::LoadChatTemplate(model_path, file);
   if (absl::IsNotFound(loaded.status()) && file.empty()) {
-    http->chat_template_missing = absl::StrCat(
-        "the model ", model_path, " has no chat template; start the router with --chat-template "
-        "FILE to serve /v1/chat/completions");
+    http->chat_template_missing =
+        absl::StrCat("the model ", model_path,
+                     " has no chat template; start the router with --chat-template "
+                     "FILE to serve /v1/chat/completions");
     SS_LOG_INFO("router: {}", http->chat_template_missing);
     return absl::OkStatus();
   }
@@ -140,9 +141,8 @@ absl::Status ServeRouter(router::RouterOptions options, const char* role,
   }
   absl::StatusOr<std::unique_ptr<router::Router>> r = router::Router::Create(std::move(options));
   if (!r.ok()) return r.status();
-  absl::StatusOr<std::unique_ptr<rpc::RpcServer>> server =
-      rpc::RpcServer::Start(ListenAddressFromFlags(), {(*r)->service()},
-                            {.credentials = public_credentials});
+  absl::StatusOr<std::unique_ptr<rpc::RpcServer>> server = rpc::RpcServer::Start(
+      ListenAddressFromFlags(), {(*r)->service()}, {.credentials = public_credentials});
   if (!server.ok()) return server.status();
   std::unique_ptr<router::HttpFrontDoor> http;
   if (const int http_port = absl::GetFlag(FLAGS_http_port); http_port >= 0) {
@@ -155,9 +155,9 @@ absl::Status ServeRouter(router::RouterOptions options, const char* role,
     http_options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
     http_options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
     SS_RETURN_IF_ERROR(SetChatTemplate(model_path, &http_options));
-    SS_ASSIGN_OR_RETURN(http, router::HttpFrontDoor::Start(std::move(http_options),
-                                                           (*server)->InProcessChannel(),
-                                                           &(*r)->tokenizer()));
+    SS_ASSIGN_OR_RETURN(
+        http, router::HttpFrontDoor::Start(std::move(http_options), (*server)->InProcessChannel(),
+                                           &(*r)->tokenizer()));
   }
   PrintReady(role, ListenAddressFromFlags(), (*server)->port(), MetricsAddressFromFlags(),
              (*exporter)->port(), http == nullptr ? -1 : http->port());

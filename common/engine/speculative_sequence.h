@@ -41,9 +41,9 @@ struct SpecStepResult {
   // For each emitted token, the verification row it was sampled from (0 = the root): its
   // logits are that row's (logprobs).
   std::vector<int32_t> emitted_rows;
-  int drafted = 0;               // verification rows (draft tokens) it ran; 0 = a plain step
-  int depth = 0;                 // the draft's depth (longest chain)
-  int accepted = 0;              // draft tokens accepted: emitted.size() - 1
+  int drafted = 0;   // verification rows (draft tokens) it ran; 0 = a plain step
+  int depth = 0;     // the draft's depth (longest chain)
+  int accepted = 0;  // draft tokens accepted: emitted.size() - 1
 };
 
 class SpeculativeSequence {

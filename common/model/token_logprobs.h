@@ -21,9 +21,9 @@ struct TokenLogprobs {
 // A step's, for every logits row. The caller sets top_n (the most any row asked for); the step
 // fills values and ids.
 struct StepLogprobs {
-  int top_n = 0;               // alternatives per row, 0 .. kernels::kMaxTopLogprobs
-  std::vector<float> values;   // [rows, 1 + top_n]: the sampled token's, then the alternatives'
-  std::vector<int32_t> ids;    // [rows, top_n]: the alternatives' ids
+  int top_n = 0;              // alternatives per row, 0 .. kernels::kMaxTopLogprobs
+  std::vector<float> values;  // [rows, 1 + top_n]: the sampled token's, then the alternatives'
+  std::vector<int32_t> ids;   // [rows, top_n]: the alternatives' ids
 
   int64_t rows() const { return static_cast<int64_t>(values.size()) / (1 + top_n); }
   // Row `row` with its first `n` alternatives (n is clamped to top_n).

@@ -46,8 +46,8 @@ absl::Status CpuBackend::TokenLogprobs(const Tensor& logits, const Tensor& token
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t token = tokens.data<int32_t>()[r];
     if (token < 0 || token >= vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("TokenLogprobs: tokens[", r, "] = ", token,
-                                                     " outside [0, ", vocab, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("TokenLogprobs: tokens[", r, "] = ", token, " outside [0, ", vocab, ")"));
     }
     TokenLogprobsRow(
         absl::Span<const float>(logits.data<float>() + r * vocab, static_cast<size_t>(vocab)),

@@ -2,8 +2,8 @@
 // row, read once: each thread keeps an online log-sum-exp (running max and rescaled sum) and the
 // top_n largest logits of its strided elements in a sorted list, block reductions combine the
 // log-sum-exps, and top_n rounds of a block-wide max over 64-bit keys (orderable float bits, then
-// the inverted id, so a tie goes to the lower id) merge the lists. kernels::TokenLogprobsRow is the host reference (it sums in
-// double; the two agree to float rounding).
+// the inverted id, so a tie goes to the lower id) merge the lists. kernels::TokenLogprobsRow is the
+// host reference (it sums in double; the two agree to float rounding).
 #include <cstdint>
 
 #include "kernels/cuda/block_reduce.cuh"
@@ -50,8 +50,7 @@ __device__ __forceinline__ unsigned long long BlockMaxKey(unsigned long long v,
   return v;
 }
 
-__global__ void __launch_bounds__(kThreads)
-    TokenLogprobsKernel(const TokenLogprobsParams p) {
+__global__ void __launch_bounds__(kThreads) TokenLogprobsKernel(const TokenLogprobsParams p) {
   __shared__ float reduce[32];
   __shared__ unsigned long long keys[32];
   const int64_t r = blockIdx.x;
@@ -99,7 +98,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   const float max = BlockReduce<ReduceOp::kMax>(local_max, reduce);
   const bool finite = isfinite(max);
-  const float scaled = finite && local_max != -INFINITY ? local_sum * __expf(local_max - max) : 0.0f;
+  const float scaled =
+      finite && local_max != -INFINITY ? local_sum * __expf(local_max - max) : 0.0f;
   const float sum = BlockReduce<ReduceOp::kSum>(scaled, reduce);
   const float lse = max + logf(sum);
   float* values = p.values + r * p.values_stride;

@@ -226,9 +226,8 @@ TEST_F(CudaSamplingTest, TokenLogprobsMatchCpu) {
       ASSERT_TRUE(cpu_.TokenLogprobs(logits, tokens, top_n, want_v, want_i).ok());
       Tensor got_v_dev = Poisoned(DType::kF32, {kRows, 1 + top_n});
       Tensor got_i_dev = ToGpu(Tensor::Zeros(DType::kI32, {kRows, width}), DType::kI32);
-      const absl::Status s = gpu_->TokenLogprobs(ToGpu(logits, DType::kF32),
-                                                 ToGpu(tokens, DType::kI32), top_n, got_v_dev,
-                                                 got_i_dev);
+      const absl::Status s = gpu_->TokenLogprobs(
+          ToGpu(logits, DType::kF32), ToGpu(tokens, DType::kI32), top_n, got_v_dev, got_i_dev);
       ASSERT_TRUE(s.ok()) << s;
       Tensor got_v = Tensor::Zeros(DType::kF32, got_v_dev.shape());
       ASSERT_TRUE(gpu_->CopyToHost(got_v_dev, got_v).ok());

@@ -215,7 +215,7 @@ TEST_F(CpuSamplingTest, TokenLogprobsRejectsBadShapes) {
     return be_.TokenLogprobs(logits, t, top_n, v, i).code();
   };
   constexpr absl::StatusCode kBad = absl::StatusCode::kInvalidArgument;
-  EXPECT_EQ(code(4, tokens, values, ids), kBad);   // ids too narrow
+  EXPECT_EQ(code(4, tokens, values, ids), kBad);  // ids too narrow
   EXPECT_EQ(code(-1, tokens, values, ids), kBad);
   EXPECT_EQ(code(kMaxTopLogprobs + 1, tokens, Tensor::Zeros(DType::kF32, {2, 20}),
                  Tensor::Zeros(DType::kI32, {2, 20})),
