@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace sparseserve::router {
 
@@ -16,9 +17,23 @@ absl::StatusOr<std::vector<std::string>> LoadApiKeys(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   std::vector<std::string> keys;
-  for (absl::string_view line : absl::StrSplit(text.str(), '\n')) {
+  const std::string contents = text.str();
+  absl::string_view all = contents;
+  absl::ConsumePrefix(&all, "\xEF\xBB\xBF");  // a UTF-8 byte-order mark some editors write
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(all, '\n')) {
+    ++line_number;
     line = absl::StripAsciiWhitespace(line);
-    if (!line.empty() && line.front() != '#') keys.emplace_back(line);
+    if (line.empty() || line.front() == '#') continue;
+    // Keys travel in HTTP headers and gRPC metadata: printable ASCII without spaces only.
+    for (const char c : line) {
+      if (c < 0x21 || c > 0x7E) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "API key file ", path, ": line ", line_number,
+            " holds a byte that is not printable ASCII (keys are printable ASCII, no spaces)"));
+      }
+    }
+    keys.emplace_back(line);
   }
   if (keys.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("API key file ", path, ": no key in it"));

@@ -13,7 +13,9 @@
 namespace sparseserve::router {
 
 // One key per line; blank lines and lines starting with '#' are skipped, surrounding whitespace
-// is trimmed. kNotFound when the file cannot be read, kInvalidArgument when it holds no key.
+// and a leading UTF-8 byte-order mark are dropped. kNotFound when the file cannot be read,
+// kInvalidArgument when it holds no key or a key with a byte outside printable ASCII (keys go
+// into HTTP headers and gRPC metadata; the message names the line, never the key).
 absl::StatusOr<std::vector<std::string>> LoadApiKeys(const std::string& path);
 
 // True when `authorization` is "Bearer KEY" for one of `keys`, or when `keys` is empty (no

@@ -185,7 +185,13 @@ void GenerateCall::RelayTokensLocked(const int32_t* ids, int n,
   for (int i = 0; i < n && !concluded_; ++i) {
     generated_.push_back(ids[i]);
     pending_.add_token_ids(ids[i]);
-    if (logprobs != nullptr) *pending_.add_logprobs() = *logprobs[i];
+    // One entry per token whenever the request asked: a worker message without them (a
+    // mismatched count) gets empty entries rather than shifting later ones onto these tokens.
+    if (logprobs != nullptr) {
+      *pending_.add_logprobs() = *logprobs[i];
+    } else if (request_.top_logprobs.has_value()) {
+      pending_.add_logprobs();
+    }
     pending_.mutable_text()->append(output_->Push(ids[i]));
     if (output_->stopped()) ConcludeLocked({.reason = v1::FINISH_REASON_STOP}, actions);
   }

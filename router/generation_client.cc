@@ -2,21 +2,26 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <utility>
+
 #include "common/rpc/deadline.h"
 #include "common/rpc/status_conversion.h"
 
 namespace sparseserve::router {
 
 GenerationClient::GenerationClient(const std::string& address,
-                                   const std::shared_ptr<grpc::ChannelCredentials>& credentials)
+                                   const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+                                   std::string api_key)
     : stub_(v1::Generation::NewStub(grpc::CreateChannel(
-          address, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials()))) {}
+          address, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials()))),
+      api_key_(std::move(api_key)) {}
 
 absl::StatusOr<RemoteGeneration> GenerationClient::Generate(
     const v1::GenerateRequest& request, absl::Duration timeout,
     const std::function<void(absl::string_view)>& on_text) {
   grpc::ClientContext context;
   rpc::SetDeadline(context, timeout);
+  if (!api_key_.empty()) context.AddMetadata("authorization", "Bearer " + api_key_);
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
       stub_->Generate(&context, request);
   RemoteGeneration out;

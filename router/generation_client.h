@@ -27,8 +27,10 @@ struct RemoteGeneration {
 class GenerationClient {
  public:
   // `credentials`: null = plain; TLS ones (rpc::ChannelCredentialsFor) for a TLS router.
+  // `api_key`: sent with every call as "authorization: Bearer KEY" when not empty.
   explicit GenerationClient(const std::string& address,
-                            const std::shared_ptr<grpc::ChannelCredentials>& credentials = nullptr);
+                            const std::shared_ptr<grpc::ChannelCredentials>& credentials = nullptr,
+                            std::string api_key = "");
   // Runs one Generate call; `on_text` gets each text delta. Errors are the server's status
   // (e.g. kInvalidArgument, kUnavailable) or kDeadlineExceeded after `timeout`.
   absl::StatusOr<RemoteGeneration> Generate(
@@ -37,6 +39,7 @@ class GenerationClient {
 
  private:
   std::unique_ptr<v1::Generation::Stub> stub_;
+  const std::string api_key_;
 };
 
 }  // namespace sparseserve::router

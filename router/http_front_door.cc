@@ -2,6 +2,8 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <ctime>
 #include <utility>
@@ -11,6 +13,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/core/logging.h"
 #include "common/rpc/status_conversion.h"
 #include "grpcpp/client_context.h"
@@ -51,12 +55,18 @@ int64_t UnixNow() {
 // One Generate call whose messages are turned into an HTTP response, shared between the handler
 // and (when streaming) httplib's content provider.
 struct GenerateCall {
+  // Holds one of `generating`'s slots (taken by the caller) until the response is done.
   GenerateCall(const OpenAiRequest& request, std::string id, std::string model,
-               const tokenizer::Tokenizer* tokenizer)
-      : builder(request, std::move(id), std::move(model), UnixNow(), tokenizer) {}
+               const tokenizer::Tokenizer* tokenizer, std::atomic<int>* slots)
+      : builder(request, std::move(id), std::move(model), UnixNow(), tokenizer),
+        generating(slots) {}
+  GenerateCall(const GenerateCall&) = delete;
+  GenerateCall& operator=(const GenerateCall&) = delete;
+  ~GenerateCall() { generating->fetch_sub(1); }
   grpc::ClientContext context;
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader;
   OpenAiResponseBuilder builder;
+  std::atomic<int>* const generating;
   bool finished = false;  // reader->Finish was called
   grpc::Status Finish() {
     finished = true;
@@ -97,6 +107,9 @@ absl::StatusOr<std::unique_ptr<HttpFrontDoor>> HttpFrontDoor::Start(
   const std::string address = options.address;
   const size_t colon = address.rfind(':');
   std::string host = colon == std::string::npos ? "" : address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);  // "[::]:8000": httplib binds "::"
+  }
   if (host.empty()) host = "0.0.0.0";
   int port = 0;
   if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
@@ -160,18 +173,19 @@ void HttpFrontDoor::RegisterRoutes() {
   httplib::Server& server = *server_;
   auto stub = std::shared_ptr<v1::Generation::Stub>(v1::Generation::NewStub(generation_));
 
-  // Authentication before routing: every endpoint but /health needs a key when keys are set.
-  server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options_.api_keys.empty() || req.path == "/health") {
-      return httplib::Server::HandlerResponse::Unhandled;
-    }
-    if (!AuthorizationAccepted(req.get_header_value("Authorization"), options_.api_keys)) {
-      ReplyError(res, absl::UnauthenticatedError(
-                          "missing or invalid API key (send Authorization: Bearer KEY)"));
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
+  // Every endpoint but /health needs a key when keys are set. Checked inside the handler, once
+  // httplib has read the body: a refusal before that would leave the body on a kept-alive
+  // connection, to be read as the next request.
+  auto guarded = [this](httplib::Server::Handler handler) {
+    return [this, handler = std::move(handler)](const httplib::Request& req,
+                                                httplib::Response& res) {
+      if (!AuthorizationAccepted(req.get_header_value("Authorization"), options_.api_keys)) {
+        return ReplyError(res, absl::UnauthenticatedError(
+                                   "missing or invalid API key (send Authorization: Bearer KEY)"));
+      }
+      handler(req, res);
+    };
+  };
   // Routing failures and httplib's own errors (413, 400 for a malformed request line) as
   // OpenAI error bodies.
   server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
@@ -217,12 +231,13 @@ void HttpFrontDoor::RegisterRoutes() {
                 {"owned_by", "sparseserve"},
                 {"max_model_len", options_.max_context}};
   };
-  server.Get("/v1/models", [model_json](const httplib::Request&, httplib::Response& res) {
-    res.set_content(Json{{"object", "list"}, {"data", Json::array({model_json()})}}.dump(),
-                    "application/json");
-  });
+  server.Get("/v1/models", guarded([model_json](const httplib::Request&, httplib::Response& res) {
+               res.set_content(
+                   Json{{"object", "list"}, {"data", Json::array({model_json()})}}.dump(),
+                   "application/json");
+             }));
   server.Get(R"(/v1/models/(.+))",
-             [this, model_json](const httplib::Request& req, httplib::Response& res) {
+             guarded([this, model_json](const httplib::Request& req, httplib::Response& res) {
                if (req.matches[1] != options_.served_model_name) {
                  return ReplyError(
                      res, absl::NotFoundError(absl::StrCat("the model '", req.matches[1].str(),
@@ -230,7 +245,7 @@ void HttpFrontDoor::RegisterRoutes() {
                                                            options_.served_model_name, "'")));
                }
                res.set_content(model_json().dump(), "application/json");
-             });
+             }));
 
   auto generate = [this, stub](OpenAiEndpoint endpoint) {
     return [this, stub, endpoint](const httplib::Request& req, httplib::Response& res) {
@@ -260,8 +275,17 @@ void HttpFrontDoor::RegisterRoutes() {
       std::string id = NewResponseId(endpoint);
       request.set_request_id(id);
 
+      const int limit =
+          options_.threads > 16 ? options_.threads - 8 : std::max(1, options_.threads / 2);
+      if (generating_.fetch_add(1) >= limit) {
+        generating_.fetch_sub(1);
+        return ReplyError(res, absl::ResourceExhaustedError(absl::StrCat(
+                                   "the HTTP API serves ", limit,
+                                   " generation requests at once (--http-threads); retry later")));
+      }
       auto call = std::make_shared<GenerateCall>(*parsed, std::move(id), options_.served_model_name,
-                                                 tokenizer_);
+                                                 tokenizer_, &generating_);
+      call->context.set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
       // The key was checked here; the Generation service checks it again (it guards the gRPC port).
       if (!options_.api_keys.empty()) {
         call->context.AddMetadata("authorization", req.get_header_value("Authorization"));
@@ -325,8 +349,8 @@ void HttpFrontDoor::RegisterRoutes() {
           });
     };
   };
-  server.Post("/v1/completions", generate(OpenAiEndpoint::kCompletions));
-  server.Post("/v1/chat/completions", generate(OpenAiEndpoint::kChatCompletions));
+  server.Post("/v1/completions", guarded(generate(OpenAiEndpoint::kCompletions)));
+  server.Post("/v1/chat/completions", guarded(generate(OpenAiEndpoint::kChatCompletions)));
 }
 
 }  // namespace sparseserve::router

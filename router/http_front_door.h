@@ -9,10 +9,11 @@
 // mid-stream cancels its call. docs/api.md shows curl and `openai` examples.
 //
 // Thread-safe; requests are served by a pool of `threads` (a stream holds one thread while it
-// runs, so this bounds the concurrent HTTP requests; further connections wait for a thread).
+// runs, so this bounds the concurrent HTTP requests; see HttpFrontDoorOptions::threads).
 #ifndef SPARSESERVE_ROUTER_HTTP_FRONT_DOOR_H_
 #define SPARSESERVE_ROUTER_HTTP_FRONT_DOOR_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/tokenizer/tokenizer.h"
 #include "grpcpp/channel.h"
 #include "router/openai_request.h"
@@ -41,8 +43,13 @@ struct HttpFrontDoorOptions {
   // The model id clients name ("model"); a request naming another one gets 404. Required.
   std::string served_model_name;
   int max_context = 0;  // reported by /v1/models as max_model_len
-  // Requests served at once (see the class comment). Default 256.
+  // Connections served at once (see the class comment). Default 256. Generation requests may
+  // take all but 8 of them (half when there are 16 or fewer): beyond that they get 429 at once,
+  // so /health and /v1/models always find a thread.
   int threads = 256;
+  // Deadline of one generation request (its whole stream), as the router's decode timeout; a
+  // client that vanished without closing its connection frees its thread by then. Default 10 min.
+  absl::Duration request_timeout = absl::Minutes(10);
   // Chat requests render with this; null: the model has no chat template and chat requests get
   // 400 with `chat_template_missing` as the message.
   ChatRenderer render_chat;
@@ -86,6 +93,7 @@ class HttpFrontDoor {
   const std::shared_ptr<grpc::Channel> generation_;
   const tokenizer::Tokenizer* const tokenizer_;
   const int64_t started_unix_;
+  std::atomic<int> generating_{0};  // generation requests holding a thread
   std::unique_ptr<httplib::Server> server_;
   int port_ = 0;
   std::thread listener_;

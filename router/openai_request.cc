@@ -1,10 +1,12 @@
 #include "router/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/core/status.h"
@@ -15,6 +17,9 @@ namespace sparseserve::router {
 namespace {
 
 using Json = nlohmann::json;
+
+// Deepest nesting accepted in a method object (the proto messages are one level deep).
+constexpr int kMaxMethodDepth = 8;
 
 absl::Status FieldError(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
@@ -81,9 +86,26 @@ absl::StatusOr<std::vector<int32_t>> TokenIdsField(const Json& value, absl::stri
   return ids;
 }
 
+// Nesting depth of `value` (a scalar is 1), counted without recursion: a body may nest
+// arbitrarily deep and must not be walked on the stack.
+int Depth(const Json& value) {
+  int deepest = 0;
+  std::vector<std::pair<const Json*, int>> stack = {{&value, 1}};
+  while (!stack.empty()) {
+    const auto [node, depth] = stack.back();
+    stack.pop_back();
+    deepest = std::max(deepest, depth);
+    if (node->is_structured()) {
+      for (const Json& child : *node) stack.emplace_back(&child, depth + 1);
+    }
+  }
+  return deepest;
+}
+
 // `prompt`: a string, an array of one string, an array of token ids, or an array of one such
-// array (n = 1: several prompts in one request are refused, not batched).
-absl::Status ParsePrompt(const Json& prompt, v1::GenerateRequest* out) {
+// array (n = 1: several prompts in one request are refused, not batched). `nested`: inside the
+// outer array (one level of nesting at most).
+absl::Status ParsePrompt(const Json& prompt, v1::GenerateRequest* out, bool nested = false) {
   if (prompt.is_string()) {
     out->set_text(prompt.get<std::string>());
     return absl::OkStatus();
@@ -94,7 +116,8 @@ absl::Status ParsePrompt(const Json& prompt, v1::GenerateRequest* out) {
                       "those");
   }
   if (prompt.size() == 1 && (prompt[0].is_string() || prompt[0].is_array())) {
-    return ParsePrompt(prompt[0], out);
+    if (nested) return FieldError("prompt", "nests arrays more than two deep");
+    return ParsePrompt(prompt[0], out, /*nested=*/true);
   }
   if (prompt[0].is_string() || prompt[0].is_array()) {
     return FieldError("prompt",
@@ -167,6 +190,8 @@ absl::Status ParseStop(const Json& stop, v1::GenerateRequest* out) {
 absl::Status ParseMethodObject(const Json& value, absl::string_view field,
                                google::protobuf::Message* out) {
   if (!value.is_object()) return FieldError(field, "must be an object");
+  // The messages are flat: anything deeper is malformed, and dump() below recurses.
+  if (Depth(value) > kMaxMethodDepth) return FieldError(field, "nests too deep");
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
   const auto status = google::protobuf::util::JsonStringToMessage(
@@ -188,7 +213,8 @@ absl::Status RefuseUnsupported(const Json& body) {
   if (const Json* e = Member(body, "echo"); e != nullptr && !(e->is_boolean() && !e->get<bool>())) {
     return FieldError("echo", "is not supported");
   }
-  if (const Json* s = Member(body, "suffix"); s != nullptr && !(s->is_string() && s->empty())) {
+  if (const Json* s = Member(body, "suffix");
+      s != nullptr && !(s->is_string() && s->get_ref<const std::string&>().empty())) {
     return FieldError("suffix", "is not supported");
   }
   if (const Json* l = Member(body, "logit_bias"); l != nullptr && !(l->is_object() && l->empty())) {

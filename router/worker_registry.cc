@@ -104,10 +104,16 @@ void WorkerRegistry::MergeAddresses(WorkerRole role, const std::string& target,
     Worker& w = workers.emplace_back();
     w.address = address;
     w.target = target;
+    // A pod found through dns:///NAME:PORT is dialled at its IP; its TLS certificate names NAME.
+    std::string tls_name;
+    if (absl::StartsWith(target, kDnsScheme)) {
+      const absl::string_view host_port = absl::string_view(target).substr(kDnsScheme.size());
+      tls_name = std::string(host_port.substr(0, host_port.rfind(':')));
+    }
     if (role == WorkerRole::kDecode) {
-      w.decode_stub = v1::DecodeWorker::NewStub(channels_->Get(address));
+      w.decode_stub = v1::DecodeWorker::NewStub(channels_->Get(address, tls_name));
     } else {
-      w.prefill_stub = v1::PrefillWorker::NewStub(channels_->Get(address));
+      w.prefill_stub = v1::PrefillWorker::NewStub(channels_->Get(address, tls_name));
     }
     if (address != target)
       SS_LOG_INFO("{} worker {} joined from {}", RoleName(role), address, target);

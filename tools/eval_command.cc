@@ -203,7 +203,7 @@ std::vector<Outcome> RunRemote(const std::vector<Task>& tasks,
   // One client per lane; lanes pull tasks in order so a slow one does not hold a fixed share.
   pool.ParallelFor(concurrency, 1, [&](int64_t begin, int64_t end) {
     for (int64_t lane = begin; lane < end; ++lane) {
-      router::GenerationClient client(absl::GetFlag(FLAGS_server), credentials);
+      router::GenerationClient client(absl::GetFlag(FLAGS_server), credentials, ApiKeyFromEnv());
       for (size_t i = next++; i < tasks.size(); i = next++) {
         v1::GenerateRequest request;
         request.set_text(tasks[i].prompt);

@@ -32,7 +32,8 @@ ABSL_FLAG(uint64_t, seed, 0, "Random seed; the same seed gives the same output."
 ABSL_FLAG(bool, ignore_eos, false, "Keep generating past end-of-sequence tokens.");
 ABSL_FLAG(std::string, server, "",
           "Router address (host:port): generate through a running server instead of loading "
-          "the model in this process (--tls-ca CA.pem: verify a TLS router with it).");
+          "the model in this process (--tls-ca CA.pem: verify a TLS router with it; "
+          "$SPARSESERVE_API_KEY: the API key when the router has --api-key-file).");
 ABSL_FLAG(double, timeout_seconds, 600, "With --server: deadline of the whole request.");
 
 namespace sparseserve::tools {
@@ -67,7 +68,7 @@ absl::Status GenerateRemote() {
   s->set_seed(absl::GetFlag(FLAGS_seed));
   SS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                       ClientCredentialsFromFlags());
-  router::GenerationClient client(absl::GetFlag(FLAGS_server), credentials);
+  router::GenerationClient client(absl::GetFlag(FLAGS_server), credentials, ApiKeyFromEnv());
   SS_ASSIGN_OR_RETURN(router::RemoteGeneration result,
                       client.Generate(request, absl::Seconds(absl::GetFlag(FLAGS_timeout_seconds)),
                                       [](absl::string_view delta) {

@@ -163,9 +163,10 @@ absl::Status ServeRouter(router::RouterOptions options, const char* role,
              (*exporter)->port(), http == nullptr ? -1 : http->port());
   const int sig = WaitForTerminationSignal();
   SS_LOG_INFO("router: signal {}, draining", sig);
-  // New HTTP connections stop first; the gRPC drain then ends every call, HTTP ones included.
-  if (http != nullptr) http->Stop();
+  // The gRPC drain first: HTTP streams are calls of it and finish (new HTTP requests meanwhile get
+  // 503 from the draining server); then the HTTP listener stops and its threads are joined.
   (*server)->Shutdown(DrainFromFlags());
+  if (http != nullptr) http->Stop();
   http.reset();
   (*r)->Shutdown();
   if (on_stop) on_stop();

@@ -1,6 +1,7 @@
 #include "tools/serve_flags.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "absl/flags/flag.h"
 
@@ -38,6 +39,11 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> WorkerCredentialsFromFl
   absl::StatusOr<rpc::TlsPem> pem = TlsFromFlags();
   if (!pem.ok()) return pem.status();
   return rpc::ServerCredentialsFor(*pem, /*require_client_certs=*/pem->has_ca());
+}
+
+std::string ApiKeyFromEnv() {
+  const char* key = std::getenv("SPARSESERVE_API_KEY");
+  return key == nullptr ? "" : key;
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentialsFromFlags() {

@@ -21,6 +21,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> WorkerCredentialsFromFl
 // A client of the router or of workers: null (plain) without --tls-ca, else TLS verifying the
 // peer with it (and presenting --tls-cert when given).
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentialsFromFlags();
+// A client's API key: $SPARSESERVE_API_KEY ("" when unset), kept out of flags and `ps`.
+std::string ApiKeyFromEnv();
 // "READY <role> <host:port> metrics <host:port> [http <host:port>]" on stdout: `up` and tests
 // wait for it. http_port < 0: no HTTP API (workers; a router run with --http-port=-1).
 void PrintReady(const char* role, const std::string& address, int port,

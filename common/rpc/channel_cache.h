@@ -43,8 +43,11 @@ class ChannelCache {
   ChannelCache& operator=(const ChannelCache&) = delete;
 
   // The channel for `address` ("host:port", or any gRPC target URI), created on first use.
-  // Creating a channel does not connect; failures show up on the first call.
-  std::shared_ptr<grpc::Channel> Get(const std::string& address) ABSL_LOCKS_EXCLUDED(mu_);
+  // Creating a channel does not connect; failures show up on the first call. `tls_name`, when
+  // not empty, is the name TLS verifies the peer's certificate against instead of the address's
+  // host: a worker found by resolving dns:///NAME is dialled at its IP but named NAME.
+  std::shared_ptr<grpc::Channel> Get(const std::string& address, const std::string& tls_name = "")
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Number of distinct addresses seen so far.
   std::size_t size() const ABSL_LOCKS_EXCLUDED(mu_);

@@ -2,8 +2,10 @@
 Python client and by raw HTTP: completions and chat equal `sparseserve generate` on stories260K,
 streaming and not; logprobs; every error path (400, 401, 404, 429, 503) gives OpenAI's status and
 body and the server keeps serving; API keys. Every wait is bounded."""
+import http.client
 import json
 import os
+import threading
 import signal
 import time
 import urllib.error
@@ -185,6 +187,9 @@ def test_errors_have_openai_status_and_body_and_the_server_keeps_serving(cluster
         assert got_status == status, (body, got)
         assert word in got["error"]["message"], (body, got)
         assert got["error"]["type"] == "invalid_request_error"
+    deep = b'{"prompt": ' + b"[" * 100000 + b"1" + b"]" * 100000 + b"}"
+    status, body = post(cluster, "/v1/completions", deep)  # refused, not walked on the stack
+    assert status == 400 and "prompt" in body["error"]["message"], body
     status, body = post(cluster, "/v1/nope", {})
     assert status == 404 and "no route" in body["error"]["message"]
     status, body = post(cluster, "/v1/chat/completions",
@@ -248,6 +253,18 @@ def test_api_keys(tmp_path):
             assert out.choices[0].text
         assert get(c, "/health")[0] == 200  # probes need no key
         assert get(c, "/v1/models")[0] == 401
+        # A refused POST leaves nothing of its body on a kept-alive connection.
+        host, port = c.http.rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        body = json.dumps({"prompt": PROMPT, "max_tokens": 4, "temperature": 0})
+        for key, status in [("wrong", 401), ("secret-one", 200), ("wrong", 401), ("secret-two", 200)]:
+            conn.request("POST", "/v1/completions", body=body,
+                         headers={"Authorization": f"Bearer {key}",
+                                  "Content-Type": "application/json"})
+            r = conn.getresponse()
+            assert r.status == status, (key, r.status, r.read())
+            json.loads(r.read())
+        conn.close()
     finally:
         c.close()
 
@@ -259,5 +276,29 @@ def test_no_healthy_worker_is_503():
         assert wait_until(lambda: get(c, "/health")[0] == 503, timeout=20)
         status, body = post(c, "/v1/completions", {"prompt": PROMPT, "max_tokens": 4})
         assert status == 503 and body["error"]["type"] == "service_unavailable_error", body
+    finally:
+        c.close()
+
+
+def test_http_threads_bound_generation_and_keep_health_answering():
+    # --http-threads 2: one generation request at a time (half the threads), /health still answers.
+    c = Cluster(num_prefill=0, num_decode=1, extra=["--http-threads=2"])
+    try:
+        started = threading.Event()
+
+        def long_stream():
+            stream = client(c).completions.create(model="stories260K", prompt=PROMPT,
+                                                  max_tokens=1900, temperature=0, stream=True,
+                                                  extra_body={"ignore_eos": True})
+            for _ in stream:
+                started.set()
+
+        t = threading.Thread(target=long_stream)
+        t.start()
+        assert started.wait(20)
+        status, body = post(c, "/v1/completions", {"prompt": PROMPT, "max_tokens": 4})
+        assert status == 429 and "--http-threads" in body["error"]["message"], body
+        t.join(120)
+        still_serving(c)
     finally:
         c.close()

@@ -3,8 +3,10 @@ with certificates made at test time by the openssl command: handshakes succeed w
 and fail with a wrong one; a plain client against a TLS port fails cleanly and the server keeps
 serving. The cluster's certificates come from scripts/make_dev_certs.sh. Every wait is bounded."""
 import os
+import signal
 import ssl
 import subprocess
+import time
 import urllib.error
 import urllib.request
 
@@ -12,8 +14,8 @@ import grpc
 import openai
 import pytest
 
-from services_conftest import (ROOT, Cluster, gen_grpc, gen_pb2, greedy_request, run, worker_grpc,
-                               worker_pb2)
+from services_conftest import (BIN, MODEL, ROOT, Cluster, gen_grpc, greedy_request, run,
+                               worker_grpc, worker_pb2)
 
 GOLDEN = open(os.path.join(os.path.dirname(__file__), "..", "data",
                            "golden_once_upon_a_time.txt")).read()[:-1]
@@ -135,3 +137,54 @@ def test_workers_accept_only_clients_with_a_certificate_from_the_ca(cluster, pki
     with grpc.insecure_channel(decode) as channel:
         with pytest.raises(grpc.RpcError):
             status(channel)
+
+
+def test_workers_found_through_dns_are_verified_by_name(pki, tmp_path):
+    """A router given dns:///localhost:PORT dials the worker at its IP but verifies the
+    certificate against "localhost": a certificate naming only the DNS name must work (the k8s
+    base's headless Services resolve to pod IPs no certificate names)."""
+    d = str(tmp_path)
+    ca_dir = os.path.dirname(pki["ca"])
+    with open(os.path.join(d, "dns.ext"), "w") as f:
+        f.write("subjectAltName=DNS:localhost\n")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "dns.key", "-out", "dns.csr",
+            "-subj", "/CN=dns-only", cwd=d)
+    openssl("x509", "-req", "-in", "dns.csr", "-CA", pki["ca"], "-CAkey",
+            os.path.join(ca_dir, "ca.key"), "-CAcreateserial", "-out", "dns.pem", "-days", "1",
+            "-extfile", "dns.ext", cwd=d)
+    worker_tls = [f"--tls-cert={d}/dns.pem", f"--tls-key={d}/dns.key", f"--tls-ca={pki['ca']}"]
+    router_tls = [f"--tls-cert={pki['cert']}", f"--tls-key={pki['key']}", f"--tls-ca={pki['ca']}"]
+    procs = []
+    try:
+        decode = subprocess.Popen([BIN, "decode", f"--model={MODEL}", "--log-level=warning"] + worker_tls,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        procs.append(decode)
+        words = decode.stdout.readline().split()
+        assert words and words[0] == "READY"
+        port = words[2].rsplit(":", 1)[1]
+        router = subprocess.Popen([BIN, "router", f"--model={MODEL}", "--log-level=warning",
+                                   f"--decode-workers=dns:///localhost:{port}",
+                                   "--status-interval-seconds=0.2"] + router_tls,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        procs.append(router)
+        words = router.stdout.readline().split()
+        assert words and words[0] == "READY"
+        with tls_stub(words[2], pki["ca"]) as channel:
+            stub = gen_grpc.GenerationStub(channel)
+            deadline = time.time() + 20
+            while True:  # the health loop finds the worker within a few rounds
+                try:
+                    assert run(stub, greedy_request("Once upon a time", max_tokens=60))[1] == GOLDEN
+                    break
+                except grpc.RpcError as e:
+                    if e.code() != grpc.StatusCode.UNAVAILABLE or time.time() > deadline:
+                        raise
+                    time.sleep(0.2)
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()

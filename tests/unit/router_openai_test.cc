@@ -1,10 +1,14 @@
 // The OpenAI API's request parsing and response writing (router/openai_request.h,
 // router/openai_response.h): each field's mapping onto GenerateRequest, every refusal naming its
-// field, and the JSON shapes of bodies, stream chunks and errors.
+// field, and the JSON shapes of bodies, stream chunks and errors; the API key file and check
+// (router/api_keys.h).
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "router/api_keys.h"
 #include "router/openai_request.h"
 #include "router/openai_response.h"
 
@@ -116,6 +120,44 @@ TEST(OpenAiRequestTest, RefusalsNameTheirField) {
     const std::string message = Refusal(body);
     EXPECT_EQ(message.rfind(field, 0), 0u) << body << " -> '" << message << "'";
   }
+}
+
+// A body nested far deeper than any field allows is refused without walking it on the stack
+// (a 100,000-deep array would otherwise overflow a server thread's stack).
+TEST(OpenAiRequestTest, DeepNestingIsRefusedNotRecursed) {
+  EXPECT_EQ(Refusal(R"({"prompt": [[[1]]]})").rfind("prompt", 0), 0u);
+  const int depth = 100000;
+  const std::string deep = std::string(depth, '[') + "1" + std::string(depth, ']');
+  EXPECT_EQ(Refusal(R"({"prompt": )" + deep + "}").rfind("prompt", 0), 0u);
+  EXPECT_EQ(Refusal(R"({"prompt": "x", "speculation": {"method": )" + deep + "}}")
+                .rfind("speculation: nests too deep", 0),
+            0u);
+}
+
+TEST(ApiKeysTest, FileRulesAndConstantTimeCheck) {
+  const std::string dir = ::testing::TempDir();
+  auto write = [&](const std::string& name, const std::string& text) {
+    const std::string path = dir + "/" + name;
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+  };
+  absl::StatusOr<std::vector<std::string>> keys =
+      LoadApiKeys(write("keys", "\xEF\xBB\xBF# comment\n  alpha-1 \n\nbeta_2\r\n"));
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  EXPECT_EQ(*keys, (std::vector<std::string>{"alpha-1", "beta_2"}));
+  EXPECT_TRUE(AuthorizationAccepted("Bearer beta_2", *keys));
+  EXPECT_FALSE(AuthorizationAccepted("Bearer beta_", *keys));
+  EXPECT_FALSE(AuthorizationAccepted("Bearer beta_23", *keys));
+  EXPECT_FALSE(AuthorizationAccepted("beta_2", *keys));
+  EXPECT_FALSE(AuthorizationAccepted("", *keys));
+  EXPECT_TRUE(AuthorizationAccepted("", {}));  // no keys: no authentication
+  EXPECT_EQ(LoadApiKeys(write("empty", "# none\n\n")).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const absl::Status bad = LoadApiKeys(write("bad", "good\nk\xC3\xA9y\n")).status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("line 2"), absl::string_view::npos);
+  EXPECT_EQ(bad.message().find("k\xC3\xA9y"), absl::string_view::npos);  // never the key
+  EXPECT_EQ(LoadApiKeys(dir + "/missing").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(OpenAiRequestTest, EngineMethodsAreExtraFieldsInTheirProtoJson) {
