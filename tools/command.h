@@ -69,6 +69,7 @@ int RunRouterCommand(const std::vector<char*>& positional);
 int RunUpCommand(const std::vector<char*>& positional);
 int RunBenchCommand(const std::vector<char*>& positional);
 int RunSearchPatternsCommand(const std::vector<char*>& positional);
+int RunSyntheticTokenizerCommand(const std::vector<char*>& positional);
 
 }  // namespace sparseserve::tools
 

@@ -10,7 +10,7 @@ ABSL_FLAG(std::string, metrics_address, "127.0.0.1:0", "Prometheus /metrics list
 ABSL_FLAG(double, drain_seconds, 30, "On SIGINT/SIGTERM, time in-flight requests get to finish.");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain: serve TLS on the gRPC port (and the router's HTTP port) with it "
-          "and --tls-key. Default: plain. See docs/deployment.md, \"TLS and API keys\".");
+          "and --tls-key. Default: plain. See docs/api.md, \"TLS and API keys\".");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert.");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA bundle for mutual TLS between router and workers: workers accept only clients "

@@ -118,7 +118,7 @@ int RunUpCommand(const std::vector<char*>& positional) {
     std::fprintf(stderr,
                  "sparseserve up: plain gRPC and HTTP (fine on one machine). For TLS pass "
                  "--tls-cert and --tls-key (public ports), plus --tls-ca for mutual TLS to the "
-                 "workers, and --api-key-file for API keys (docs/deployment.md)\n");
+                 "workers, and --api-key-file for API keys (docs/api.md)\n");
   }
   absl::Status s = ServeRouter(std::move(options), "up", [&children] {
     for (auto& c : children) c->Stop(absl::Seconds(10));

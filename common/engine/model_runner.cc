@@ -140,8 +140,17 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     shard.rank = r;
     shard.size = tp;
     shard.collective = tp > 1 ? collectives[r].get() : nullptr;
-    SS_ASSIGN_OR_RETURN(ranks[r].model, model::LlamaModel::Load(source.config, *source.weights,
-                                                                source.naming, backends[r], shard));
+    if (source.synthetic) {  // random weights of the preset's shape: speed only
+      SS_ASSIGN_OR_RETURN(ranks[r].model, model::LlamaModel::CreateRandom(
+                                              source.config, backends[r], /*seed=*/1, shard));
+    } else if (source.weights == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source.path, ": opened without its weights (open_weights = false)"));
+    } else {
+      SS_ASSIGN_OR_RETURN(ranks[r].model,
+                          model::LlamaModel::Load(source.config, *source.weights, source.naming,
+                                                  backends[r], shard));
+    }
     ranks[r].model->set_step_graph_rows(options.step_graph_rows);
     ranks[r].model->set_shadow_dense(options.shadow_dense_rate, options.shadow_dense_seed);
     return absl::OkStatus();

@@ -6,10 +6,12 @@
 #include "absl/strings/str_cat.h"
 #include "common/core/mapped_file.h"
 #include "common/core/status.h"
+#include "common/model/model_presets.h"
 #include "common/model/sharded_safetensors.h"
 #include "common/tokenizer/byte_level_bpe_tokenizer.h"
 #include "common/tokenizer/pretokenizer.h"
 #include "common/tokenizer/spm_tokenizer.h"
+#include "common/tokenizer/synthetic_tokenizer.h"
 #include "common/tokenizer/tokenizer_json.h"
 
 namespace sparseserve::engine {
@@ -43,6 +45,18 @@ absl::StatusOr<ModelSource> OpenHfDirectory(const std::string& dir, bool open_we
 }  // namespace
 
 absl::StatusOr<ModelSource> OpenModelSource(const std::string& path, bool open_weights) {
+  if (absl::StartsWith(path, kSyntheticModelPrefix)) {
+    ModelSource source;
+    source.path = path;
+    source.synthetic = true;
+    SS_ASSIGN_OR_RETURN(source.config, model::SyntheticModelConfig(absl::string_view(path).substr(
+                                           sizeof(kSyntheticModelPrefix) - 1)));
+    SS_ASSIGN_OR_RETURN(const std::string json,
+                        tokenizer::SyntheticTokenizerJson(source.config.vocab_size));
+    SS_ASSIGN_OR_RETURN(source.tokenizer,
+                        tokenizer::TokenizerFromTokenizerJsonText(json, "synthetic tokenizer"));
+    return source;
+  }
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) return OpenHfDirectory(path, open_weights);
   if (!std::filesystem::exists(path, ec)) {

@@ -1,9 +1,12 @@
 // ModelSource: everything read from a model path before any weight is uploaded — its config,
 // its weight file(s) and its tokenizer — whatever the on-disk format.
 //
-// Formats: a GGUF file (config, tokenizer and weights inside), or a Hugging Face directory
-// (config.json, model.safetensors[.index.json] with shards, tokenizer.json). Immutable once
-// opened; the weight file stays memory-mapped for as long as the ModelSource lives.
+// Formats: a GGUF file (config, tokenizer and weights inside), a Hugging Face directory
+// (config.json, model.safetensors[.index.json] with shards, tokenizer.json), or
+// "synthetic:PRESET": a preset's shape (model_presets.h) with random weights and a generated
+// tokenizer of its vocabulary (tokenizer/synthetic_tokenizer.h), for serving benchmarks of
+// models whose weights are not here. Immutable once opened; the weight file stays memory-mapped
+// for as long as the ModelSource lives.
 #ifndef SPARSESERVE_COMMON_ENGINE_MODEL_SOURCE_H_
 #define SPARSESERVE_COMMON_ENGINE_MODEL_SOURCE_H_
 
@@ -24,7 +27,12 @@ struct ModelSource {
   model::WeightNaming naming = model::WeightNaming::kHuggingFace;
   std::unique_ptr<model::TensorFile> weights;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  // "synthetic:PRESET": no weight file; ModelRunner draws random weights (speed only).
+  bool synthetic = false;
 };
+
+// The prefix of a synthetic model path ("synthetic:llama3-8b").
+inline constexpr char kSyntheticModelPrefix[] = "synthetic:";
 
 // Opens `path` (a .gguf file or an HF directory). kNotFound when the path or a required file is
 // missing, kInvalidArgument for malformed files, kUnimplemented for unsupported architectures

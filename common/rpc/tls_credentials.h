@@ -1,12 +1,12 @@
 // TLS of the gRPC services (--tls-cert, --tls-key, --tls-ca): the PEM files of a process's
 // identity and trust, read once at start-up, and the gRPC credentials built from them.
 //
-// The rule (docs/deployment.md): a process with a certificate and key serves TLS on its gRPC port
-// (and the router on its HTTP port too). A CA makes the cluster-internal links mutual: workers
-// then accept only clients presenting a certificate the CA signed, and the router verifies the
-// workers against the CA while presenting its own certificate. The router's public port never
-// asks clients for certificates (API keys authenticate them). Without files everything stays
-// plain, the easy default for one machine. Pure functions; thread-safe.
+// The rule (docs/api.md, "TLS and API keys"): a process with a certificate and key serves TLS on
+// its gRPC port (and the router on its HTTP port too). A CA makes the cluster-internal links
+// mutual: workers then accept only clients presenting a certificate the CA signed, and the router
+// verifies the workers against the CA while presenting its own certificate. The router's public
+// port never asks clients for certificates (API keys authenticate them). Without files everything
+// stays plain, the easy default for one machine. Pure functions; thread-safe.
 #ifndef SPARSESERVE_COMMON_RPC_TLS_CREDENTIALS_H_
 #define SPARSESERVE_COMMON_RPC_TLS_CREDENTIALS_H_
 

@@ -302,3 +302,19 @@ def test_http_threads_bound_generation_and_keep_health_answering():
         still_serving(c)
     finally:
         c.close()
+
+
+def test_synthetic_model_serves_through_up():
+    """`--model synthetic:tiny`: the preset's shape with random weights (speed only) and the
+    generated tokenizer, disaggregated; prompt tokens counted as Hugging Face tokenizers counts
+    them with the file `sparseserve synthetic-tokenizer --preset tiny` writes (17, its vocabulary
+    of 1000 holding words of up to two letters)."""
+    c = Cluster(num_prefill=1, num_decode=1, model="synthetic:tiny",
+                extra=["--disagg-threshold=4"])
+    try:
+        out = client(c).completions.create(model="synthetic:tiny",
+                                           prompt="hello world, this is a test", max_tokens=8,
+                                           temperature=0, extra_body={"ignore_eos": True})
+        assert out.usage.prompt_tokens == 17 and out.usage.completion_tokens == 8
+    finally:
+        c.close()

@@ -38,8 +38,8 @@ gen_pb2, gen_grpc, worker_pb2, worker_grpc = _compile_protos()
 class Cluster:
     """`sparseserve up` with its workers; stopped (and checked for a clean exit) by close()."""
 
-    def __init__(self, num_prefill=1, num_decode=1, extra=()):
-        args = [BIN, "up", f"--model={MODEL}", f"--num-prefill={num_prefill}",
+    def __init__(self, num_prefill=1, num_decode=1, extra=(), model=MODEL):
+        args = [BIN, "up", f"--model={model}", f"--num-prefill={num_prefill}",
                 f"--num-decode={num_decode}", "--status-interval-seconds=0.2",
                 "--drain-seconds=5", "--log-level=warning"] + list(extra)
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
