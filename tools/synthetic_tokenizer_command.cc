@@ -46,7 +46,7 @@ int RunSyntheticTokenizerCommand(const std::vector<char*>& positional) {
   for (const auto& [name, text] :
        {std::pair<std::string, std::string>{"tokenizer.json", *json},
         {"tokenizer_config.json", tokenizer::SyntheticTokenizerConfigJson()}}) {
-    const std::string path = dir + "/" + name;
+    const std::string path = (std::filesystem::path(dir) / name).string();
     std::ofstream out(path, std::ios::binary);
     out << text << "\n";
     if (!out) {
