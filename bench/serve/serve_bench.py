@@ -75,12 +75,12 @@ class Server:
                 self.proc.wait()
 
 
-def run_aiperf(args, http, rate, out_dir):
+def run_aiperf(args, http, rate, seed, out_dir):
     cmd = [args.aiperf, "profile", "--model", args.served_model_name, "--url", f"http://{http}",
            "--endpoint-type", "completions", "--streaming", "--tokenizer", args.tokenizer,
            "--use-server-token-count", "--arrival-pattern", "poisson", "--request-rate",
            str(rate), "--request-count", str(args.requests), "--seq-dist", args.seq_dist,
-           "--random-seed", str(args.seed), "--artifact-dir", out_dir, "--ui", "none",
+           "--random-seed", str(seed), "--artifact-dir", out_dir, "--ui", "none",
            "--extra-inputs", "ignore_eos:true"]
     if args.warmup > 0:
         cmd += ["--warmup-request-count", str(args.warmup)]
@@ -145,7 +145,9 @@ def main():
                    help="NAME=UP FLAGS; the first is the SLO baseline (colocated dense)")
     p.add_argument("--rates", default="1,2,4", help="request rates (requests/s), comma-separated")
     p.add_argument("--requests", type=int, default=64, help="requests per rate")
-    p.add_argument("--warmup", type=int, default=2, help="warm-up requests per run (not counted)")
+    p.add_argument("--warmup", type=int, default=4,
+                   help="warm-up requests per run (not counted; long ones capture the server's "
+                        "graphs and grow its buffers before the timed requests)")
     p.add_argument("--seq-dist", default="512,128:70;16384,128:30",
                    help="aiperf --seq-dist: ISL,OSL:percent pairs (the long-prompt mix)")
     p.add_argument("--bucket-tokens", type=int, default=4096,
@@ -173,11 +175,13 @@ def main():
         server = Server(args.bin, args.model, flags, args.start_timeout)
         try:
             results[name] = {}
-            for rate in rates:
+            for index, rate in enumerate(rates):
                 out_dir = os.path.join(args.out, name, f"rate_{rate:g}")
                 os.makedirs(out_dir, exist_ok=True)
                 log(f"  rate {rate:g} req/s, {args.requests} requests ...")
-                wall = run_aiperf(args, server.http, rate, out_dir)
+                # Prompts of their own per rate (the server's prefix cache outlives a rate's run),
+                # the same ones for every configuration.
+                wall = run_aiperf(args, server.http, rate, args.seed + 1000 * index, out_dir)
                 records, duration = load_records(out_dir)
                 by_bucket = {}
                 for r in records:
