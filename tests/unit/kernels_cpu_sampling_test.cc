@@ -46,7 +46,7 @@ class CpuSamplingTest : public ::testing::Test {
     }
     if (kind == 2) {
       for (int i = 0; i < vocab; i += 3) logits[static_cast<size_t>(i)] = -kInf;
-      logits[1] = std::numeric_limits<float>::quiet_NaN();
+      if (vocab > 1) logits[1] = std::numeric_limits<float>::quiet_NaN();
     }
     return logits;
   }
