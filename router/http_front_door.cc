@@ -10,12 +10,13 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/core/host_port.h"
 #include "common/core/logging.h"
+#include "common/core/status.h"
 #include "common/rpc/status_conversion.h"
 #include "grpcpp/client_context.h"
 #include "httplib.h"
@@ -105,18 +106,10 @@ absl::StatusOr<std::unique_ptr<HttpFrontDoor>> HttpFrontDoor::Start(
     if (key.empty()) return absl::InvalidArgumentError("http front door: an API key is empty");
   }
   const std::string address = options.address;
-  const size_t colon = address.rfind(':');
-  std::string host = colon == std::string::npos ? "" : address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);  // "[::]:8000": httplib binds "::"
-  }
-  if (host.empty()) host = "0.0.0.0";
-  int port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
-      port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("http front door: bad address '", address, "' (want host:port)"));
-  }
+  absl::StatusOr<core::ListenAddress> listen = core::ParseListenAddress(address);
+  if (!listen.ok()) return AnnotateStatus(listen.status(), "http front door");
+  const std::string& host = listen->host;  // "[::]:8000": httplib binds "::"
+  const int port = listen->port;
   std::unique_ptr<HttpFrontDoor> door(
       new HttpFrontDoor(std::move(options), std::move(generation), tokenizer));
   if (door->tls()) {

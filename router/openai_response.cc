@@ -97,7 +97,7 @@ std::vector<OpenAiResponseBuilder::TokenEntry> OpenAiResponseBuilder::Entries(
 }
 
 Json OpenAiResponseBuilder::LogprobsJson(const std::vector<TokenEntry>& tokens,
-                                         int64_t text_offset) const {
+                                         int64_t* text_offset) const {
   if (top_logprobs_ < 0) return nullptr;
   auto spell = [&](int32_t id) { return tokenizer_->TokenBytes(id, /*with_special=*/true); };
   if (endpoint_ == OpenAiEndpoint::kCompletions) {
@@ -112,8 +112,8 @@ Json OpenAiResponseBuilder::LogprobsJson(const std::vector<TokenEntry>& tokens,
         top[spell(t.logprobs.top_ids(k))] = t.logprobs.top_logprobs(k);
       }
       tops.push_back(std::move(top));
-      offsets.push_back(text_offset);
-      text_offset += static_cast<int64_t>(s.size());
+      offsets.push_back(*text_offset);
+      *text_offset += static_cast<int64_t>(s.size());
     }
     return Json{{"tokens", std::move(names)},
                 {"token_logprobs", std::move(lps)},
@@ -180,12 +180,9 @@ std::vector<std::string> OpenAiResponseBuilder::StreamChunks(const v1::GenerateR
       choice["text"] = message.text();
     }
     choice["logprobs"] =
-        entries.empty() ? Json(nullptr) : LogprobsJson(entries, streamed_text_bytes_);
+        entries.empty() ? Json(nullptr) : LogprobsJson(entries, &streamed_text_bytes_);
     choice["finish_reason"] = finish == nullptr ? Json(nullptr) : Json(finish);
     chunks.push_back(ChunkEnvelope(Json::array({std::move(choice)}), false));
-  }
-  for (const TokenEntry& t : entries) {
-    streamed_text_bytes_ += static_cast<int64_t>(tokenizer_->TokenBytes(t.id, true).size());
   }
   if (finish != nullptr && include_usage_) {
     usage_ = message.usage();
@@ -212,7 +209,8 @@ std::string OpenAiResponseBuilder::Body() const {
   } else {
     choice["text"] = text_;
   }
-  choice["logprobs"] = LogprobsJson(tokens_, 0);
+  int64_t text_offset = 0;
+  choice["logprobs"] = LogprobsJson(tokens_, &text_offset);
   choice["finish_reason"] = finish == nullptr ? Json(nullptr) : Json(finish);
   return Dump(Json{{"id", id_},
                    {"object", chat ? "chat.completion" : "text_completion"},

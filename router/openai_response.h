@@ -55,9 +55,10 @@ class OpenAiResponseBuilder {
     v1::TokenLogprobs logprobs;
   };
   std::string ChunkEnvelope(nlohmann::ordered_json choices, bool with_usage) const;
-  // null when the request asked for no logprobs.
+  // null when the request asked for no logprobs. `text_offset`: the completion text's byte
+  // offset of the first token, advanced past these tokens (the completions shape lists offsets).
   nlohmann::ordered_json LogprobsJson(const std::vector<TokenEntry>& tokens,
-                                      int64_t text_offset) const;
+                                      int64_t* text_offset) const;
   nlohmann::ordered_json UsageJson() const;
   std::vector<TokenEntry> Entries(const v1::GenerateResponse& message) const;
 

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "common/core/check.h"
+#include "common/core/host_port.h"
 #include "common/core/logging.h"
 #include "common/rpc/deadline.h"
 
@@ -105,11 +106,10 @@ void WorkerRegistry::MergeAddresses(WorkerRole role, const std::string& target,
     w.address = address;
     w.target = target;
     // A pod found through dns:///NAME:PORT is dialled at its IP; its TLS certificate names NAME.
-    std::string tls_name;
-    if (absl::StartsWith(target, kDnsScheme)) {
-      const absl::string_view host_port = absl::string_view(target).substr(kDnsScheme.size());
-      tls_name = std::string(host_port.substr(0, host_port.rfind(':')));
-    }
+    const std::string tls_name =
+        absl::StartsWith(target, kDnsScheme)
+            ? core::SplitHostPort(absl::string_view(target).substr(kDnsScheme.size())).host
+            : std::string();
     if (role == WorkerRole::kDecode) {
       w.decode_stub = v1::DecodeWorker::NewStub(channels_->Get(address, tls_name));
     } else {
@@ -125,11 +125,10 @@ void WorkerRegistry::RefreshTargets() {
     for (const std::string& target :
          role == WorkerRole::kDecode ? options_.decode_addresses : options_.prefill_addresses) {
       if (!absl::StartsWith(target, kDnsScheme)) continue;
-      const absl::string_view host_port = absl::string_view(target).substr(kDnsScheme.size());
-      const size_t colon = host_port.rfind(':');
-      const std::string host(host_port.substr(0, colon));
-      const absl::string_view port =
-          colon == absl::string_view::npos ? "" : host_port.substr(colon + 1);
+      const core::HostPort parts =
+          core::SplitHostPort(absl::string_view(target).substr(kDnsScheme.size()));
+      const std::string& host = parts.host;
+      const std::string& port = parts.port;
       int port_number = 0;
       if (host.empty() || !absl::SimpleAtoi(port, &port_number)) {
         SS_LOG_WARNING("worker target {} is not dns:///NAME:PORT; ignored", target);

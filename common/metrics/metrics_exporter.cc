@@ -5,8 +5,9 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/core/host_port.h"
+#include "common/core/status.h"
 #include "httplib.h"
 #include "prometheus/text_serializer.h"
 
@@ -14,20 +15,11 @@ namespace sparseserve::metrics {
 
 absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
     const std::string& bind_address) {
-  if (bind_address.empty()) {
-    return absl::InvalidArgumentError("metrics exporter: empty bind address");
-  }
   // "host:port", ":port" or "port" (the last two: all interfaces).
-  const size_t colon = bind_address.rfind(':');
-  std::string host = colon == std::string::npos ? "" : bind_address.substr(0, colon);
-  const std::string port_text =
-      colon == std::string::npos ? bind_address : bind_address.substr(colon + 1);
-  if (host.empty()) host = "0.0.0.0";
-  int port = 0;
-  if (!absl::SimpleAtoi(port_text, &port) || port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics exporter: bad port in '", bind_address, "'"));
-  }
+  absl::StatusOr<core::ListenAddress> listen = core::ParseListenAddress(bind_address);
+  if (!listen.ok()) return AnnotateStatus(listen.status(), "metrics exporter");
+  const std::string& host = listen->host;
+  const int port = listen->port;
   std::unique_ptr<MetricsExporter> exporter(new MetricsExporter());
   exporter->registry_ = std::make_shared<prometheus::Registry>();
   exporter->server_ = std::make_unique<httplib::Server>();
