@@ -8,8 +8,13 @@
 // blocks = 256 blocks of 256 KiB per layer = 2 GiB. After the runs the child checks that every
 // remote block holds the local block the permutation sent there.
 //
+// --source_memory=cuda / --target_memory=cuda put that end's KV in GPU memory (the KV cache's
+// AllocateShareable, registered as CUDA memory); with both, the PUTs go GPU to GPU through UCX's
+// CUDA transports (cuda_ipc between two processes on one node; issue 20 item 2). One of them
+// alone is the mixed case of a staged worker facing a GPU-direct one.
+//
 // Prints one line per run and a summary line `RESULT kv_transfer_gbps=<best GB/s>` (GB = 1e9 B)
-// that bench/kv_transfer_vs_perftest.sh parses. Both processes fork before touching UCX.
+// that bench/kv_transfer_vs_perftest.sh parses. Both processes fork before touching UCX or CUDA.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -29,10 +34,12 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/time/time.h"
+#include "common/tensor/tensor.h"
 #include "common/transfer/kv_transfer_source.h"
 #include "common/transfer/kv_transfer_target.h"
 #include "common/transfer/kv_write_session.h"
 #include "common/transfer/remote_kv_pool.h"
+#include "kernels/backend.h"
 
 ABSL_FLAG(std::string, transports, "", "UCX transports (UCX_TLS syntax); empty = UCX's choice.");
 ABSL_FLAG(int64_t, total_mib, 2048, "Total KV bytes moved per run, in MiB (all layers).");
@@ -43,10 +50,20 @@ ABSL_FLAG(bool, contiguous, false, "Send blocks in order, so whole layers merge 
 ABSL_FLAG(bool, ucx_alloc, true,
           "Target pools allocated by UCX (AllocateRegion; direct PUT over shared memory) "
           "instead of plain heap memory registered with RegisterRegion.");
+ABSL_FLAG(std::string, source_memory, "host",
+          "Where the prefill side's KV lives: host, or cuda (GPU 0).");
+ABSL_FLAG(std::string, target_memory, "host",
+          "Where the decode side's KV pool lives: host, or cuda (GPU 0; --ucx_alloc does not "
+          "apply).");
 ABSL_FLAG(int, timeout_s, 120, "Flush timeout and child lifetime bound, in seconds.");
 
 namespace {
 
+using sparseserve::Device;
+using sparseserve::DType;
+using sparseserve::Shape;
+using sparseserve::Tensor;
+using sparseserve::transfer::KvMemoryKind;
 using sparseserve::transfer::KvTransferOptions;
 using sparseserve::transfer::KvTransferSource;
 using sparseserve::transfer::KvTransferTarget;
@@ -59,6 +76,21 @@ struct Layout {
   size_t block_bytes = 0;
   size_t layer_bytes() const { return block_bytes * blocks_per_layer; }
 };
+
+bool OnGpu(const absl::Flag<std::string>& flag) {
+  return absl::GetFlag(flag) == "cuda";
+}
+
+// A GPU buffer of `bytes` (a multiple of 4) in the KV cache's kind of memory, or an error line.
+absl::StatusOr<Tensor> AllocateGpu(sparseserve::kernels::Backend& backend, size_t bytes) {
+  return backend.AllocateShareable(DType::kI32, Shape{static_cast<int64_t>(bytes / 4)});
+}
+
+// A host view of `data` as the i32 tensor the backend copies to and from.
+Tensor HostView(void* data, size_t bytes) {
+  return Tensor::Wrap(data, DType::kI32, Shape{static_cast<int64_t>(bytes / 4)}, Device::kHost,
+                      /*holder=*/nullptr);
+}
 
 bool WriteAll(int fd, const void* data, size_t size) {
   const char* p = static_cast<const char*>(data);
@@ -101,9 +133,32 @@ int RunTarget(const Layout& layout, const KvTransferOptions& options, int to_par
   const bool ucx_alloc = absl::GetFlag(FLAGS_ucx_alloc);
   std::vector<std::unique_ptr<char[]>> heap_pools;
   std::vector<char*> pools;  // [layers] base of each layer's pool
+  std::unique_ptr<sparseserve::kernels::Backend> gpu;
+  std::vector<Tensor> gpu_pools;  // [layers] with --memory=cuda
+  if (OnGpu(FLAGS_target_memory)) {
+    absl::StatusOr<std::unique_ptr<sparseserve::kernels::Backend>> backend =
+        sparseserve::kernels::CreateBackend(Device::kCuda);
+    if (!backend.ok()) {
+      std::fprintf(stderr, "target: %s\n", backend.status().ToString().c_str());
+      return 1;
+    }
+    gpu = *std::move(backend);
+  }
   for (int layer = 0; layer < layout.layers; ++layer) {
     absl::Status status;
-    if (ucx_alloc) {
+    if (gpu != nullptr) {
+      absl::StatusOr<Tensor> t = AllocateGpu(*gpu, layout.layer_bytes());
+      status = t.status();
+      if (t.ok()) {
+        gpu_pools.push_back(*std::move(t));
+        pools.push_back(static_cast<char*>(gpu_pools.back().raw_data()));
+        status = gpu->Synchronize();  // zero-filled before any PUT may land
+        if (status.ok()) {
+          status = (*target)->RegisterRegion(layer, pools.back(), layout.layer_bytes(),
+                                             KvMemoryKind::kCuda);
+        }
+      }
+    } else if (ucx_alloc) {
       absl::StatusOr<void*> base = (*target)->AllocateRegion(layer, layout.layer_bytes());
       status = base.status();
       if (base.ok()) pools.push_back(static_cast<char*>(*base));  // zero-filled by UCX path
@@ -130,10 +185,18 @@ int RunTarget(const Layout& layout, const KvTransferOptions& options, int to_par
   if (!ReadAll(from_parent, &contiguous, 1)) return 1;  // the parent is done PUTting
   const std::vector<int32_t> remote_ids = RemoteOrder(layout, contiguous != 0);
   uint64_t mismatches = 0;
+  std::vector<char> host_copy(gpu != nullptr ? layout.layer_bytes() : 0);
   for (int layer = 0; layer < layout.layers; ++layer) {
+    const char* blocks = pools[layer];
+    if (gpu != nullptr) {
+      if (!gpu->CopyToHost(gpu_pools[layer], HostView(host_copy.data(), host_copy.size())).ok()) {
+        return 1;
+      }
+      blocks = host_copy.data();
+    }
     for (int local = 0; local < layout.blocks_per_layer; ++local) {
       uint64_t tag = 0;
-      std::memcpy(&tag, pools[layer] + remote_ids[local] * layout.block_bytes, sizeof(tag));
+      std::memcpy(&tag, blocks + remote_ids[local] * layout.block_bytes, sizeof(tag));
       if (tag != static_cast<uint64_t>(local) + 1) ++mismatches;
     }
   }
@@ -165,8 +228,30 @@ int RunSource(const Layout& layout, const KvTransferOptions& options, int to_chi
     const uint64_t tag = static_cast<uint64_t>(block) + 1;
     std::memcpy(local.data() + block * layout.block_bytes, &tag, sizeof(tag));
   }
+  // With --source_memory=cuda the blocks are PUT from a GPU copy of `local`.
+  const char* local_base = local.data();
+  KvMemoryKind kind = KvMemoryKind::kHost;
+  std::unique_ptr<sparseserve::kernels::Backend> gpu;
+  Tensor gpu_local;
+  if (OnGpu(FLAGS_source_memory)) {
+    absl::StatusOr<std::unique_ptr<sparseserve::kernels::Backend>> backend =
+        sparseserve::kernels::CreateBackend(Device::kCuda);
+    absl::StatusOr<Tensor> t = backend.ok() ? AllocateGpu(**backend, local.size())
+                                            : absl::StatusOr<Tensor>(backend.status());
+    absl::Status status = t.status();
+    if (status.ok()) status = (*backend)->CopyFromHost(HostView(local.data(), local.size()), *t);
+    if (status.ok()) status = (*backend)->Synchronize();
+    if (!status.ok()) {
+      std::fprintf(stderr, "source: %s\n", status.ToString().c_str());
+      return 1;
+    }
+    gpu = *std::move(backend);
+    gpu_local = *std::move(t);
+    local_base = static_cast<const char*>(gpu_local.raw_data());
+    kind = KvMemoryKind::kCuda;
+  }
   for (int layer = 0; layer < layout.layers; ++layer) {
-    absl::Status status = (*source)->RegisterLocal(layer, local.data(), local.size());
+    absl::Status status = (*source)->RegisterLocal(layer, local_base, local.size(), kind);
     if (!status.ok()) {
       std::fprintf(stderr, "source: %s\n", status.ToString().c_str());
       return 1;
@@ -183,13 +268,13 @@ int RunSource(const Layout& layout, const KvTransferOptions& options, int to_chi
   const std::vector<int32_t> remote_ids = RemoteOrder(layout, contiguous);
   const double total_bytes = static_cast<double>(layout.layer_bytes()) * layout.layers;
   // A warm-up layer connects the endpoint and settles the transport before timing.
-  absl::Status status = (*session)->PutBlocks(0, local.data(), local_ids, remote_ids);
+  absl::Status status = (*session)->PutBlocks(0, local_base, local_ids, remote_ids);
   if (status.ok()) status = (*session)->Flush(absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
   double best_gbps = 0;
   for (int run = 0; status.ok() && run < absl::GetFlag(FLAGS_runs); ++run) {
     const auto start = std::chrono::steady_clock::now();
     for (int layer = 0; status.ok() && layer < layout.layers; ++layer) {
-      status = (*session)->PutBlocks(layer, local.data(), local_ids, remote_ids);
+      status = (*session)->PutBlocks(layer, local_base, local_ids, remote_ids);
     }
     if (status.ok()) status = (*session)->Flush(absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
     const double seconds =
@@ -217,10 +302,13 @@ int RunSource(const Layout& layout, const KvTransferOptions& options, int to_chi
     return 1;
   }
   std::printf(
-      "transports=%s target_memory=%s layers=%d blocks/layer=%d block=%zu KiB puts/run=%d "
+      "transports=%s memory=%s->%s layers=%d blocks/layer=%d block=%zu KiB puts/run=%d "
       "verified\n",
       options.transports.empty() ? "(UCX default)" : options.transports.c_str(),
-      absl::GetFlag(FLAGS_ucx_alloc) ? "ucx" : "heap", layout.layers, layout.blocks_per_layer,
+      absl::GetFlag(FLAGS_source_memory).c_str(),
+      OnGpu(FLAGS_target_memory) ? "cuda" : (absl::GetFlag(FLAGS_ucx_alloc) ? "ucx" : "heap"),
+      layout.layers,
+      layout.blocks_per_layer,
       layout.block_bytes / 1024,
       contiguous ? layout.layers : layout.layers * layout.blocks_per_layer);
   std::printf("RESULT kv_transfer_gbps=%.3f\n", best_gbps);
@@ -242,6 +330,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--total_mib too small for %d layers of %zu-byte blocks\n", layout.layers,
                  layout.block_bytes);
     return 2;
+  }
+  for (const std::string& memory :
+       {absl::GetFlag(FLAGS_source_memory), absl::GetFlag(FLAGS_target_memory)}) {
+    if (memory != "host" && memory != "cuda") {
+      std::fprintf(stderr, "--source_memory and --target_memory are host or cuda\n");
+      return 2;
+    }
   }
   KvTransferOptions options;
   options.transports = absl::GetFlag(FLAGS_transports);

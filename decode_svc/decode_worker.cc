@@ -57,9 +57,11 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Start(
   if (options.enable_kv_transfer) {
     const model::PagedKvCache& cache = w->runner_->cache();
     const bool kv_on_host = cache.layer(0).device() == Device::kHost;
-    SS_ASSIGN_OR_RETURN(const bool staged, transfer::UsesKvStaging(options.kv_staging, kv_on_host,
-                                                                   w->runner_->tensor_parallel()));
     SS_ASSIGN_OR_RETURN(w->kv_target_, transfer::KvTransferTarget::Create());
+    const bool gpu_direct = w->kv_target_->transport_info().gpu_direct();
+    SS_ASSIGN_OR_RETURN(const bool staged,
+                        transfer::UsesKvStaging(options.kv_staging, kv_on_host,
+                                                w->runner_->tensor_parallel(), gpu_direct));
     const uint64_t block_bytes = static_cast<uint64_t>(w->runner_->WholeHeadsBlockBytes());
     if (staged) {
       SS_ASSIGN_OR_RETURN(
@@ -70,11 +72,19 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Start(
               (1 << 20),
           " MiB; --kv-staging=", transfer::KvStagingModeName(options.kv_staging), ")");
     } else {
+      // Prefill workers PUT straight into the pool's blocks; the reservation table keeps a block
+      // out of reuse until its lease ends, so no PUT lands in a block it has released.
+      const transfer::KvMemoryKind kind =
+          kv_on_host ? transfer::KvMemoryKind::kHost : transfer::KvMemoryKind::kCuda;
       for (int l = 0; l < cache.shape().num_layers; ++l) {
         const Tensor& t = cache.layer(l);
-        SS_RETURN_IF_ERROR(w->kv_target_->RegisterRegion(l, t.raw_data(), t.nbytes()));
+        SS_RETURN_IF_ERROR(w->kv_target_->RegisterRegion(l, t.raw_data(), t.nbytes(), kind));
       }
-      transfer_mode = "direct into the KV pool (registered with UCX)";
+      transfer_mode = kv_on_host ? "direct into the KV pool (registered with UCX)"
+                                 : absl::StrCat("GPU to GPU into the KV pool (UCX cuda_ipc; "
+                                                "--kv-staging=",
+                                                transfer::KvStagingModeName(options.kv_staging),
+                                                ")");
     }
     SS_ASSIGN_OR_RETURN(info.kv_pool,
                         w->kv_target_->ExportPool(cache.shape().num_layers, block_bytes));

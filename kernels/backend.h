@@ -36,6 +36,13 @@ class Backend {
 
   // A zero-filled tensor in this backend's memory. kResourceExhausted when out of memory.
   virtual absl::StatusOr<Tensor> Allocate(DType dtype, Shape shape) = 0;
+  // As Allocate, in memory another process on this node can map: on CUDA a plain cudaMalloc
+  // allocation, which CUDA IPC (UCX's cuda_ipc transport) can export and the stream-ordered
+  // pool's cannot. For buffers that live as long as the backend, such as the KV cache a peer PUTs
+  // into GPU to GPU. Host memory on the CPU (Allocate).
+  virtual absl::StatusOr<Tensor> AllocateShareable(DType dtype, Shape shape) {
+    return Allocate(dtype, shape);
+  }
   // Copies a host tensor of any float dtype into `dst` (this backend's memory), converting dtype.
   virtual absl::Status CopyFromHost(const Tensor& src, const Tensor& dst) = 0;
   // Copies `src` (this backend's memory) into a host tensor of the same shape, converting dtype.

@@ -30,6 +30,9 @@ class OpTimingBackend final : public Backend {
   Device device() const override { return inner_->device(); }
   DType compute_dtype() const override { return inner_->compute_dtype(); }
   absl::StatusOr<Tensor> Allocate(DType dtype, Shape shape) override;
+  absl::StatusOr<Tensor> AllocateShareable(DType dtype, Shape shape) override {
+    return inner_->AllocateShareable(dtype, shape);  // once per buffer: not worth a timing row
+  }
   absl::Status CopyFromHost(const Tensor& src, const Tensor& dst) override;
   absl::Status CopyToHost(const Tensor& src, const Tensor& dst) override;
   absl::Status Copy(const Tensor& src, const Tensor& dst) override;

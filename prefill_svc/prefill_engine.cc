@@ -253,7 +253,13 @@ absl::Status PrefillEngine::PutLayer(Running& r, int layer) {
     };
     return ring_->StageAndPut(r.lane_idx, copy, layer, local, remote, *r.session, r.task.deadline);
   }
-  return r.session->PutBlocks(layer, runner_->cache().layer(layer).raw_data(), local, remote);
+  const Tensor& kv_layer = runner_->cache().layer(layer);
+  if (kv_layer.device() != Device::kHost) {
+    // GPU to GPU: the layer's K/V writes are queued on the device, and the PUT reads the memory
+    // as it is when UCX's copy runs.
+    SS_RETURN_IF_ERROR(runner_->backend().Synchronize());
+  }
+  return r.session->PutBlocks(layer, kv_layer.raw_data(), local, remote);
 }
 
 void PrefillEngine::EngineStep() {

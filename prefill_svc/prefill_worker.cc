@@ -22,9 +22,11 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(
   if (options.enable_kv_transfer) {
     const model::PagedKvCache& cache = w->runner_->cache();
     const bool kv_on_host = cache.layer(0).device() == Device::kHost;
-    SS_ASSIGN_OR_RETURN(const bool staged, transfer::UsesKvStaging(options.kv_staging, kv_on_host,
-                                                                   w->runner_->tensor_parallel()));
     SS_ASSIGN_OR_RETURN(w->kv_source_, transfer::KvTransferSource::Create());
+    const bool gpu_direct = w->kv_source_->transport_info().gpu_direct();
+    SS_ASSIGN_OR_RETURN(const bool staged,
+                        transfer::UsesKvStaging(options.kv_staging, kv_on_host,
+                                                w->runner_->tensor_parallel(), gpu_direct));
     if (staged) {
       // The whole-heads layout that moves between workers (kv::KvLayout): under tensor
       // parallelism the ranks' slices are gathered into it.
@@ -45,11 +47,17 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(
                        static_cast<double>(blocks * block_bytes) / (1 << 20),
                        " MiB; --kv-staging=", transfer::KvStagingModeName(options.kv_staging));
     } else {
+      const transfer::KvMemoryKind kind =
+          kv_on_host ? transfer::KvMemoryKind::kHost : transfer::KvMemoryKind::kCuda;
       for (int l = 0; l < cache.shape().num_layers; ++l) {
-        SS_RETURN_IF_ERROR(
-            w->kv_source_->RegisterLocal(l, cache.layer(l).raw_data(), cache.layer(l).nbytes()));
+        SS_RETURN_IF_ERROR(w->kv_source_->RegisterLocal(l, cache.layer(l).raw_data(),
+                                                        cache.layer(l).nbytes(), kind));
       }
-      transfer_mode = "direct from the KV cache (registered with UCX)";
+      transfer_mode = kv_on_host ? "direct from the KV cache (registered with UCX)"
+                                 : absl::StrCat("GPU to GPU from the KV cache (UCX cuda_ipc; "
+                                                "--kv-staging=",
+                                                transfer::KvStagingModeName(options.kv_staging),
+                                                ")");
     }
   }
   SS_ASSIGN_OR_RETURN(w->exporter_, metrics::MetricsExporter::Start(options.metrics_address));

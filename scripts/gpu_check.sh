@@ -4,7 +4,8 @@
 #   ../shared/tools/devbundle .devbundle build/bin/sparseserve build/bin/cuda_backend_test \
 #       build/kernels/libsparseserve_cuda_ops.so
 # and run `bash scripts/gpu_check.sh` there with .devbundle and models/ beside the tree.
-# Stages (default: all): tests sanitizer golden services eval (long-context accuracy) minference
+# Stages (default: all): tests sanitizer golden services kv_transfer (GPU-direct KV, issue 20)
+# eval (long-context accuracy) minference
 # (MInference's accuracy, issue 12) tokenselect tokenselect_eval tokenselect_bench (issue 13)
 # spec (speculative decoding against plain CUDA decoding on stories260K, issue 14: exactness,
 # acceptance, tokens/s with the controller and at a fixed draft length) spec_eval (the same on
@@ -34,7 +35,7 @@ rm -rf "$out" && mkdir -p "$out"
 source .devbundle/env.sh
 export SPARSESERVE_TEST_DATA_DIR=$root/tests/data SPARSESERVE_MODEL_MIRROR=$root/models
 export PYTHONUNBUFFERED=1
-stages=${*:-tests sanitizer golden services eval minference tokenselect tokenselect_eval spec spec_eval spec_verify spec_self window kernels attention tokenselect_bench peer bench baseline graphs shadow profile cublas ncu}
+stages=${*:-tests sanitizer golden services kv_transfer eval minference tokenselect tokenselect_eval spec spec_eval spec_verify spec_self window kernels attention tokenselect_bench peer bench baseline graphs shadow profile cublas ncu}
 summary=()
 run() {  # run NAME CMD... — logs to $out/NAME.log, records ok/FAIL
   local name=$1; shift
@@ -64,7 +65,32 @@ if has golden; then
     --temperature 0 --prefill-attention minference --sparse-prefill-threshold 0 \
     >$out/golden_minference.txt && cmp $out/golden_minference.txt tests/data/golden_once_upon_a_time.txt"
 fi
-has services && run services bash scripts/gpu_services_check.sh
+if has services; then
+  run services bash scripts/gpu_services_check.sh  # GPU to GPU (issue 20 item 2)
+  run services_staged env EXPECT_KV=staged bash scripts/gpu_services_check.sh --kv-staging on
+fi
+# Issue 20 item 2: KV PUT GPU to GPU between two processes (cuda_ipc) against ucx_perftest on GPU
+# memory with the same transports, the Llama-3-8B layout (32 layers x 256 blocks x 256 KiB), and
+# the host-memory path of a staged transfer; then the mixed and cross-node cases, each verified
+# block by block: host -> GPU, GPU -> host, and GPU -> GPU without cuda_ipc (tcp + cuda_copy, what
+# two nodes without RDMA have).
+if has kv_transfer; then
+  run kv_transfer_gpu bash bench/kv_transfer_vs_perftest.sh cuda_ipc,cuda_copy,tcp,self 2048 3 cuda
+  run kv_transfer_host bash bench/kv_transfer_vs_perftest.sh sm,self 2048 3 host
+  run kv_transfer_gpu_16g kv_transfer_bench --source_memory cuda --target_memory cuda \
+    --total_mib 16384 --runs 2 --contiguous
+  run kv_transfer_host_to_gpu kv_transfer_bench --source_memory host --target_memory cuda \
+    --total_mib 512 --runs 2
+  run kv_transfer_gpu_to_host kv_transfer_bench --source_memory cuda --target_memory host \
+    --total_mib 512 --runs 2
+  run kv_transfer_gpu_tcp kv_transfer_bench --source_memory cuda --target_memory cuda \
+    --transports tcp,cuda_copy,self --total_mib 512 --runs 2
+  run kv_transfer_proto env UCX_PROTO_INFO=y kv_transfer_bench --source_memory cuda \
+    --target_memory cuda --total_mib 256 --runs 1
+  # The goal's yardstick: a 128K-token prompt's prefill time (its KV is the 16 GiB above).
+  run kv_transfer_prefill_128k sparseserve bench model --synthetic llama3-8b --device cuda \
+    --prefill-lengths 131072 --decode-batches ''
+fi
 # Issue 11: the long-context accuracy table (dense, sliding window, transformers on a sample).
 has eval && run eval bash bench/longctx/eval_check.sh "$out"
 # Issue 12: MInference's accuracy beside dense at 8K and 16K, density in every cell.

@@ -13,8 +13,12 @@ rm -rf .devbundle .devpack
 mkdir -p .devpack
 # .nccl-tests/all_reduce_perf (scripts/build_nccl_tests.sh), when built: the peer of the tensor
 # parallel all-reduce figures.
+# kv_transfer_bench and the ucx_perftest of the UCX it links (PyPI's libucx-cu13, whose CUDA
+# module can run perftest on GPU memory): the GPU-direct KV transfer figures (issue 20).
+ucx_root=$(python3 -c 'import libucx, os; print(os.path.dirname(libucx.__file__))' 2>/dev/null || true)
+perftest=$( [ -x "$ucx_root/bin/ucx_perftest" ] && echo "$ucx_root/bin/ucx_perftest")
 ../shared/tools/devbundle .devbundle "$build/bin/sparseserve" "$build/bin/cuda_backend_test" \
-  "$build/kernels/libsparseserve_cuda_ops.so" \
+  "$build/kernels/libsparseserve_cuda_ops.so" "$build/bin/kv_transfer_bench" $perftest \
   $( [ -x .nccl-tests/all_reduce_perf ] && echo .nccl-tests/all_reduce_perf) >/dev/null
 # UCX loads its transports (tcp, shared memory, cuda_copy, ...) with dlopen from ucx/ next to
 # libucs; devbundle follows only linked libraries, so the module folder is copied by hand.

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # gpu_services_check.sh [UP FLAGS...] — the services on the CUDA backend, on one GPU (run by
-# gpu_check.sh; extra flags go to `up`, e.g. --prefill-tensor-parallel 2 on two GPUs):
-# `sparseserve up --device cuda` with one prefill and two decode workers sharing the GPU, then
-# greedy stories260K through the router with prompts long enough to cross --disagg-threshold, so
-# they are prefilled on the prefill worker and their KV moves to a decode worker staged through
-# host memory (--kv-staging=auto: the KV caches are in GPU memory). Checks: the golden
-# continuation (twice), a ~300-token prompt (several KV blocks per layer) equal to a
-# single-process `generate --device cuda`, and the metrics proving the KV really went prefill ->
-# decode: prefill worker transfer bytes and device->host staging copies, decode worker
-# host->device staging copies.
+# gpu_check.sh; extra flags go to `up`, e.g. --prefill-tensor-parallel 2 on two GPUs, or
+# --kv-staging on): `sparseserve up --device cuda` with one prefill and two decode workers sharing
+# the GPU, then greedy stories260K through the router with prompts long enough to cross
+# --disagg-threshold, so they are prefilled on the prefill worker and their KV moves to a decode
+# worker. Checks: the golden continuation (twice), a ~300-token prompt (several KV blocks per
+# layer) equal to a single-process `generate --device cuda`, and the metrics proving the KV really
+# went prefill -> decode the way EXPECT_KV says: `direct` (the default: GPU to GPU over UCX's
+# cuda_ipc, --kv-staging=auto with the transport present; no staging copy on either side) or
+# `staged` (through host memory: prefill worker device->host and decode worker host->device
+# staging copies).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -78,24 +79,34 @@ print(sum(float(l.rsplit(" ", 1)[1]) for l in page.splitlines()
 PY
 }
 positive() { python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) > 0 else 1)" "$1"; }
+expect=${EXPECT_KV:-direct}
 prefill_metrics=$(awk '/^WORKER prefill/ {print $5; exit}' "$log")
 bytes=$(metric "$prefill_metrics" sparseserve_kv_transfer_bytes_total)
 copies=$(metric "$prefill_metrics" sparseserve_kv_staging_copy_seconds_count)
-if positive "$bytes" && positive "$copies"; then
-  echo "ok   disaggregated prefill on the GPU: prefill worker sent $bytes KV bytes, $copies staged"
-else
-  echo "FAIL prefill worker KV transfer bytes '$bytes', staging copies '$copies' (want > 0)"
-  fails=$((fails + 1))
-fi
 adopted=0
 for m in $(awk '/^WORKER decode/ {print $5}' "$log"); do
   adopted=$(python3 -c "import sys; print(float(sys.argv[1]) + float(sys.argv[2]))" "$adopted" \
     "$(metric "$m" sparseserve_kv_staging_copy_seconds_count)")
 done
-if positive "$adopted"; then
-  echo "ok   decode workers copied staged KV into GPU memory ($adopted requests)"
+direct_lines=$(grep -c 'KV transfer GPU to GPU' "$log")
+if [ "$expect" = staged ]; then
+  if positive "$bytes" && positive "$copies" && positive "$adopted"; then
+    echo "ok   disaggregated prefill on the GPU, staged: $bytes KV bytes, $copies prefill and" \
+      "$adopted decode staging copies"
+  else
+    echo "FAIL staged KV: bytes '$bytes', prefill staging copies '$copies', decode '$adopted'"
+    fails=$((fails + 1))
+  fi
 else
-  echo "FAIL no decode worker adopted staged KV"; fails=$((fails + 1))
+  # Both ends log "KV transfer GPU to GPU ..." at start: 1 prefill + 2 decode workers.
+  if positive "$bytes" && ! positive "$copies" && ! positive "$adopted" && [ "$direct_lines" = 3 ]
+  then
+    echo "ok   disaggregated prefill on the GPU, GPU to GPU: $bytes KV bytes, no staging copy"
+  else
+    echo "FAIL GPU-direct KV: bytes '$bytes', staging copies '$copies' + '$adopted' (want 0)," \
+      "$direct_lines of 3 workers GPU to GPU"
+    fails=$((fails + 1))
+  fi
 fi
 
 kill -INT $pid; wait $pid; rc=$?

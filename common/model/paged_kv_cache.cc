@@ -17,8 +17,9 @@ absl::StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const PagedKv
   std::vector<Tensor> layers;
   layers.reserve(shape.num_layers);
   for (int l = 0; l < shape.num_layers; ++l) {
+    // Shareable: a prefill worker on this node may PUT into it GPU to GPU (CUDA IPC).
     SS_ASSIGN_OR_RETURN(Tensor t,
-                        backend.Allocate(backend.compute_dtype(),
+                        backend.AllocateShareable(backend.compute_dtype(),
                                          {int64_t{shape.num_blocks} * 2, shape.block_tokens,
                                           shape.num_kv_heads, shape.head_dim}));
     layers.push_back(std::move(t));

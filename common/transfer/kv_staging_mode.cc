@@ -22,7 +22,7 @@ absl::string_view KvStagingModeName(KvStagingMode mode) {
 }
 
 absl::StatusOr<bool> UsesKvStaging(KvStagingMode mode, bool kv_in_host_memory,
-                                   int tensor_parallel) {
+                                   int tensor_parallel, bool gpu_direct) {
   if (tensor_parallel > 1) {
     if (mode == KvStagingMode::kOff) {
       return absl::FailedPreconditionError(
@@ -32,13 +32,14 @@ absl::StatusOr<bool> UsesKvStaging(KvStagingMode mode, bool kv_in_host_memory,
     return true;
   }
   switch (mode) {
-    case KvStagingMode::kAuto: return !kv_in_host_memory;
+    case KvStagingMode::kAuto: return !kv_in_host_memory && !gpu_direct;
     case KvStagingMode::kOn: return true;
     case KvStagingMode::kOff:
-      if (kv_in_host_memory) return false;
+      if (kv_in_host_memory || gpu_direct) return false;
       return absl::FailedPreconditionError(
-          "KV staging is off but the KV cache is in GPU memory, which this UCX build cannot move "
-          "(it has no CUDA transport): use KV staging auto or on, or turn KV transfer off");
+          "KV staging is off but the KV cache is in GPU memory and this UCX has no cuda_ipc "
+          "transport to move it GPU to GPU (Debian's UCX 1.13 has none; PyPI's libucx-cu13 on a "
+          "machine with a GPU does): use KV staging auto or on, or turn KV transfer off");
   }
   return absl::InvalidArgumentError("unknown KV staging mode");
 }

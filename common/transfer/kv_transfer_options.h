@@ -9,6 +9,14 @@
 
 namespace sparseserve::transfer {
 
+// Where a registered KV buffer lives. UCX is told explicitly rather than left to detect it:
+// GPU memory registered as kCuda is what UCX's CUDA transports (cuda_ipc between processes on
+// one node) PUT into and from without host staging (issue 20 item 2).
+enum class KvMemoryKind {
+  kHost,
+  kCuda,  // a plain cudaMalloc allocation (CUDA IPC cannot export stream-ordered pool memory)
+};
+
 struct KvTransferOptions {
   // UCX transports in UCX_TLS syntax ("tcp,self", "sm,self", "rc,cuda_copy,..."). Empty (the
   // default) leaves the choice to UCX: its UCX_TLS environment variable, else all transports.

@@ -40,7 +40,8 @@ KvTransferSource::~KvTransferSource() {
   SS_CHECK(num_sessions_.load(std::memory_order_relaxed) == 0);
 }
 
-absl::Status KvTransferSource::RegisterLocal(int layer, const void* base, size_t bytes) {
+absl::Status KvTransferSource::RegisterLocal(int layer, const void* base, size_t bytes,
+                                             KvMemoryKind kind) {
   if (layer < 0) return absl::InvalidArgumentError(absl::StrCat("layer ", layer, " < 0"));
   {
     absl::MutexLock lock(&mu_);
@@ -49,7 +50,7 @@ absl::Status KvTransferSource::RegisterLocal(int layer, const void* base, size_t
     }
   }
   // Registration may pin memory and take a while: done outside the lock.
-  SS_ASSIGN_OR_RETURN(auto memory, internal::UcpMemoryRegion::Map(*context_, base, bytes));
+  SS_ASSIGN_OR_RETURN(auto memory, internal::UcpMemoryRegion::Map(*context_, base, bytes, kind));
   absl::MutexLock lock(&mu_);
   if (!local_regions_.emplace(layer, std::move(memory)).second) {
     return absl::AlreadyExistsError(absl::StrCat("local layer ", layer, " is registered"));
@@ -64,7 +65,8 @@ absl::Status KvTransferSource::RegisterSharedLocal(const void* base, size_t byte
       return absl::AlreadyExistsError("a shared local buffer is registered");
     }
   }
-  SS_ASSIGN_OR_RETURN(auto memory, internal::UcpMemoryRegion::Map(*context_, base, bytes));
+  SS_ASSIGN_OR_RETURN(auto memory, internal::UcpMemoryRegion::Map(*context_, base, bytes,
+                                                                  KvMemoryKind::kHost));
   absl::MutexLock lock(&mu_);
   if (shared_local_region_ != nullptr) {
     return absl::AlreadyExistsError("a shared local buffer is registered");

@@ -43,11 +43,13 @@ class KvTransferSource {
   KvTransferSource(const KvTransferSource&) = delete;
   KvTransferSource& operator=(const KvTransferSource&) = delete;
 
-  // Registers layer `layer`'s local KV buffer [base, base + bytes), the source of PutBlocks.
-  // REQUIRES: the buffer stays allocated until this source is destroyed.
+  // Registers layer `layer`'s local KV buffer [base, base + bytes) of `kind` memory, the source
+  // of PutBlocks. REQUIRES: the buffer stays allocated until this source is destroyed, and (kCuda)
+  // every write to a block has completed on the device before the block is PUT.
   // Returns kInvalidArgument for layer < 0, a null base or zero bytes, kAlreadyExists if the
   // layer is registered, or UCX's error.
-  absl::Status RegisterLocal(int layer, const void* base, size_t bytes);
+  absl::Status RegisterLocal(int layer, const void* base, size_t bytes,
+                             KvMemoryKind kind = KvMemoryKind::kHost);
 
   // Registers one buffer [base, base + bytes) as the local source of every layer that has no
   // buffer of its own (RegisterLocal): a host staging ring through which all layers' blocks pass.

@@ -37,7 +37,8 @@ KvTransferTarget::KvTransferTarget(std::unique_ptr<internal::UcpContext> context
 
 KvTransferTarget::~KvTransferTarget() = default;
 
-absl::Status KvTransferTarget::RegisterRegion(int layer, void* base, size_t bytes) {
+absl::Status KvTransferTarget::RegisterRegion(int layer, void* base, size_t bytes,
+                                              KvMemoryKind kind) {
   if (layer < 0) return absl::InvalidArgumentError(absl::StrCat("layer ", layer, " < 0"));
   {
     absl::MutexLock lock(&mu_);
@@ -46,7 +47,7 @@ absl::Status KvTransferTarget::RegisterRegion(int layer, void* base, size_t byte
     }
   }
   // Registration may pin memory and take a while: done outside the lock.
-  SS_ASSIGN_OR_RETURN(auto memory, internal::UcpMemoryRegion::Map(*context_, base, bytes));
+  SS_ASSIGN_OR_RETURN(auto memory, internal::UcpMemoryRegion::Map(*context_, base, bytes, kind));
   return AddRegion(layer, std::move(memory));
 }
 

@@ -47,11 +47,13 @@ class KvTransferTarget {
   KvTransferTarget(const KvTransferTarget&) = delete;
   KvTransferTarget& operator=(const KvTransferTarget&) = delete;
 
-  // Registers layer `layer`'s pool buffer [base, base + bytes) for remote PUTs.
+  // Registers layer `layer`'s pool buffer [base, base + bytes) of `kind` memory for remote PUTs
+  // (kCuda: GPU memory a peer on this node writes GPU to GPU, see transport_info().gpu_direct()).
   // REQUIRES: the buffer stays allocated until this target is destroyed.
   // Returns kInvalidArgument for layer < 0, a null base or zero bytes, kAlreadyExists if the
   // layer is registered, or UCX's error.
-  absl::Status RegisterRegion(int layer, void* base, size_t bytes);
+  absl::Status RegisterRegion(int layer, void* base, size_t bytes,
+                              KvMemoryKind kind = KvMemoryKind::kHost);
 
   // Allocates layer `layer`'s pool of `bytes` (zero-filled) through UCX and registers it; the
   // memory is valid until this target is destroyed.

@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include "absl/strings/string_view.h"
+
 namespace sparseserve::transfer {
 
 struct KvTransportInfo {
@@ -16,6 +18,13 @@ struct KvTransportInfo {
   std::string transports;
   // Every resource, "tl/device" comma-separated ("self/memory,tcp/lo,..."); for the log.
   std::string resources;
+
+  // Whether `name` ("cuda_ipc") is one of `transports`.
+  bool HasTransport(absl::string_view name) const;
+  // Whether KV in GPU memory can move GPU to GPU between processes on one node: UCX opened its
+  // cuda_ipc transport (UCX 1.22 from PyPI's libucx-cu13 on a machine with a GPU; Debian's 1.13
+  // has no CUDA transport).
+  bool gpu_direct() const { return HasTransport("cuda_ipc"); }
 };
 
 }  // namespace sparseserve::transfer

@@ -94,6 +94,32 @@ absl::StatusOr<Tensor> CudaBackend::Allocate(DType dtype, Shape shape) {
   return Tensor::Wrap(ptr, dtype, shape, Device::kCuda, std::move(owner));
 }
 
+absl::StatusOr<Tensor> CudaBackend::AllocateShareable(DType dtype, Shape shape) {
+  SS_RETURN_IF_ERROR(CheckNotCapturing("AllocateShareable"));
+  const size_t bytes = std::max<size_t>(static_cast<size_t>(shape.numel()) * DTypeSize(dtype), 16);
+  // cudaMalloc allocates on the calling thread's current device: make it this backend's.
+  int previous = 0;
+  SS_RETURN_IF_ERROR(CudaStatus(cudaGetDevice(&previous), "cudaGetDevice"));
+  SS_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_idx_), "cudaSetDevice"));
+  void* ptr = nullptr;
+  const cudaError_t err = cudaMalloc(&ptr, bytes);
+  cudaSetDevice(previous);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return CudaStatus(err, absl::StrCat("AllocateShareable ", DTypeName(dtype), shape.ToString(),
+                                        " (", bytes, " bytes)"));
+  }
+  shareable_bytes_->fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
+  // cudaFree waits for the device, so no queued kernel can still touch the memory.
+  std::shared_ptr<void> owner(ptr, [counter = shareable_bytes_, bytes](void* p) {
+    cudaFree(p);
+    counter->fetch_sub(static_cast<int64_t>(bytes), std::memory_order_relaxed);
+  });
+  SS_RETURN_IF_ERROR(
+      CudaStatus(cudaMemsetAsync(ptr, 0, bytes, stream()), "AllocateShareable memset"));
+  return Tensor::Wrap(ptr, dtype, shape, Device::kCuda, std::move(owner));
+}
+
 absl::Status CudaBackend::CopyFromHost(const Tensor& src, const Tensor& dst) {
   SS_RETURN_IF_ERROR(CheckNotCapturing("CopyFromHost"));
   if (src.device() != Device::kHost || dst.device() != Device::kCuda || !dst.is_contiguous()) {
@@ -213,7 +239,8 @@ absl::StatusOr<Backend::MemoryInfo> CudaBackend::GetMemoryInfo() {
   MemoryInfo info;
   info.free_bytes = static_cast<int64_t>(free_bytes + (reserved - used));
   info.total_bytes = static_cast<int64_t>(total_bytes);
-  info.used_bytes = static_cast<int64_t>(used);
+  info.used_bytes =
+      static_cast<int64_t>(used) + shareable_bytes_->load(std::memory_order_relaxed);
   return info;
 }
 

@@ -10,6 +10,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -33,6 +34,7 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::kCuda; }
   DType compute_dtype() const override { return DType::kBf16; }
   absl::StatusOr<Tensor> Allocate(DType dtype, Shape shape) override;
+  absl::StatusOr<Tensor> AllocateShareable(DType dtype, Shape shape) override;
   absl::Status CopyFromHost(const Tensor& src, const Tensor& dst) override;
   absl::Status CopyToHost(const Tensor& src, const Tensor& dst) override;
   absl::Status Copy(const Tensor& src, const Tensor& dst) override;
@@ -111,6 +113,11 @@ class CudaBackend final : public Backend {
   Tensor error_flag_;  // i32 [1]: set by kernels that meet invalid indices
   int sm_count_ = 0;
   int device_idx_ = 0;                           // the GPU
+  // Bytes held by live AllocateShareable tensors (outside the stream-ordered pool, so
+  // GetMemoryInfo adds them to used_bytes). Shared with their deleters, which may run on any
+  // thread after the backend is gone.
+  std::shared_ptr<std::atomic<int64_t>> shareable_bytes_ =
+      std::make_shared<std::atomic<int64_t>>(0);
   bool capturing_ = false;                       // inside CaptureGraph's `record`
   std::unique_ptr<SamplingState> sampling_;      // created by the first Sample call
   std::unique_ptr<MInferenceState> minference_;  // created by the first MInference plan

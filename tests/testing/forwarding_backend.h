@@ -20,6 +20,9 @@ class ForwardingBackend : public kernels::Backend {
   absl::StatusOr<Tensor> Allocate(DType dtype, Shape shape) override {
     return inner_->Allocate(dtype, shape);
   }
+  absl::StatusOr<Tensor> AllocateShareable(DType dtype, Shape shape) override {
+    return inner_->AllocateShareable(dtype, shape);
+  }
   absl::Status CopyFromHost(const Tensor& src, const Tensor& dst) override {
     return inner_->CopyFromHost(src, dst);
   }

@@ -1,10 +1,12 @@
 // Pure (no UCX connection) parts of common/transfer: the checksummed envelope, the
-// RemoteKvPool codec and the merging of block runs.
+// RemoteKvPool codec, the merging of block runs and the choice between staged and direct KV.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "common/transfer/internal/wire_envelope.h"
+#include "common/transfer/kv_staging_mode.h"
+#include "common/transfer/kv_transport_info.h"
 #include "common/transfer/remote_kv_pool.h"
 #include "gtest/gtest.h"
 
@@ -84,6 +86,44 @@ TEST(RemoteKvPoolTest, ParseRejectsTruncatedAndTrailingBytes) {
     EXPECT_FALSE(ParseRemoteKvPool(bytes.substr(0, size)).ok()) << "truncated to " << size;
   }
   EXPECT_FALSE(ParseRemoteKvPool(bytes + "x").ok());
+}
+
+TEST(KvTransportInfoTest, GpuDirectNeedsCudaIpc) {
+  KvTransportInfo info;
+  info.transports = "self,tcp,sysv,posix,cuda_copy,cuda_ipc,cma";
+  EXPECT_TRUE(info.HasTransport("tcp"));
+  EXPECT_TRUE(info.gpu_direct());
+  info.transports = "self,tcp,sysv,posix,cuda_copy,cma";  // cuda_copy alone moves within a process
+  EXPECT_FALSE(info.gpu_direct());
+  info.transports = "self,tcp,cuda_ipcx";  // whole names only
+  EXPECT_FALSE(info.gpu_direct());
+  EXPECT_FALSE(info.HasTransport("cuda"));
+}
+
+TEST(KvStagingModeTest, AutoStagesGpuKvOnlyWithoutGpuDirect) {
+  // Host KV cache: registered directly unless staging is forced.
+  EXPECT_EQ(*UsesKvStaging(KvStagingMode::kAuto, /*kv_in_host_memory=*/true), false);
+  EXPECT_EQ(*UsesKvStaging(KvStagingMode::kOn, true), true);
+  EXPECT_EQ(*UsesKvStaging(KvStagingMode::kOff, true), false);
+  // GPU KV cache: GPU to GPU with cuda_ipc, else staged; off without cuda_ipc is an error.
+  EXPECT_EQ(*UsesKvStaging(KvStagingMode::kAuto, false, 1, /*gpu_direct=*/true), false);
+  EXPECT_EQ(*UsesKvStaging(KvStagingMode::kAuto, false, 1, /*gpu_direct=*/false), true);
+  EXPECT_EQ(*UsesKvStaging(KvStagingMode::kOn, false, 1, true), true);
+  EXPECT_EQ(*UsesKvStaging(KvStagingMode::kOff, false, 1, true), false);
+  absl::StatusOr<bool> off = UsesKvStaging(KvStagingMode::kOff, false, 1, false);
+  EXPECT_EQ(off.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(off.status().message().find("cuda_ipc"), std::string::npos);
+  // Tensor parallelism gathers the ranks' heads in host memory: always staged.
+  EXPECT_EQ(*UsesKvStaging(KvStagingMode::kAuto, false, 2, true), true);
+  EXPECT_EQ(UsesKvStaging(KvStagingMode::kOff, false, 2, true).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(KvStagingModeTest, ParsesItsNames) {
+  for (KvStagingMode mode : {KvStagingMode::kAuto, KvStagingMode::kOn, KvStagingMode::kOff}) {
+    EXPECT_EQ(*ParseKvStagingMode(KvStagingModeName(mode)), mode);
+  }
+  EXPECT_EQ(ParseKvStagingMode("gpu").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

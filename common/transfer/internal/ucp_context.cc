@@ -17,6 +17,17 @@ namespace sparseserve::transfer::internal {
 absl::StatusOr<std::unique_ptr<UcpContext>> UcpContext::Create(const std::string& transports) {
   ucp_config_t* config = nullptr;
   SS_RETURN_IF_ERROR(UcsToStatus(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read"));
+  // UCX's memory-type cache learns of GPU allocations through UCM's hooks on the CUDA allocation
+  // calls, which never see this project's (the CUDA runtime is linked statically); with the cache
+  // on, UCX takes a cudaMalloc'ed KV cache for host memory and ucp_mem_map fails. Off, UCX asks the
+  // CUDA driver about each address it registers. An operator's UCX_MEMTYPE_CACHE still wins.
+  if (std::getenv("UCX_MEMTYPE_CACHE") == nullptr) {
+    ucs_status_t status = ucp_config_modify(config, "MEMTYPE_CACHE", "n");
+    if (status != UCS_OK) {
+      ucp_config_release(config);
+      return UcsToStatus(status, "UCX MEMTYPE_CACHE=n");
+    }
+  }
   if (!transports.empty()) {
     ucs_status_t status = ucp_config_modify(config, "TLS", transports.c_str());
     if (status != UCS_OK) {

@@ -10,18 +10,23 @@ namespace sparseserve::transfer::internal {
 
 absl::StatusOr<std::unique_ptr<UcpMemoryRegion>> UcpMemoryRegion::Map(const UcpContext& context,
                                                                       const void* base,
-                                                                      size_t bytes) {
+                                                                      size_t bytes,
+                                                                      KvMemoryKind kind) {
   if (base == nullptr || bytes == 0) {
     return absl::InvalidArgumentError("ucp_mem_map: null base or zero length");
   }
   ucp_mem_map_params_t params{};
-  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                      UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+  params.memory_type = kind == KvMemoryKind::kCuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
   // UCX takes a non-const pointer but only registers the range; it does not write through it.
   params.address = const_cast<void*>(base);
   params.length = bytes;
   ucp_mem_h memh = nullptr;
   SS_RETURN_IF_ERROR(UcsToStatus(ucp_mem_map(context.handle(), &params, &memh),
-                                 absl::StrCat("ucp_mem_map of ", bytes, " bytes")));
+                                 absl::StrCat("ucp_mem_map of ", bytes, " bytes of ",
+                                              kind == KvMemoryKind::kCuda ? "GPU" : "host",
+                                              " memory")));
   return std::unique_ptr<UcpMemoryRegion>(new UcpMemoryRegion(
       context.handle(), memh, static_cast<char*>(const_cast<void*>(base)), bytes));
 }

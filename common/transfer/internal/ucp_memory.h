@@ -20,15 +20,18 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/transfer/internal/ucp_context.h"
+#include "common/transfer/kv_transfer_options.h"
 
 namespace sparseserve::transfer::internal {
 
 class UcpMemoryRegion {
  public:
-  // Registers [base, base + bytes) with `context` (borrowed; must outlive the region).
-  // Returns kInvalidArgument for a null base or zero bytes, or UCX's error.
+  // Registers [base, base + bytes) of `kind` memory with `context` (borrowed; must outlive the
+  // region). Returns kInvalidArgument for a null base or zero bytes, or UCX's error
+  // (kUnimplemented-like UCX errors when no transport of `context` handles that memory).
   static absl::StatusOr<std::unique_ptr<UcpMemoryRegion>> Map(const UcpContext& context,
-                                                              const void* base, size_t bytes);
+                                                              const void* base, size_t bytes,
+                                                              KvMemoryKind kind);
   // Lets UCX allocate `bytes` of host memory (zero-filled) and registers it.
   // Returns kInvalidArgument for zero bytes, or UCX's error (kResourceExhausted when out of
   // memory).
