@@ -14,7 +14,7 @@ pkgs=(aiperf==0.13.0 aiofiles==24.1.0 aiosqlite==0.22.1 annotated-types==0.8.0 c
       ffmpeg-python==0.2.0 future==1.0.0 msgspec==0.22.0 orjson==3.11.9 pydantic==2.14.4
       pydantic-core==2.50.5 pydantic-settings==2.16.3 ruamel.yaml==0.18.17
       ruamel.yaml.clib==0.2.15 setproctitle==1.3.8 typing-inspection==0.4.5 pyzmq==26.4.0
-      zstandard==0.25.0 rich==14.1.0 jmespath==1.0.1)
+      zstandard==0.25.0 rich==14.1.0 jmespath==1.0.1 attrs==26.1.0)
 for p in "${pkgs[@]}"; do
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \

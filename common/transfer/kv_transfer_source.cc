@@ -1,8 +1,13 @@
 #include "common/transfer/kv_transfer_source.h"
 
+#include <algorithm>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/core/check.h"
 #include "common/core/logging.h"
 #include "common/core/status.h"
@@ -51,6 +56,7 @@ absl::Status KvTransferSource::RegisterLocal(int layer, const void* base, size_t
   }
   // Registration may pin memory and take a while: done outside the lock.
   SS_ASSIGN_OR_RETURN(auto memory, internal::UcpMemoryRegion::Map(*context_, base, bytes, kind));
+  if (kind == KvMemoryKind::kCuda) has_cuda_local_.store(true, std::memory_order_relaxed);
   absl::MutexLock lock(&mu_);
   if (!local_regions_.emplace(layer, std::move(memory)).second) {
     return absl::AlreadyExistsError(absl::StrCat("local layer ", layer, " is registered"));
@@ -105,6 +111,30 @@ absl::StatusOr<std::unique_ptr<internal::UcpEndpoint>> KvTransferSource::Connect
   return endpoint;
 }
 
+void KvTransferSource::ReportLanes(const internal::UcpEndpoint& endpoint) {
+  // Once per process: a session per request would repeat it for every prompt.
+  if (lanes_reported_.exchange(true, std::memory_order_relaxed)) return;
+  const std::vector<std::string> lanes = endpoint.Transports();
+  if (lanes.empty()) return;  // UCX < 1.14 cannot tell
+  SS_LOG_INFO("KV transfer endpoint lanes: {}", absl::StrJoin(lanes, ", "));
+  if (!has_cuda_local_.load(std::memory_order_relaxed)) return;
+  // GPU memory moves fast only GPU to GPU on one node (cuda_ipc) or over RDMA that registers GPU
+  // memory (GPUDirect RDMA); otherwise UCX bounces it through host buffers over tcp, measured at
+  // ~0.1 GB/s (bench/RESULTS.md), far slower than staging.
+  const bool fast = std::any_of(lanes.begin(), lanes.end(), [](const std::string& lane) {
+    return absl::StartsWith(lane, "cuda_ipc/") || absl::StartsWith(lane, "rc") ||
+           absl::StartsWith(lane, "dc") || absl::StartsWith(lane, "ud") ||
+           absl::StartsWith(lane, "gga");
+  });
+  if (!fast) {
+    SS_LOG_WARNING(
+        "KV in GPU memory goes to this decode worker over {} (no cuda_ipc: another node, or its "
+        "GPU is not visible here; no RDMA): slow. Use --kv-staging=on on both workers for peers "
+        "on other nodes",
+        absl::StrJoin(lanes, ", "));
+  }
+}
+
 absl::StatusOr<std::unique_ptr<KvWriteSession>> KvTransferSource::Connect(
     const RemoteKvPool& remote) {
   if (remote.block_bytes == 0) return absl::InvalidArgumentError("block_bytes is 0");
@@ -137,6 +167,7 @@ absl::StatusOr<std::unique_ptr<KvWriteSession>> KvTransferSource::Connect(
 
   std::unique_ptr<KvWriteSession> session(new KvWriteSession(*this, remote.block_bytes));
   SS_ASSIGN_OR_RETURN(session->endpoint_, ConnectEndpoint(address.payload));
+  ReportLanes(*session->endpoint_);
   for (size_t layer = 0; layer < keys.size(); ++layer) {
     KvWriteSession::RemoteLayer remote_layer;
     absl::StatusOr<std::unique_ptr<internal::UcpRemoteKey>> rkey =

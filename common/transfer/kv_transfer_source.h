@@ -77,6 +77,9 @@ class KvTransferSource {
 
   // Connects to a raw UCX address with peer failure detection if the transports allow it.
   absl::StatusOr<std::unique_ptr<internal::UcpEndpoint>> ConnectEndpoint(absl::string_view address);
+  // Logs the lanes UCX chose for the first session, and warns when KV in GPU memory would go over
+  // a slow path (neither cuda_ipc nor RDMA).
+  void ReportLanes(const internal::UcpEndpoint& endpoint);
   // The registration of `layer` (its own, else the shared one), or nullptr. The region lives as
   // long as the source.
   const internal::UcpMemoryRegion* FindLocal(int layer) const;
@@ -94,6 +97,10 @@ class KvTransferSource {
   // Set once a Connect found that the transports cannot detect peer failure, so later ones
   // skip the attempt (and UCX's error line). A cached capability bit: relaxed order suffices.
   std::atomic<bool> peer_detection_unsupported_{false};
+  // Set once a layer was registered as GPU memory, and once the first session's lanes were
+  // logged. Flags read without ordering other data: relaxed order suffices.
+  std::atomic<bool> has_cuda_local_{false};
+  std::atomic<bool> lanes_reported_{false};
   // Live sessions; a counter only (checked in the destructor), so relaxed order suffices.
   std::atomic<int> num_sessions_{0};
   std::unique_ptr<internal::UcpProgressThread> progress_;

@@ -1,5 +1,11 @@
 #include "common/transfer/internal/ucp_endpoint.h"
 
+#include <ucp/api/ucp_version.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
 #include "common/core/logging.h"
 #include "common/core/status.h"
 #include "common/transfer/internal/ucp_request_waiter.h"
@@ -47,6 +53,24 @@ UcpEndpoint::~UcpEndpoint() {
   } else if (*status != UCS_OK && !failed) {
     SS_LOG_DEBUG("UCX endpoint close: {}", ucs_status_string(*status));
   }
+}
+
+std::vector<std::string> UcpEndpoint::Transports() const {
+  std::vector<std::string> names;
+#if UCP_API_VERSION >= UCP_VERSION(1, 14)
+  ucp_transport_entry_t entries[16];
+  ucp_ep_attr_t attr{};
+  attr.field_mask = UCP_EP_ATTR_FIELD_TRANSPORTS;
+  attr.transports.entries = entries;
+  attr.transports.num_entries = 16;
+  attr.transports.entry_size = sizeof(ucp_transport_entry_t);
+  if (ucp_ep_query(ep_, &attr) != UCS_OK) return names;
+  for (unsigned i = 0; i < attr.transports.num_entries; ++i) {
+    std::string name = absl::StrCat(entries[i].transport_name, "/", entries[i].device_name);
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+#endif
+  return names;
 }
 
 ucs_status_t UcpEndpoint::failure() const {

@@ -15,6 +15,8 @@
 #include <ucp/api/ucp.h>
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -43,6 +45,10 @@ class UcpEndpoint {
   UcpEndpoint& operator=(const UcpEndpoint&) = delete;
 
   ucp_ep_h handle() const { return ep_; }
+
+  // The "transport/device" pairs of the endpoint's lanes ("cuda_ipc/cuda", "tcp/eth0"), as UCX
+  // chose them for the peer at creation. Empty with a UCX older than 1.14 (no ucp_ep_query).
+  std::vector<std::string> Transports() const;
 
   // UCS_OK while no failure was reported, else the first error UCX reported for the peer.
   ucs_status_t failure() const;
