@@ -47,6 +47,7 @@ max() { awk -v a="$1" -v b="$2" 'BEGIN { print (a > b ? a : b) }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { print (b > 0 ? a / b : 0) }'; }
 big=0
 case $tls in *tcp*) big=0 ;; *) big=1 ;; esac
+[ "$memory" = cuda ] && big=1  # GPU memory moves over cuda_ipc even when tcp is listed
 best_ours=0 best_theirs=0 best_big=0
 for round in $(seq "$rounds"); do
   ours=$(bench_gbps)

@@ -27,6 +27,10 @@ if [ -n "$ucs" ] && [ -d "$(dirname "$ucs")/ucx" ]; then
   rm -rf .devbundle/lib/ucx  # devbundle's guess is the system UCX's modules: a different version
   mkdir -p .devbundle/lib/ucx
   cp -L "$(dirname "$ucs")"/ucx/*.so.0 .devbundle/lib/ucx/
+  # The wheel's vendored libraries (ucx_perftest's CUDA module needs its own libcudart and
+  # libgomp; found there through .devbundle/env.sh's LD_LIBRARY_PATH).
+  libs=$(dirname "$ucs")/../../libucx_cu13.libs
+  [ -d "$libs" ] && cp -L "$libs"/*.so* .devbundle/lib/
 fi
 strip --strip-debug .devbundle/bin/* .devbundle/lib/libsparseserve_cuda_ops.so
 bundles=.devbundle

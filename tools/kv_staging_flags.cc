@@ -7,11 +7,12 @@
 #include "absl/strings/str_cat.h"
 
 ABSL_FLAG(std::string, kv_staging, "auto",
-          "How KV moves between prefill and decode workers: 'auto' stages it through registered "
-          "host memory exactly when the KV cache is in GPU memory (the UCX here moves host "
-          "memory only), 'on' always stages (also for a CPU KV cache), 'off' never does (the "
-          "KV cache itself is registered; fails at start for a GPU KV cache). For decode and "
-          "prefill workers.");
+          "How KV moves between prefill and decode workers: 'auto' registers the KV cache itself "
+          "when it is in host memory or when UCX has its cuda_ipc transport (GPU to GPU between "
+          "workers on one node), and otherwise stages it through registered host memory; 'on' "
+          "always stages (also for a CPU KV cache; use it for GPU workers on different nodes "
+          "without GPUDirect RDMA); 'off' never does (fails at start where the KV cache cannot "
+          "be registered). Set the same on decode and prefill workers.");
 ABSL_FLAG(double, kv_staging_mb, 2048,
           "Decode worker: MiB of host memory (all layers) for the staging area prefill workers "
           "write into. Bounds the KV of reserved prompts not yet adopted: a prompt that does not "

@@ -2,6 +2,8 @@
 
 #include <poll.h>
 
+#include <chrono>
+
 #include "common/core/logging.h"
 
 namespace sparseserve::transfer::internal {
@@ -35,6 +37,10 @@ void UcpProgressThread::Run() {
   ucp_worker_h worker = worker_->handle();
   int idle_rounds = 0;
   while (!stop_.load(std::memory_order_acquire)) {
+    if (bursts_.load(std::memory_order_relaxed) > 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));  // the poster progresses
+      continue;
+    }
     if (ucp_worker_progress(worker) != 0) {
       idle_rounds = 0;
       continue;

@@ -31,6 +31,16 @@ class UcpProgressThread {
   // Wakes the thread if it sleeps; call after posting work from another thread.
   void Wake();
 
+  // Brackets a burst of operations posted by one caller, who progresses the worker itself
+  // meanwhile (ucp_worker_progress between posts): the thread stays off the worker's lock, which
+  // it would otherwise take between every two posts of the caller. Bursts of several threads may
+  // overlap. EndBurst wakes the thread.
+  void BeginBurst() { bursts_.fetch_add(1, std::memory_order_relaxed); }
+  void EndBurst() {
+    bursts_.fetch_sub(1, std::memory_order_relaxed);
+    Wake();
+  }
+
  private:
   void Run();
 
@@ -38,6 +48,8 @@ class UcpProgressThread {
   // Set once by the destructor, read by the loop; release/acquire so the loop sees it promptly
   // and in order with Wake()'s signal (no data is published through it).
   std::atomic<bool> stop_{false};
+  // Callers inside a burst. A hint only (the worker lock orders UCX's state): relaxed suffices.
+  std::atomic<int> bursts_{0};
   std::thread thread_;
 };
 
