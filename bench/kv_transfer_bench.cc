@@ -11,7 +11,10 @@
 // --source_memory=cuda / --target_memory=cuda put that end's KV in GPU memory (the KV cache's
 // AllocateShareable, registered as CUDA memory); with both, the PUTs go GPU to GPU through UCX's
 // CUDA transports (cuda_ipc between two processes on one node; issue 20 item 2). One of them
-// alone is the mixed case of a staged worker facing a GPU-direct one.
+// alone is the mixed case of a staged worker facing a GPU-direct one. --staged is the path GPU KV
+// takes with --kv-staging=on: both ends' KV in GPU memory, each layer copied device -> host into a
+// registered host buffer and PUT from there into the decode side's host staging area, which is
+// copied host -> device into its GPU pool after the flush (that copy is timed into the run).
 //
 // Prints one line per run and a summary line `RESULT kv_transfer_gbps=<best GB/s>` (GB = 1e9 B)
 // that bench/kv_transfer_vs_perftest.sh parses. Both processes fork before touching UCX or CUDA.
@@ -34,6 +37,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/time/time.h"
+#include "common/core/status.h"
 #include "common/tensor/tensor.h"
 #include "common/transfer/kv_transfer_source.h"
 #include "common/transfer/kv_transfer_target.h"
@@ -55,6 +59,9 @@ ABSL_FLAG(std::string, source_memory, "host",
 ABSL_FLAG(std::string, target_memory, "host",
           "Where the decode side's KV pool lives: host, or cuda (GPU 0; --ucx_alloc does not "
           "apply).");
+ABSL_FLAG(bool, staged, false,
+          "Both ends in GPU memory, moved through host staging memory (as --kv-staging=on); "
+          "overrides --source_memory/--target_memory.");
 ABSL_FLAG(int, timeout_s, 120, "Flush timeout and child lifetime bound, in seconds.");
 
 namespace {
@@ -78,8 +85,12 @@ struct Layout {
 };
 
 bool OnGpu(const absl::Flag<std::string>& flag) {
-  return absl::GetFlag(flag) == "cuda";
+  return absl::GetFlag(flag) == "cuda" || absl::GetFlag(FLAGS_staged);
 }
+
+// The source's request, after a staged run's flush, that the target copy its staging area into
+// its GPU pool (answered with the copy's seconds); distinct from the final "done" byte (0 or 1).
+constexpr char kCopyCommand = 'c';
 
 // A GPU buffer of `bytes` (a multiple of 4) in the KV cache's kind of memory, or an error line.
 absl::StatusOr<Tensor> AllocateGpu(sparseserve::kernels::Backend& backend, size_t bytes) {
@@ -122,6 +133,28 @@ std::vector<int32_t> RemoteOrder(const Layout& layout, bool contiguous) {
   return ids;
 }
 
+// Registers layer `layer`'s pool with `target` and appends its base to `pools`: the GPU tensor
+// gpu_pools.back() itself (GPU to GPU), else host memory (UCX-allocated for --ucx_alloc and
+// --staged, else heap memory kept in `heap_pools`).
+absl::Status AddTargetLayer(KvTransferTarget& target, int layer, const Layout& layout,
+                            std::vector<Tensor>& gpu_pools, std::vector<char*>& pools,
+                            std::vector<std::unique_ptr<char[]>>& heap_pools) {
+  const bool staged = absl::GetFlag(FLAGS_staged);
+  if (!gpu_pools.empty() && !staged) {
+    pools.push_back(static_cast<char*>(gpu_pools.back().raw_data()));
+    return target.RegisterRegion(layer, pools.back(), layout.layer_bytes(), KvMemoryKind::kCuda);
+  }
+  if (absl::GetFlag(FLAGS_ucx_alloc) || staged) {
+    SS_ASSIGN_OR_RETURN(void* base, target.AllocateRegion(layer, layout.layer_bytes()));
+    pools.push_back(static_cast<char*>(base));  // zero-filled by UCX path
+    return absl::OkStatus();
+  }
+  heap_pools.push_back(std::make_unique<char[]>(layout.layer_bytes()));
+  pools.push_back(heap_pools.back().get());
+  std::memset(pools.back(), 0, layout.layer_bytes());  // fault the pages in now
+  return target.RegisterRegion(layer, pools.back(), layout.layer_bytes());
+}
+
 // The decode side: registers the pools, publishes them, waits for "done", verifies.
 int RunTarget(const Layout& layout, const KvTransferOptions& options, int to_parent,
               int from_parent) {
@@ -130,11 +163,10 @@ int RunTarget(const Layout& layout, const KvTransferOptions& options, int to_par
     std::fprintf(stderr, "target: %s\n", target.status().ToString().c_str());
     return 1;
   }
-  const bool ucx_alloc = absl::GetFlag(FLAGS_ucx_alloc);
   std::vector<std::unique_ptr<char[]>> heap_pools;
   std::vector<char*> pools;  // [layers] base of each layer's pool
   std::unique_ptr<sparseserve::kernels::Backend> gpu;
-  std::vector<Tensor> gpu_pools;  // [layers] with --memory=cuda
+  std::vector<Tensor> gpu_pools;  // [layers] with --target_memory=cuda or --staged
   if (OnGpu(FLAGS_target_memory)) {
     absl::StatusOr<std::unique_ptr<sparseserve::kernels::Backend>> backend =
         sparseserve::kernels::CreateBackend(Device::kCuda);
@@ -145,29 +177,16 @@ int RunTarget(const Layout& layout, const KvTransferOptions& options, int to_par
     gpu = *std::move(backend);
   }
   for (int layer = 0; layer < layout.layers; ++layer) {
+    // The layer's pool: GPU memory registered for GPU-to-GPU PUTs, or a registered host region
+    // (UCX-allocated like a staging area, or heap memory), which --staged copies into GPU memory.
     absl::Status status;
     if (gpu != nullptr) {
       absl::StatusOr<Tensor> t = AllocateGpu(*gpu, layout.layer_bytes());
       status = t.status();
-      if (t.ok()) {
-        gpu_pools.push_back(*std::move(t));
-        pools.push_back(static_cast<char*>(gpu_pools.back().raw_data()));
-        status = gpu->Synchronize();  // zero-filled before any PUT may land
-        if (status.ok()) {
-          status = (*target)->RegisterRegion(layer, pools.back(), layout.layer_bytes(),
-                                             KvMemoryKind::kCuda);
-        }
-      }
-    } else if (ucx_alloc) {
-      absl::StatusOr<void*> base = (*target)->AllocateRegion(layer, layout.layer_bytes());
-      status = base.status();
-      if (base.ok()) pools.push_back(static_cast<char*>(*base));  // zero-filled by UCX path
-    } else {
-      heap_pools.push_back(std::make_unique<char[]>(layout.layer_bytes()));
-      pools.push_back(heap_pools.back().get());
-      std::memset(pools.back(), 0, layout.layer_bytes());  // fault the pages in now
-      status = (*target)->RegisterRegion(layer, pools.back(), layout.layer_bytes());
+      if (t.ok()) gpu_pools.push_back(*std::move(t));
+      if (status.ok()) status = gpu->Synchronize();  // zero-filled before any PUT may land
     }
+    if (status.ok()) status = AddTargetLayer(**target, layer, layout, gpu_pools, pools, heap_pools);
     if (!status.ok()) {
       std::fprintf(stderr, "target: %s\n", status.ToString().c_str());
       return 1;
@@ -182,7 +201,23 @@ int RunTarget(const Layout& layout, const KvTransferOptions& options, int to_par
     return 1;
   }
   char contiguous = 0;
-  if (!ReadAll(from_parent, &contiguous, 1)) return 1;  // the parent is done PUTting
+  for (;;) {  // copy requests of staged runs, then the parent is done PUTting
+    if (!ReadAll(from_parent, &contiguous, 1)) return 1;
+    if (contiguous != kCopyCommand) break;
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status status;
+    for (int layer = 0; status.ok() && layer < layout.layers; ++layer) {
+      status = gpu->CopyFromHost(HostView(pools[layer], layout.layer_bytes()), gpu_pools[layer]);
+    }
+    if (status.ok()) status = gpu->Synchronize();
+    if (!status.ok()) {
+      std::fprintf(stderr, "target: %s\n", status.ToString().c_str());
+      return 1;
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!WriteAll(to_parent, &seconds, sizeof(seconds))) return 1;
+  }
   const std::vector<int32_t> remote_ids = RemoteOrder(layout, contiguous != 0);
   uint64_t mismatches = 0;
   std::vector<char> host_copy(gpu != nullptr ? layout.layer_bytes() : 0);
@@ -250,13 +285,32 @@ int RunSource(const Layout& layout, const KvTransferOptions& options, int to_chi
     local_base = static_cast<const char*>(gpu_local.raw_data());
     kind = KvMemoryKind::kCuda;
   }
-  for (int layer = 0; layer < layout.layers; ++layer) {
+  // --staged: every layer's blocks are copied device -> host into their slot of `ring` (the
+  // prefill worker's staging ring, registered once for all layers) and PUT from there.
+  const bool staged = absl::GetFlag(FLAGS_staged);
+  std::vector<char> ring(staged ? local.size() * layout.layers : 0);
+  if (staged) {
+    std::memset(ring.data(), 0, ring.size());  // fault the pages in now
+    absl::Status status = (*source)->RegisterSharedLocal(ring.data(), ring.size());
+    if (!status.ok()) {
+      std::fprintf(stderr, "source: %s\n", status.ToString().c_str());
+      return 1;
+    }
+  }
+  for (int layer = 0; !staged && layer < layout.layers; ++layer) {
     absl::Status status = (*source)->RegisterLocal(layer, local_base, local.size(), kind);
     if (!status.ok()) {
       std::fprintf(stderr, "source: %s\n", status.ToString().c_str());
       return 1;
     }
   }
+  // Where layer `layer` is PUT from; for --staged, copies it there first.
+  const auto layer_source = [&](int layer) -> absl::StatusOr<const char*> {
+    if (!staged) return local_base;
+    char* slot = ring.data() + static_cast<size_t>(layer) * local.size();
+    SS_RETURN_IF_ERROR(gpu->CopyToHost(gpu_local, HostView(slot, local.size())));
+    return slot;
+  };
   absl::StatusOr<std::unique_ptr<KvWriteSession>> session = (*source)->Connect(*pool);
   if (!session.ok()) {
     std::fprintf(stderr, "source: %s\n", session.status().ToString().c_str());
@@ -268,22 +322,34 @@ int RunSource(const Layout& layout, const KvTransferOptions& options, int to_chi
   const std::vector<int32_t> remote_ids = RemoteOrder(layout, contiguous);
   const double total_bytes = static_cast<double>(layout.layer_bytes()) * layout.layers;
   // A warm-up layer connects the endpoint and settles the transport before timing.
-  absl::Status status = (*session)->PutBlocks(0, local_base, local_ids, remote_ids);
+  absl::StatusOr<const char*> first = layer_source(0);
+  absl::Status status = first.status();
+  if (status.ok()) status = (*session)->PutBlocks(0, *first, local_ids, remote_ids);
   if (status.ok()) status = (*session)->Flush(absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
   double best_gbps = 0;
   for (int run = 0; status.ok() && run < absl::GetFlag(FLAGS_runs); ++run) {
     const auto start = std::chrono::steady_clock::now();
     for (int layer = 0; status.ok() && layer < layout.layers; ++layer) {
-      status = (*session)->PutBlocks(layer, local_base, local_ids, remote_ids);
+      absl::StatusOr<const char*> from = layer_source(layer);
+      status = from.status();
+      if (status.ok()) status = (*session)->PutBlocks(layer, *from, local_ids, remote_ids);
     }
     if (status.ok()) status = (*session)->Flush(absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
+    double copy_seconds = 0;  // the decode side's host -> device copy of a staged run
+    if (status.ok() && staged &&
+        (!WriteAll(to_child, &kCopyCommand, 1) ||
+         !ReadAll(from_child, &copy_seconds, sizeof(copy_seconds)))) {
+      status = absl::InternalError("the target process did not copy its staging area");
+    }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!status.ok()) break;
     const double gbps = total_bytes / seconds / 1e9;
     best_gbps = std::max(best_gbps, gbps);
-    std::printf("run %d: %.1f MiB in %.3f s = %.2f GB/s\n", run, total_bytes / (1 << 20), seconds,
+    std::printf("run %d: %.1f MiB in %.3f s = %.2f GB/s", run, total_bytes / (1 << 20), seconds,
                 gbps);
+    if (staged) std::printf(" (decode side's host -> device copy %.3f s)", copy_seconds);
+    std::printf("\n");
   }
   if (!status.ok()) {
     std::fprintf(stderr, "source: %s\n", status.ToString().c_str());
@@ -305,8 +371,10 @@ int RunSource(const Layout& layout, const KvTransferOptions& options, int to_chi
       "transports=%s memory=%s->%s layers=%d blocks/layer=%d block=%zu KiB puts/run=%d "
       "verified\n",
       options.transports.empty() ? "(UCX default)" : options.transports.c_str(),
-      absl::GetFlag(FLAGS_source_memory).c_str(),
-      OnGpu(FLAGS_target_memory) ? "cuda" : (absl::GetFlag(FLAGS_ucx_alloc) ? "ucx" : "heap"),
+      staged ? "cuda-staged" : absl::GetFlag(FLAGS_source_memory).c_str(),
+      staged ? "staged-cuda"
+             : (OnGpu(FLAGS_target_memory) ? "cuda"
+                                           : (absl::GetFlag(FLAGS_ucx_alloc) ? "ucx" : "heap")),
       layout.layers,
       layout.blocks_per_layer,
       layout.block_bytes / 1024,

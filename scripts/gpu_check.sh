@@ -70,13 +70,17 @@ if has services; then
   run services_staged env EXPECT_KV=staged bash scripts/gpu_services_check.sh --kv-staging on
 fi
 # Issue 20 item 2: KV PUT GPU to GPU between two processes (cuda_ipc) against ucx_perftest on GPU
-# memory with the same transports, the Llama-3-8B layout (32 layers x 256 blocks x 256 KiB), and
-# the host-memory path of a staged transfer; then the mixed and cross-node cases, each verified
+# memory with the same transports, the Llama-3-8B layout (32 layers x 256 blocks x 256 KiB), the
+# host-memory wire of a staged transfer and the whole staged path (--staged: the device <-> host
+# copies included); then the mixed and cross-node cases, each verified
 # block by block: host -> GPU, GPU -> host, and GPU -> GPU without cuda_ipc (tcp + cuda_copy, what
 # two nodes without RDMA have).
 if has kv_transfer; then
   run kv_transfer_gpu bash bench/kv_transfer_vs_perftest.sh cuda_ipc,cuda_copy,tcp,self 2048 3 cuda
   run kv_transfer_host bash bench/kv_transfer_vs_perftest.sh sm,self 2048 3 host
+  # What --kv-staging=on does with the same KV: device -> host, host PUT, host -> device.
+  run kv_transfer_staged kv_transfer_bench --staged --total_mib 2048 --runs 3
+  run kv_transfer_staged_16g kv_transfer_bench --staged --total_mib 16384 --runs 2 --contiguous
   run kv_transfer_gpu_16g kv_transfer_bench --source_memory cuda --target_memory cuda \
     --total_mib 16384 --runs 2 --contiguous
   run kv_transfer_host_to_gpu kv_transfer_bench --source_memory host --target_memory cuda \

@@ -1,6 +1,8 @@
 // Every op of the CUDA backend against the CPU reference backend on fresh random inputs (odd
 // sizes, GQA ratios 1/4/8, head dims 8/16/64/128, block-boundary cases), with NaN-poisoned
 // outputs so an unwritten element fails. Run on a GPU machine (scripts/gpu_check.sh).
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <numeric>
 #include <tuple>
@@ -202,6 +204,34 @@ TEST_F(CudaBackendTest, FillUniformMatchesCpuAndCopy) {
   ASSERT_TRUE(mem.ok()) << mem.status();
   EXPECT_GT(mem->free_bytes, 0);
   EXPECT_GE(mem->total_bytes, mem->free_bytes);
+}
+
+// The KV cache a peer PUTs into GPU to GPU (issue 20): exportable through CUDA IPC, which the
+// stream-ordered pool's allocations are not, zero-filled, and counted in used_bytes until freed.
+TEST_F(CudaBackendTest, AllocateShareableIsIpcExportableZeroedAndCounted) {
+  auto before = gpu_->GetMemoryInfo();
+  ASSERT_TRUE(before.ok()) << before.status();
+  constexpr int64_t kRows = 4096, kCols = 256;  // 2 MiB of bf16
+  {
+    absl::StatusOr<Tensor> shared = gpu_->AllocateShareable(DType::kBf16, {kRows, kCols});
+    ASSERT_TRUE(shared.ok()) << shared.status();
+    cudaIpcMemHandle_t handle;
+    EXPECT_EQ(cudaIpcGetMemHandle(&handle, shared->raw_data()), cudaSuccess);
+    const Tensor host = ToHost(*shared);
+    const float* values = host.data<float>();
+    EXPECT_TRUE(std::all_of(values, values + host.numel(), [](float v) { return v == 0.0f; }));
+    auto during = gpu_->GetMemoryInfo();
+    ASSERT_TRUE(during.ok()) << during.status();
+    EXPECT_GE(during->used_bytes - before->used_bytes, kRows * kCols * 2);
+
+    absl::StatusOr<Tensor> pooled = gpu_->Allocate(DType::kBf16, {kRows, kCols});
+    ASSERT_TRUE(pooled.ok()) << pooled.status();
+    EXPECT_NE(cudaIpcGetMemHandle(&handle, pooled->raw_data()), cudaSuccess);
+    cudaGetLastError();  // the expected failure above must not be blamed on a later call
+  }
+  auto after = gpu_->GetMemoryInfo();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->used_bytes, before->used_bytes);
 }
 
 struct AttnCase {
