@@ -375,9 +375,7 @@ int RunSource(const Layout& layout, const KvTransferOptions& options, int to_chi
       staged ? "staged-cuda"
              : (OnGpu(FLAGS_target_memory) ? "cuda"
                                            : (absl::GetFlag(FLAGS_ucx_alloc) ? "ucx" : "heap")),
-      layout.layers,
-      layout.blocks_per_layer,
-      layout.block_bytes / 1024,
+      layout.layers, layout.blocks_per_layer, layout.block_bytes / 1024,
       contiguous ? layout.layers : layout.layers * layout.blocks_per_layer);
   std::printf("RESULT kv_transfer_gbps=%.3f\n", best_gbps);
   return 0;

@@ -81,10 +81,10 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Start(
         SS_RETURN_IF_ERROR(w->kv_target_->RegisterRegion(l, t.raw_data(), t.nbytes(), kind));
       }
       transfer_mode = kv_on_host ? "direct into the KV pool (registered with UCX)"
-                                 : absl::StrCat("GPU to GPU into the KV pool (UCX cuda_ipc; "
-                                                "--kv-staging=",
-                                                transfer::KvStagingModeName(options.kv_staging),
-                                                ")");
+                                 : absl::StrCat(
+                                       "GPU to GPU into the KV pool (UCX cuda_ipc; "
+                                       "--kv-staging=",
+                                       transfer::KvStagingModeName(options.kv_staging), ")");
     }
     SS_ASSIGN_OR_RETURN(info.kv_pool,
                         w->kv_target_->ExportPool(cache.shape().num_layers, block_bytes));

@@ -54,10 +54,10 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(
                                                         cache.layer(l).nbytes(), kind));
       }
       transfer_mode = kv_on_host ? "direct from the KV cache (registered with UCX)"
-                                 : absl::StrCat("GPU to GPU from the KV cache (UCX cuda_ipc; "
-                                                "--kv-staging=",
-                                                transfer::KvStagingModeName(options.kv_staging),
-                                                ")");
+                                 : absl::StrCat(
+                                       "GPU to GPU from the KV cache (UCX cuda_ipc; "
+                                       "--kv-staging=",
+                                       transfer::KvStagingModeName(options.kv_staging), ")");
     }
   }
   SS_ASSIGN_OR_RETURN(w->exporter_, metrics::MetricsExporter::Start(options.metrics_address));

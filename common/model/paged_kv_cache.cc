@@ -18,10 +18,10 @@ absl::StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const PagedKv
   layers.reserve(shape.num_layers);
   for (int l = 0; l < shape.num_layers; ++l) {
     // Shareable: a prefill worker on this node may PUT into it GPU to GPU (CUDA IPC).
-    SS_ASSIGN_OR_RETURN(Tensor t,
-                        backend.AllocateShareable(backend.compute_dtype(),
-                                         {int64_t{shape.num_blocks} * 2, shape.block_tokens,
-                                          shape.num_kv_heads, shape.head_dim}));
+    SS_ASSIGN_OR_RETURN(
+        Tensor t, backend.AllocateShareable(backend.compute_dtype(),
+                                            {int64_t{shape.num_blocks} * 2, shape.block_tokens,
+                                             shape.num_kv_heads, shape.head_dim}));
     layers.push_back(std::move(t));
   }
   return std::unique_ptr<PagedKvCache>(new PagedKvCache(shape, std::move(layers)));

@@ -21,8 +21,8 @@ absl::string_view KvStagingModeName(KvStagingMode mode) {
   return "unknown";
 }
 
-absl::StatusOr<bool> UsesKvStaging(KvStagingMode mode, bool kv_in_host_memory,
-                                   int tensor_parallel, bool gpu_direct) {
+absl::StatusOr<bool> UsesKvStaging(KvStagingMode mode, bool kv_in_host_memory, int tensor_parallel,
+                                   bool gpu_direct) {
   if (tensor_parallel > 1) {
     if (mode == KvStagingMode::kOff) {
       return absl::FailedPreconditionError(

@@ -71,8 +71,8 @@ absl::Status KvTransferSource::RegisterSharedLocal(const void* base, size_t byte
       return absl::AlreadyExistsError("a shared local buffer is registered");
     }
   }
-  SS_ASSIGN_OR_RETURN(auto memory, internal::UcpMemoryRegion::Map(*context_, base, bytes,
-                                                                  KvMemoryKind::kHost));
+  SS_ASSIGN_OR_RETURN(auto memory,
+                      internal::UcpMemoryRegion::Map(*context_, base, bytes, KvMemoryKind::kHost));
   absl::MutexLock lock(&mu_);
   if (shared_local_region_ != nullptr) {
     return absl::AlreadyExistsError("a shared local buffer is registered");

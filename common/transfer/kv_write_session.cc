@@ -14,9 +14,9 @@
 #include "common/transfer/internal/ucp_endpoint.h"
 #include "common/transfer/internal/ucp_memory.h"
 #include "common/transfer/internal/ucp_progress_thread.h"
-#include "common/transfer/internal/ucp_worker.h"
 #include "common/transfer/internal/ucp_request_waiter.h"
 #include "common/transfer/internal/ucp_status.h"
+#include "common/transfer/internal/ucp_worker.h"
 #include "common/transfer/kv_transfer_source.h"
 
 namespace sparseserve::transfer {

@@ -239,8 +239,7 @@ absl::StatusOr<Backend::MemoryInfo> CudaBackend::GetMemoryInfo() {
   MemoryInfo info;
   info.free_bytes = static_cast<int64_t>(free_bytes + (reserved - used));
   info.total_bytes = static_cast<int64_t>(total_bytes);
-  info.used_bytes =
-      static_cast<int64_t>(used) + shareable_bytes_->load(std::memory_order_relaxed);
+  info.used_bytes = static_cast<int64_t>(used) + shareable_bytes_->load(std::memory_order_relaxed);
   return info;
 }
 

@@ -112,7 +112,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<GemmCache> gemm_;
   Tensor error_flag_;  // i32 [1]: set by kernels that meet invalid indices
   int sm_count_ = 0;
-  int device_idx_ = 0;                           // the GPU
+  int device_idx_ = 0;  // the GPU
   // Bytes held by live AllocateShareable tensors (outside the stream-ordered pool, so
   // GetMemoryInfo adds them to used_bytes). Shared with their deleters, which may run on any
   // thread after the backend is gone.

@@ -23,10 +23,10 @@ absl::StatusOr<std::unique_ptr<UcpMemoryRegion>> UcpMemoryRegion::Map(const UcpC
   params.address = const_cast<void*>(base);
   params.length = bytes;
   ucp_mem_h memh = nullptr;
-  SS_RETURN_IF_ERROR(UcsToStatus(ucp_mem_map(context.handle(), &params, &memh),
-                                 absl::StrCat("ucp_mem_map of ", bytes, " bytes of ",
-                                              kind == KvMemoryKind::kCuda ? "GPU" : "host",
-                                              " memory")));
+  SS_RETURN_IF_ERROR(
+      UcsToStatus(ucp_mem_map(context.handle(), &params, &memh),
+                  absl::StrCat("ucp_mem_map of ", bytes, " bytes of ",
+                               kind == KvMemoryKind::kCuda ? "GPU" : "host", " memory")));
   return std::unique_ptr<UcpMemoryRegion>(new UcpMemoryRegion(
       context.handle(), memh, static_cast<char*>(const_cast<void*>(base)), bytes));
 }
