@@ -284,6 +284,7 @@ grpc::ServerUnaryReactor* DecodeWorkerService::ReserveKv(grpc::CallbackServerCon
   out->set_ucx_worker_address(info_.kv_pool.worker_address);
   for (const std::string& rkey : info_.kv_pool.layer_rkeys) out->add_layer_rkeys(rkey);
   for (uint64_t base : info_.kv_pool.layer_base_addresses) out->add_layer_base_addresses(base);
+  out->set_gpu_memory(info_.kv_pool.memory == transfer::KvMemoryKind::kCuda);
   // With staging the prefill worker writes into staging blocks (what the rkeys cover): from
   // first_remote_block on the ids are those; the cached ones before are never written.
   for (int i = 0; i < static_cast<int>(r->block_ids.size()); ++i) {

@@ -24,6 +24,7 @@ absl::StatusOr<PrefillTarget> TargetFromProto(const v1::KvReservation& r) {
   t.pool.layer_rkeys.assign(r.layer_rkeys().begin(), r.layer_rkeys().end());
   t.pool.layer_base_addresses.assign(r.layer_base_addresses().begin(),
                                      r.layer_base_addresses().end());
+  t.pool.memory = r.gpu_memory() ? transfer::KvMemoryKind::kCuda : transfer::KvMemoryKind::kHost;
   absl::StatusOr<DType> dtype = ParseDType(r.layout().dtype());
   if (!dtype.ok()) return dtype.status();
   t.layout.dtype = *dtype;

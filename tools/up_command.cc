@@ -19,6 +19,9 @@ ABSL_FLAG(int, num_decode, 1, "Decode worker processes to start.");
 ABSL_FLAG(double, worker_start_seconds, 120, "How long a worker may take to load and serve.");
 
 ABSL_DECLARE_FLAG(std::string, tls_cert);
+ABSL_DECLARE_FLAG(std::string, kv_staging);            // tools/kv_staging_flags.cc
+ABSL_DECLARE_FLAG(int, tensor_parallel);               // tools/model_flags.cc
+ABSL_DECLARE_FLAG(int, prefill_tensor_parallel);       // tools/model_flags.cc
 
 namespace sparseserve::tools {
 namespace {
@@ -53,8 +56,19 @@ constexpr const char* kForwardedFlags[] = {"model",
                                            "tls_key",
                                            "tls_ca"};
 
+// A worker of several GPUs always stages KV through host memory; a worker that moves it GPU to GPU
+// cannot exchange it with one that stages (UCX emulates host <-> GPU PUTs over tcp, ~0.2 GB/s,
+// bench/RESULTS.md). So under --kv-staging=auto, when some worker has --tensor-parallel > 1, all
+// of them stage.
+bool EveryWorkerStages() {
+  const int tp = absl::GetFlag(FLAGS_tensor_parallel);
+  const int prefill_tp = absl::GetFlag(FLAGS_prefill_tensor_parallel);
+  return absl::GetFlag(FLAGS_kv_staging) == "auto" && (tp > 1 || prefill_tp > 1);
+}
+
 std::vector<std::string> WorkerArgs(const char* role) {
   std::vector<std::string> args = {role, "--address=127.0.0.1:0", "--metrics_address=127.0.0.1:0"};
+  if (EveryWorkerStages()) args.push_back("--kv-staging=on");
   std::vector<const char*> names(std::begin(kForwardedFlags), std::end(kForwardedFlags));
   names.insert(names.end(), RequestOptionFlagNames().begin(), RequestOptionFlagNames().end());
   for (const char* name : names) {

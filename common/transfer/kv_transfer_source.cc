@@ -135,6 +135,18 @@ void KvTransferSource::ReportLanes(const internal::UcpEndpoint& endpoint) {
   }
 }
 
+void KvTransferSource::ReportMixedMemory(KvMemoryKind remote) {
+  const internal::UcpMemoryRegion* local = FindLocal(0);
+  if (local == nullptr || local->kind() == remote) return;
+  if (mixed_reported_.exchange(true, std::memory_order_relaxed)) return;  // once per process
+  const auto name = [](KvMemoryKind kind) { return kind == KvMemoryKind::kCuda ? "GPU" : "host"; };
+  SS_LOG_WARNING(
+      "KV goes from {} memory here into a decode worker's {} memory: UCX emulates such PUTs over "
+      "tcp (~0.2 GB/s, bench/RESULTS.md). Give prefill and decode workers the same --kv-staging "
+      "(on wherever one of them stages, e.g. under --tensor-parallel > 1)",
+      name(local->kind()), name(remote));
+}
+
 absl::StatusOr<std::unique_ptr<KvWriteSession>> KvTransferSource::Connect(
     const RemoteKvPool& remote) {
   if (remote.block_bytes == 0) return absl::InvalidArgumentError("block_bytes is 0");
@@ -168,6 +180,7 @@ absl::StatusOr<std::unique_ptr<KvWriteSession>> KvTransferSource::Connect(
   std::unique_ptr<KvWriteSession> session(new KvWriteSession(*this, remote.block_bytes));
   SS_ASSIGN_OR_RETURN(session->endpoint_, ConnectEndpoint(address.payload));
   ReportLanes(*session->endpoint_);
+  ReportMixedMemory(remote.memory);
   for (size_t layer = 0; layer < keys.size(); ++layer) {
     KvWriteSession::RemoteLayer remote_layer;
     absl::StatusOr<std::unique_ptr<internal::UcpRemoteKey>> rkey =

@@ -80,6 +80,9 @@ class KvTransferSource {
   // Logs the lanes UCX chose for the first session, and warns when KV in GPU memory would go over
   // a slow path (neither cuda_ipc nor RDMA).
   void ReportLanes(const internal::UcpEndpoint& endpoint);
+  // Warns (once) when this side's KV memory and the decode worker's pool (`remote`) differ in
+  // kind: a staged worker facing a GPU-direct one.
+  void ReportMixedMemory(KvMemoryKind remote);
   // The registration of `layer` (its own, else the shared one), or nullptr. The region lives as
   // long as the source.
   const internal::UcpMemoryRegion* FindLocal(int layer) const;
@@ -101,6 +104,7 @@ class KvTransferSource {
   // logged. Flags read without ordering other data: relaxed order suffices.
   std::atomic<bool> has_cuda_local_{false};
   std::atomic<bool> lanes_reported_{false};
+  std::atomic<bool> mixed_reported_{false};
   // Live sessions; a counter only (checked in the destructor), so relaxed order suffices.
   std::atomic<int> num_sessions_{0};
   std::unique_ptr<internal::UcpProgressThread> progress_;

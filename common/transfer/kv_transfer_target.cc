@@ -109,6 +109,11 @@ absl::StatusOr<RemoteKvPool> KvTransferTarget::ExportPool(int num_layers,
   RemoteKvPool pool;
   pool.worker_address = worker_address_;
   pool.block_bytes = block_bytes;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = regions_.find(0);
+    if (it != regions_.end()) pool.memory = it->second.memory->kind();  // one kind for all layers
+  }
   for (int layer = 0; layer < num_layers; ++layer) {
     SS_ASSIGN_OR_RETURN(std::string rkey, PackedRkey(layer));
     SS_ASSIGN_OR_RETURN(uint64_t base, BaseAddress(layer));

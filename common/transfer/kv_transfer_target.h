@@ -70,7 +70,8 @@ class KvTransferTarget {
   absl::StatusOr<std::string> PackedRkey(int layer) const;
   // The layer's registered base address. kNotFound if unregistered.
   absl::StatusOr<uint64_t> BaseAddress(int layer) const;
-  // The description of layers [0, num_layers) with `block_bytes` per block.
+  // The description of layers [0, num_layers) with `block_bytes` per block (and the memory kind
+  // of layer 0's region, which every layer shares).
   // Returns kNotFound if a layer is unregistered, kInvalidArgument if num_layers < 1 or
   // block_bytes is 0.
   absl::StatusOr<RemoteKvPool> ExportPool(int num_layers, uint64_t block_bytes) const;

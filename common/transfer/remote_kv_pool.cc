@@ -8,7 +8,8 @@ namespace sparseserve::transfer {
 namespace {
 
 // Format: u64 block_bytes, u32 num_layers, u32-length-prefixed worker address, then per layer
-// u64 base address and a u32-length-prefixed key. Host byte order (same-host exchange only).
+// u64 base address and a u32-length-prefixed key, then u8 memory (1 = GPU). Host byte order
+// (same-host exchange only).
 // Stops reading at the first error; a cursor past the end means malformed input.
 class Reader {
  public:
@@ -59,6 +60,7 @@ std::string SerializeRemoteKvPool(const RemoteKvPool& pool) {
         out, layer < pool.layer_base_addresses.size() ? pool.layer_base_addresses[layer] : 0);
     AppendString(out, pool.layer_rkeys[layer]);
   }
+  Append<uint8_t>(out, pool.memory == KvMemoryKind::kCuda ? 1 : 0);
   return out;
 }
 
@@ -75,6 +77,9 @@ absl::StatusOr<RemoteKvPool> ParseRemoteKvPool(absl::string_view bytes) {
     pool.layer_base_addresses.push_back(base);
     pool.layer_rkeys.push_back(std::move(rkey));
   }
+  uint8_t memory = 0;
+  ok = ok && reader.Read(&memory) && memory <= 1;
+  pool.memory = memory == 1 ? KvMemoryKind::kCuda : KvMemoryKind::kHost;
   if (!ok || !reader.AtEnd()) {
     return absl::InvalidArgumentError(
         absl::StrCat("malformed serialized RemoteKvPool (", bytes.size(), " bytes)"));

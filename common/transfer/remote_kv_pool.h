@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/transfer/kv_transfer_options.h"
 
 namespace sparseserve::transfer {
 
@@ -23,6 +24,9 @@ struct RemoteKvPool {
   std::vector<uint64_t> layer_base_addresses;
   // Bytes of one (layer, block) transfer unit; block b of a layer lives at base + b * bytes.
   uint64_t block_bytes = 0;
+  // Where the pool lives (KvReservation.gpu_memory): a prefill worker PUTting from the other kind
+  // of memory gets UCX's slow emulated path, which it reports.
+  KvMemoryKind memory = KvMemoryKind::kHost;
 };
 
 std::string SerializeRemoteKvPool(const RemoteKvPool& pool);

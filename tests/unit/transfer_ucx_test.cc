@@ -68,6 +68,7 @@ class TransferUcxTest : public testing::TestWithParam<const char*> {
     absl::StatusOr<RemoteKvPool> pool = target_->ExportPool(kNumLayers, kBlockBytes);
     EXPECT_TRUE(pool.ok()) << pool.status();
     if (!pool.ok()) return nullptr;
+    EXPECT_EQ(pool->memory, KvMemoryKind::kHost);  // host regions: no GPU-direct PUTs
     absl::StatusOr<std::unique_ptr<KvWriteSession>> session = source_->Connect(*pool);
     EXPECT_TRUE(session.ok()) << session.status();
     return session.ok() ? *std::move(session) : nullptr;

@@ -73,6 +73,15 @@ TEST(RemoteKvPoolTest, SerializeParseRoundTrips) {
   EXPECT_EQ(parsed->layer_rkeys, pool.layer_rkeys);
   EXPECT_EQ(parsed->layer_base_addresses, pool.layer_base_addresses);
   EXPECT_EQ(parsed->block_bytes, pool.block_bytes);
+  EXPECT_EQ(parsed->memory, KvMemoryKind::kHost);
+  pool.memory = KvMemoryKind::kCuda;
+  parsed = ParseRemoteKvPool(SerializeRemoteKvPool(pool));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->memory, KvMemoryKind::kCuda);
+  // A memory byte other than 0 or 1 is malformed.
+  std::string bytes = SerializeRemoteKvPool(pool);
+  bytes.back() = 7;
+  EXPECT_FALSE(ParseRemoteKvPool(bytes).ok());
 }
 
 TEST(RemoteKvPoolTest, ParseRejectsTruncatedAndTrailingBytes) {

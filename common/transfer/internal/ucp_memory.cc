@@ -28,7 +28,7 @@ absl::StatusOr<std::unique_ptr<UcpMemoryRegion>> UcpMemoryRegion::Map(const UcpC
                   absl::StrCat("ucp_mem_map of ", bytes, " bytes of ",
                                kind == KvMemoryKind::kCuda ? "GPU" : "host", " memory")));
   return std::unique_ptr<UcpMemoryRegion>(new UcpMemoryRegion(
-      context.handle(), memh, static_cast<char*>(const_cast<void*>(base)), bytes));
+      context.handle(), memh, static_cast<char*>(const_cast<void*>(base)), bytes, kind));
 }
 
 absl::StatusOr<std::unique_ptr<UcpMemoryRegion>> UcpMemoryRegion::Allocate(
@@ -45,7 +45,7 @@ absl::StatusOr<std::unique_ptr<UcpMemoryRegion>> UcpMemoryRegion::Allocate(
                                  absl::StrCat("ucp_mem_map allocating ", bytes, " bytes")));
   // Owned from here: early returns unmap (and free) it.
   std::unique_ptr<UcpMemoryRegion> region(
-      new UcpMemoryRegion(context.handle(), memh, nullptr, bytes));
+      new UcpMemoryRegion(context.handle(), memh, nullptr, bytes, KvMemoryKind::kHost));
   ucp_mem_attr_t attr{};
   attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
   SS_RETURN_IF_ERROR(UcsToStatus(ucp_mem_query(memh, &attr), "ucp_mem_query"));

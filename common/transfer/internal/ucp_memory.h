@@ -44,18 +44,21 @@ class UcpMemoryRegion {
   ucp_mem_h handle() const { return memh_; }
   char* base() const { return base_; }
   size_t bytes() const { return bytes_; }
+  KvMemoryKind kind() const { return kind_; }
 
   // The raw UCX remote key a peer needs to PUT into this region.
   absl::StatusOr<std::string> PackRkey() const;
 
  private:
-  UcpMemoryRegion(ucp_context_h context, ucp_mem_h memh, char* base, size_t bytes)
-      : context_(context), memh_(memh), base_(base), bytes_(bytes) {}
+  UcpMemoryRegion(ucp_context_h context, ucp_mem_h memh, char* base, size_t bytes,
+                  KvMemoryKind kind)
+      : context_(context), memh_(memh), base_(base), bytes_(bytes), kind_(kind) {}
 
   ucp_context_h context_;  // borrowed from the UcpContext
   ucp_mem_h memh_;
   char* base_;  // writable only for allocated regions (mapped ones may be const buffers)
   size_t bytes_;
+  KvMemoryKind kind_;
 };
 
 class UcpRemoteKey {
