@@ -219,9 +219,11 @@ if has tp; then
     --temperature 0 --prefill-attention minference --sparse-prefill-threshold 0 \
     >$out/tp_golden_minference.txt && cmp $out/tp_golden_minference.txt tests/data/golden_once_upon_a_time.txt"
   # KV across degrees on the GPUs: prefill TP 2 into decode TP 1, and the reverse.
-  run tp_services_prefill2 bash scripts/gpu_services_check.sh --prefill-tensor-parallel 2
-  run tp_services_decode2 bash scripts/gpu_services_check.sh --tensor-parallel 2 \
-    --prefill-tensor-parallel 1
+  # (`up` stages every worker's KV when one has more than one GPU.)
+  run tp_services_prefill2 env EXPECT_KV=staged bash scripts/gpu_services_check.sh \
+    --prefill-tensor-parallel 2
+  run tp_services_decode2 env EXPECT_KV=staged bash scripts/gpu_services_check.sh \
+    --tensor-parallel 2 --prefill-tensor-parallel 1
   command -v all_reduce_perf >/dev/null &&
     run tp_nccl_tests all_reduce_perf -b 8192 -e 64M -f 8 -g 2 -d bfloat16 -n 200 -w 5
   tp_args=(bench model --synthetic llama3-8b --device cuda --prefill-lengths 32768
