@@ -19,9 +19,9 @@ ABSL_FLAG(int, num_decode, 1, "Decode worker processes to start.");
 ABSL_FLAG(double, worker_start_seconds, 120, "How long a worker may take to load and serve.");
 
 ABSL_DECLARE_FLAG(std::string, tls_cert);
-ABSL_DECLARE_FLAG(std::string, kv_staging);            // tools/kv_staging_flags.cc
-ABSL_DECLARE_FLAG(int, tensor_parallel);               // tools/model_flags.cc
-ABSL_DECLARE_FLAG(int, prefill_tensor_parallel);       // tools/model_flags.cc
+ABSL_DECLARE_FLAG(std::string, kv_staging);       // tools/kv_staging_flags.cc
+ABSL_DECLARE_FLAG(int, tensor_parallel);          // tools/model_flags.cc
+ABSL_DECLARE_FLAG(int, prefill_tensor_parallel);  // tools/model_flags.cc
 
 namespace sparseserve::tools {
 namespace {
