@@ -117,6 +117,8 @@ absl::StatusOr<Tensor> CudaBackend::AllocateShareable(DType dtype, Shape shape) 
   });
   SS_RETURN_IF_ERROR(
       CudaStatus(cudaMemsetAsync(ptr, 0, bytes, stream()), "AllocateShareable memset"));
+  // Another process may write the memory as soon as it is published, unordered with our stream.
+  SS_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream()), "AllocateShareable memset"));
   return Tensor::Wrap(ptr, dtype, shape, Device::kCuda, std::move(owner));
 }
 

@@ -5,7 +5,6 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-
 #include "common/core/logging.h"
 #include "common/core/status.h"
 #include "common/transfer/internal/ucp_request_waiter.h"
