@@ -68,6 +68,8 @@ fi
 if has services; then
   run services bash scripts/gpu_services_check.sh  # GPU to GPU (issue 20 item 2)
   run services_staged env EXPECT_KV=staged bash scripts/gpu_services_check.sh --kv-staging on
+  # Issue 20: either worker killed mid-PUT with KV moving GPU to GPU; the other serves on.
+  run services_peer_death bash scripts/gpu_peer_death_check.sh
 fi
 # Issue 20 item 2: KV PUT GPU to GPU between two processes (cuda_ipc) against ucx_perftest on GPU
 # memory with the same transports, the Llama-3-8B layout (32 layers x 256 blocks x 256 KiB), the
