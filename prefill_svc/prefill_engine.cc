@@ -253,13 +253,7 @@ absl::Status PrefillEngine::PutLayer(Running& r, int layer) {
     };
     return ring_->StageAndPut(r.lane_idx, copy, layer, local, remote, *r.session, r.task.deadline);
   }
-  const Tensor& kv_layer = runner_->cache().layer(layer);
-  if (kv_layer.device() != Device::kHost) {
-    // GPU to GPU: the layer's K/V writes are queued on the device, and the PUT reads the memory
-    // as it is when UCX's copy runs.
-    SS_RETURN_IF_ERROR(runner_->backend().Synchronize());
-  }
-  return r.session->PutBlocks(layer, kv_layer.raw_data(), local, remote);
+  return r.session->PutBlocks(layer, runner_->cache().layer(layer).raw_data(), local, remote);
 }
 
 void PrefillEngine::EngineStep() {
@@ -325,7 +319,17 @@ void PrefillEngine::EngineStep() {
   }
   std::function<absl::Status(int)> on_layer_done;
   if (!transfers.empty()) {
-    on_layer_done = [&](int layer) {
+    // GPU to GPU (no ring, KV cache on the device): the layer's K/V writes are queued on the
+    // device and a PUT reads the memory as it is when UCX's copy runs, so wait for them once.
+    const bool wait_for_device =
+        ring_ == nullptr && runner_->cache().layer(0).device() != Device::kHost;
+    on_layer_done = [&, wait_for_device](int layer) {
+      if (wait_for_device) {
+        if (absl::Status s = runner_->backend().Synchronize(); !s.ok()) {
+          for (Running* r : transfers) r->transfer_status.Update(s);
+          return absl::OkStatus();  // the step's own status reports the device error
+        }
+      }
       bool put = false;
       for (Running* r : transfers) {
         if (!r->transfer_status.ok()) continue;  // failed earlier: its request fails alone

@@ -56,7 +56,6 @@ absl::Status KvTransferSource::RegisterLocal(int layer, const void* base, size_t
   }
   // Registration may pin memory and take a while: done outside the lock.
   SS_ASSIGN_OR_RETURN(auto memory, internal::UcpMemoryRegion::Map(*context_, base, bytes, kind));
-  if (kind == KvMemoryKind::kCuda) has_cuda_local_.store(true, std::memory_order_relaxed);
   absl::MutexLock lock(&mu_);
   if (!local_regions_.emplace(layer, std::move(memory)).second) {
     return absl::AlreadyExistsError(absl::StrCat("local layer ", layer, " is registered"));
@@ -117,7 +116,8 @@ void KvTransferSource::ReportLanes(const internal::UcpEndpoint& endpoint) {
   const std::vector<std::string> lanes = endpoint.Transports();
   if (lanes.empty()) return;  // UCX < 1.14 cannot tell
   SS_LOG_INFO("KV transfer endpoint lanes: {}", absl::StrJoin(lanes, ", "));
-  if (!has_cuda_local_.load(std::memory_order_relaxed)) return;
+  const internal::UcpMemoryRegion* local = FindLocal(0);
+  if (local == nullptr || local->kind() != KvMemoryKind::kCuda) return;
   // GPU memory moves fast only GPU to GPU on one node (cuda_ipc) or over RDMA that registers GPU
   // memory (GPUDirect RDMA); otherwise UCX bounces it through host buffers over tcp, measured at
   // ~0.1 GB/s (bench/RESULTS.md), far slower than staging.

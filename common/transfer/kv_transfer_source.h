@@ -100,9 +100,8 @@ class KvTransferSource {
   // Set once a Connect found that the transports cannot detect peer failure, so later ones
   // skip the attempt (and UCX's error line). A cached capability bit: relaxed order suffices.
   std::atomic<bool> peer_detection_unsupported_{false};
-  // Set once a layer was registered as GPU memory, and once the first session's lanes were
-  // logged. Flags read without ordering other data: relaxed order suffices.
-  std::atomic<bool> has_cuda_local_{false};
+  // Set once the first session's lanes, or a memory-kind mismatch, were logged. Flags read
+  // without ordering other data: relaxed order suffices.
   std::atomic<bool> lanes_reported_{false};
   std::atomic<bool> mixed_reported_{false};
   // Live sessions; a counter only (checked in the destructor), so relaxed order suffices.

@@ -27,8 +27,8 @@ namespace sparseserve::transfer::internal {
 class UcpMemoryRegion {
  public:
   // Registers [base, base + bytes) of `kind` memory with `context` (borrowed; must outlive the
-  // region). Returns kInvalidArgument for a null base or zero bytes, or UCX's error
-  // (kUnimplemented-like UCX errors when no transport of `context` handles that memory).
+  // region). Returns kInvalidArgument for a null base or zero bytes, or UCX's error (GPU memory
+  // that UCX cannot resolve, e.g. with its memory-type cache on, is kInvalidArgument).
   static absl::StatusOr<std::unique_ptr<UcpMemoryRegion>> Map(const UcpContext& context,
                                                               const void* base, size_t bytes,
                                                               KvMemoryKind kind);
