@@ -16,6 +16,11 @@
 //     the key of h's KV head (h / group, the GQA mapping), and scale the attention's softmax
 //     scale (the released code scores unscaled logits; with the scale the vote is the heads'
 //     attention mass). The k best scores win, ties to the smaller index; stored ascending;
+//   - per KV head (`per_kv_head`, TokenSwift's dynamic partial KV, papers/tokenswift.md: chosen
+//     "per layer and KV head"): each KV head g keeps its own k tokens, scored by the same soft
+//     vote summed over g's query heads only (TokenSwift sums raw q·k over the group; the soft
+//     vote keeps one scoring rule, and ranks identically for one query head per KV head). The
+//     query heads of g attend g's list; everything else below is per layer as before;
 //   - the selection cache (Alg. 1, a decode feature): a one-row step reuses the selection of
 //     (sequence, layer) while cos(q̄, q̄_sel) >= θ, where q̄_sel is the query of the step that last
 //     selected (all heads concatenated), and the selection is at most `local` tokens old
@@ -47,13 +52,14 @@ struct TokenSelectParams {
   int32_t initial = 128;  // leading tokens always attended
   int32_t local = 512;    // trailing cached tokens always attended
   float theta = 0.9f;     // selection cache threshold; > 1 never reuses ([code] default 0.9)
+  bool per_kv_head = false;  // one selection per KV head instead of one per layer
   bool operator==(const TokenSelectParams&) const = default;
 };
 
 namespace tokenselect {
 
 // A layer's state area, in int32 words: a header, the selecting query (f32 bits, [heads, hd]),
-// then k selected key indices (ascending).
+// then `lists` lists of k selected key indices each (ascending): one list, or one per KV head.
 inline constexpr int32_t kHeaderWords = 4;
 inline constexpr int32_t kValid = 0;     // kNone, kReusable or kChunkSelection
 inline constexpr int32_t kPrefix = 1;    // P_sel: the cached prefix when it selected
@@ -63,12 +69,21 @@ inline constexpr int32_t kLastHit = 3;   // 1 when the last step reused the sele
 // reused).
 inline constexpr int32_t kNone = 0, kReusable = 1, kChunkSelection = 2;
 
-SS_HOST_DEVICE int64_t StateWordsPerLayer(int64_t query_width, int64_t k) {
-  return kHeaderWords + query_width + k;
+// The selection lists of a layer: one, or one per KV head.
+SS_HOST_DEVICE int32_t ListsOf(const TokenSelectParams& p, int32_t kv_heads) {
+  return p.per_kv_head ? kv_heads : 1;
+}
+SS_HOST_DEVICE int64_t StateWordsPerLayer(int64_t query_width, int64_t k, int64_t lists = 1) {
+  return kHeaderWords + query_width + lists * k;
 }
 // Words of a sequence's state slot for `layers` layers (query_width = heads * head_dim).
-SS_HOST_DEVICE int64_t StateWords(int64_t layers, int64_t query_width, int64_t k) {
-  return layers * StateWordsPerLayer(query_width, k);
+SS_HOST_DEVICE int64_t StateWords(int64_t layers, int64_t query_width, int64_t k,
+                                  int64_t lists = 1) {
+  return layers * StateWordsPerLayer(query_width, k, lists);
+}
+// Where KV head `kv_head`'s list starts in a layer's area (`lists` lists of k).
+SS_HOST_DEVICE int64_t ListOffset(int64_t query_width, int64_t k, int32_t lists, int32_t kv_head) {
+  return kHeaderWords + query_width + (lists > 1 ? int64_t{kv_head} * k : 0);
 }
 
 // The step's key regions; every key a row may see outside them is one of its new rows.

@@ -153,8 +153,8 @@ absl::StatusOr<ModelBenchOptions> ModelBenchOptionsFromFlags() {
     kernels::TokenSelectParams p = engine::AttentionPatternOf(request_options.decode).tokenselect;
     if (absl::GetFlag(FLAGS_tokenselect_reselect)) p.theta = 2.0f;  // cosines never reach it
     o.decode_tokenselect = p;
-    std::printf("decode attention: tokenselect k=%d initial=%d local=%d, %s\n", p.k, p.initial,
-                p.local,
+    std::printf("decode attention: tokenselect k=%d initial=%d local=%d%s, %s\n", p.k, p.initial,
+                p.local, p.per_kv_head ? " per KV head" : "",
                 p.theta > 1 ? "every step selects" : "every step after the first reuses (hits)");
   }
   const std::string rates = absl::GetFlag(FLAGS_shadow_dense_rates);

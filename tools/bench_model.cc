@@ -420,7 +420,8 @@ class ModelBench {
     if (o_.decode_tokenselect.has_value()) {  // fresh (zeroed) state slots for this case
       const int64_t words = kernels::tokenselect::StateWords(
           o_.config.num_layers, int64_t{o_.config.num_heads} * o_.config.head_dim,
-          o_.decode_tokenselect->k);
+          o_.decode_tokenselect->k,
+          kernels::tokenselect::ListsOf(*o_.decode_tokenselect, o_.config.num_kv_heads));
       SS_ASSIGN_OR_RETURN(Tensor state, backend_.Allocate(DType::kI32, {batch, words}));
       model_.set_sequence_state(std::move(state));
     }

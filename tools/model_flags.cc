@@ -63,6 +63,7 @@ ABSL_FLAG(int, prefill_tensor_parallel, 0,
 ABSL_DECLARE_FLAG(std::string, minference_config);
 ABSL_DECLARE_FLAG(std::string, minference_index);
 ABSL_DECLARE_FLAG(int, tokenselect_k);
+ABSL_DECLARE_FLAG(bool, tokenselect_per_kv_head);
 
 namespace sparseserve::tools {
 
@@ -103,6 +104,7 @@ absl::StatusOr<engine::ModelRunnerOptions> RunnerOptionsFromFlags() {
   options.step_graph_rows = CudaGraphBatchFromFlags();
   options.shadow_dense_rate = absl::GetFlag(FLAGS_shadow_dense_rate);
   options.tokenselect_max_k = absl::GetFlag(FLAGS_tokenselect_k);
+  options.tokenselect_per_kv_head = absl::GetFlag(FLAGS_tokenselect_per_kv_head);
   options.tokenswift_heads = absl::GetFlag(FLAGS_tokenswift_heads);
   options.kangaroo_adapter = absl::GetFlag(FLAGS_kangaroo_adapter);
   options.tensor_parallel = absl::GetFlag(FLAGS_tensor_parallel);

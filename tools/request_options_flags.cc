@@ -50,6 +50,11 @@ ABSL_FLAG(double, tokenselect_theta, 0.9,
           "between the current query and the one that selected is at least this (and the "
           "selection is at most --tokenselect-local tokens old); in [-1, 1], 1 = practically "
           "never.");
+ABSL_FLAG(bool, tokenselect_per_kv_head, false,
+          "tokenselect: each KV head selects its own tokens (the soft vote of its query heads; "
+          "TokenSwift's per-KV-head partial KV) instead of one selection per layer. On a server "
+          "also sizes the selection state for it (one list per KV head: --tokenselect-k x KV "
+          "heads words per layer and sequence), so requests may ask for it.");
 ABSL_FLAG(std::string, spec, "none",
           "Speculative decoding: none, prompt-lookup, lookahead, tokenswift, kangaroo or "
           "sparse-self. On a server: the default of requests that choose none.");
@@ -75,6 +80,10 @@ ABSL_FLAG(int, sparse_self_window, 256,
 ABSL_FLAG(int, sparse_self_k, 768,
           "sparse-self with tokenselect: tokens selected per layer besides the sinks and the "
           "window; at most --tokenselect-k on a server.");
+ABSL_FLAG(bool, sparse_self_per_kv_head, false,
+          "sparse-self and tokenswift with tokenselect: the draft selects per KV head "
+          "(TokenSwift's partial KV, chosen per layer and KV head) instead of per layer; needs "
+          "--tokenselect-per-kv-head on a server.");
 ABSL_FLAG(
     std::vector<std::string>, tokenswift_tree, {},
     "tokenswift: candidates per draft depth, comma-separated, the first 1 (the token the model "
@@ -120,6 +129,7 @@ absl::StatusOr<engine::RequestOptions> OptionsOfFlags() {
     c->tokenselect_initial = absl::GetFlag(FLAGS_tokenselect_initial);
     c->tokenselect_local = absl::GetFlag(FLAGS_tokenselect_local);
     c->tokenselect_theta = static_cast<float>(absl::GetFlag(FLAGS_tokenselect_theta));
+    c->tokenselect_per_kv_head = absl::GetFlag(FLAGS_tokenselect_per_kv_head);
   }
   absl::StatusOr<engine::SpecMethod> spec = engine::ParseSpecMethod(absl::GetFlag(FLAGS_spec));
   if (!spec.ok()) return AnnotateStatus(spec.status(), "--spec");
@@ -135,6 +145,7 @@ absl::StatusOr<engine::RequestOptions> OptionsOfFlags() {
   options.spec.sparse_self_sinks = absl::GetFlag(FLAGS_sparse_self_sinks);
   options.spec.sparse_self_window = absl::GetFlag(FLAGS_sparse_self_window);
   options.spec.sparse_self_k = absl::GetFlag(FLAGS_sparse_self_k);
+  options.spec.sparse_self_per_kv_head = absl::GetFlag(FLAGS_sparse_self_per_kv_head);
   for (const std::string& b : absl::GetFlag(FLAGS_tokenswift_tree)) {
     int value = 0;
     if (!absl::SimpleAtoi(b, &value)) {
@@ -200,6 +211,10 @@ absl::Status SetRequestOptionsFromChangedFlags(v1::GenerateRequest* request) {
     p->set_tokenselect_theta(options.prefill.tokenselect_theta);
     d->set_tokenselect_theta(options.decode.tokenselect_theta);
   }
+  if (Changed("tokenselect_per_kv_head")) {
+    p->set_tokenselect_per_kv_head(options.prefill.tokenselect_per_kv_head);
+    d->set_tokenselect_per_kv_head(options.decode.tokenselect_per_kv_head);
+  }
   v1::Speculation* s = request->mutable_speculation();
   if (Changed("spec")) s->set_method(std::string(engine::SpecMethodName(options.spec.method)));
   if (Changed("spec_max_draft")) s->set_max_draft(options.spec.max_draft);
@@ -214,6 +229,9 @@ absl::Status SetRequestOptionsFromChangedFlags(v1::GenerateRequest* request) {
   if (Changed("sparse_self_sinks")) s->set_sparse_self_sinks(options.spec.sparse_self_sinks);
   if (Changed("sparse_self_window")) s->set_sparse_self_window(options.spec.sparse_self_window);
   if (Changed("sparse_self_k")) s->set_sparse_self_k(options.spec.sparse_self_k);
+  if (Changed("sparse_self_per_kv_head")) {
+    s->set_sparse_self_per_kv_head(options.spec.sparse_self_per_kv_head);
+  }
   for (const int b : options.spec.tokenswift_tree) s->add_tokenswift_tree(b);
   if (Changed("tokenswift_ngram_k")) s->set_tokenswift_ngram_k(options.spec.tokenswift_ngram_k);
   if (Changed("tokenswift_ngram_lag")) {
@@ -236,6 +254,7 @@ const std::vector<const char*>& RequestOptionFlagNames() {
                                                  "tokenselect_initial",
                                                  "tokenselect_local",
                                                  "tokenselect_theta",
+                                                 "tokenselect_per_kv_head",
                                                  "spec",
                                                  "spec_max_draft",
                                                  "spec_controller",
@@ -246,6 +265,7 @@ const std::vector<const char*>& RequestOptionFlagNames() {
                                                  "sparse_self_sinks",
                                                  "sparse_self_window",
                                                  "sparse_self_k",
+                                                 "sparse_self_per_kv_head",
                                                  "tokenswift_tree",
                                                  "tokenswift_ngram_k",
                                                  "tokenswift_ngram_lag",

@@ -172,9 +172,11 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   // made under tensor parallelism, which refuses it (LlamaModel::CheckPattern).
   int64_t state_words = options.sequence_state_words;
   if (options.tokenselect_max_k > 0 && tp == 1) {
-    state_words = std::max(state_words, kernels::tokenselect::StateWords(
-                                            c.num_layers, int64_t{c.num_heads} * c.head_dim,
-                                            options.tokenselect_max_k));
+    state_words = std::max(
+        state_words, kernels::tokenselect::StateWords(
+                         c.num_layers, int64_t{c.num_heads} * c.head_dim,
+                         options.tokenselect_max_k,
+                         options.tokenselect_per_kv_head ? c.num_kv_heads : 1));
   }
   std::unique_ptr<SequenceStateTable> state;
   if (state_words > 0) {
@@ -390,10 +392,14 @@ absl::StatusOr<kernels::AttentionPattern> ModelRunner::DecodePattern(
 }
 
 absl::Status ModelRunner::CheckTokenSelectCapacity(const kernels::AttentionPattern& pattern) const {
-  if (pattern.kind != kernels::AttentionMethodKind::kTokenSelect ||
-      pattern.tokenselect.k <= options_.tokenselect_max_k) {
-    return absl::OkStatus();
+  if (pattern.kind != kernels::AttentionMethodKind::kTokenSelect) return absl::OkStatus();
+  if (pattern.tokenselect.per_kv_head && !options_.tokenselect_per_kv_head &&
+      config().num_kv_heads > 1) {
+    return absl::InvalidArgumentError(
+        "tokenselect per KV head needs a server started with --tokenselect-per-kv-head (its "
+        "selection state holds one list per layer)");
   }
+  if (pattern.tokenselect.k <= options_.tokenselect_max_k) return absl::OkStatus();
   return absl::InvalidArgumentError(
       options_.tokenselect_max_k == 0
           ? std::string("tokenselect is off on this server (its --tokenselect-k capacity is 0)")

@@ -60,6 +60,10 @@ struct ModelRunnerOptions {
   // server's --tokenselect-k); 0 = TokenSelect refused. Sized before the KV pool, which gets what
   // is left.
   int tokenselect_max_k = 0;
+  // ... and one such selection per KV head (TokenSwift's per-KV-head partial KV, the server's
+  // --tokenselect-per-kv-head), so requests may also choose per-KV-head selections; false = one
+  // list per layer only (a per-KV-head request is then refused, naming the flag).
+  bool tokenselect_per_kv_head = false;
   // Decode batches of up to this many sequences run as step graphs (CUDA graphs) where the
   // backend has them; 0 = off. See LlamaModel::set_step_graph_rows.
   int step_graph_rows = model::LlamaModel::kDefaultStepGraphRows;

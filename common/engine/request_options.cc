@@ -210,6 +210,7 @@ AttentionChoice SparseSelfDraftAttention(const SpeculationChoice& spec) {
   c.tokenselect_k = spec.sparse_self_k;
   c.tokenselect_initial = spec.sparse_self_sinks;
   c.tokenselect_local = spec.sparse_self_window;
+  c.tokenselect_per_kv_head = spec.sparse_self_per_kv_head;
   return c;
 }
 
@@ -226,7 +227,7 @@ kernels::AttentionPattern AttentionPatternOf(const AttentionChoice& choice) {
     case AttentionMethod::kTokenSelect:
       p.kind = kernels::AttentionMethodKind::kTokenSelect;
       p.tokenselect = {choice.tokenselect_k, choice.tokenselect_initial, choice.tokenselect_local,
-                       choice.tokenselect_theta};
+                       choice.tokenselect_theta, choice.tokenselect_per_kv_head};
       break;
   }
   return p;

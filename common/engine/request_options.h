@@ -42,6 +42,9 @@ struct AttentionChoice {
   int tokenselect_initial = 128;
   int tokenselect_local = 512;
   float tokenselect_theta = 0.9f;
+  // tokenselect: one selection per KV head (TokenSwift's partial KV) instead of one per layer
+  // (kernels/tokenselect_index.h); needs a server sized for it (--tokenselect-per-kv-head).
+  bool tokenselect_per_kv_head = false;
 };
 
 enum class SpecMethod { kNone, kPromptLookup, kLookahead, kTokenSwift, kKangaroo, kSparseSelf };
@@ -66,6 +69,8 @@ struct SpeculationChoice {
   int sparse_self_sinks = 16;
   int sparse_self_window = 256;
   int sparse_self_k = 768;
+  // ... selected per KV head rather than per layer (TokenSwift's "per layer and KV head").
+  bool sparse_self_per_kv_head = false;
   // tokenswift (papers/tokenswift.md): drafts in one pass with the sparse-self attention above
   // (its partial KV cache), the model's draft heads (--tokenswift-heads) and a 4-gram table, and
   // verifies a tree of candidates. `tokenswift_tree`: candidates per depth, the first 1 (empty =

@@ -49,6 +49,9 @@ absl::StatusOr<engine::RequestOptions> RequestOptionsFromProto(
   if (prefill.has_tokenselect_initial()) p.tokenselect_initial = prefill.tokenselect_initial();
   if (prefill.has_tokenselect_local()) p.tokenselect_local = prefill.tokenselect_local();
   if (prefill.has_tokenselect_theta()) p.tokenselect_theta = prefill.tokenselect_theta();
+  if (prefill.has_tokenselect_per_kv_head()) {
+    p.tokenselect_per_kv_head = prefill.tokenselect_per_kv_head();
+  }
 
   engine::AttentionChoice& d = options.decode;
   SS_RETURN_IF_ERROR(SetAttentionMethod(decode.method(), "decode_attention.method", &d.method));
@@ -58,6 +61,9 @@ absl::StatusOr<engine::RequestOptions> RequestOptionsFromProto(
   if (decode.has_tokenselect_initial()) d.tokenselect_initial = decode.tokenselect_initial();
   if (decode.has_tokenselect_local()) d.tokenselect_local = decode.tokenselect_local();
   if (decode.has_tokenselect_theta()) d.tokenselect_theta = decode.tokenselect_theta();
+  if (decode.has_tokenselect_per_kv_head()) {
+    d.tokenselect_per_kv_head = decode.tokenselect_per_kv_head();
+  }
 
   engine::SpeculationChoice& s = options.spec;
   if (!speculation.method().empty()) {
@@ -76,6 +82,9 @@ absl::StatusOr<engine::RequestOptions> RequestOptionsFromProto(
   if (speculation.has_sparse_self_sinks()) s.sparse_self_sinks = speculation.sparse_self_sinks();
   if (speculation.has_sparse_self_window()) s.sparse_self_window = speculation.sparse_self_window();
   if (speculation.has_sparse_self_k()) s.sparse_self_k = speculation.sparse_self_k();
+  if (speculation.has_sparse_self_per_kv_head()) {
+    s.sparse_self_per_kv_head = speculation.sparse_self_per_kv_head();
+  }
   if (speculation.tokenswift_tree_size() > 0) {  // empty: the server's default
     s.tokenswift_tree.assign(speculation.tokenswift_tree().begin(),
                              speculation.tokenswift_tree().end());

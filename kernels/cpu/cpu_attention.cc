@@ -107,10 +107,14 @@ absl::Status CpuBackend::Attention(const AttentionPlan& plan, const Tensor& q,
   for (size_t s = 0; s < batch.sequences.size(); ++s) {
     const SequenceAttention& seq = batch.sequences[s];
     if (seq.pattern.kind == AttentionMethodKind::kTokenSelect && seq.q_len > 0 &&
-        !tokenselect::RegionsOf(seq.pattern.tokenselect, seq.q_len, seq.kv_len).dense &&
-        cpu_internal::TokenSelectLayerState(batch, seq, shape, layer) == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Attention: sequence ", s, "'s state slot is too small for TokenSelect layer ", layer));
+        !tokenselect::RegionsOf(seq.pattern.tokenselect, seq.q_len, seq.kv_len).dense) {
+      const int32_t* state = cpu_internal::TokenSelectLayerState(batch, seq, shape, layer);
+      if (state == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Attention: sequence ", s, "'s state slot is too small for TokenSelect layer ", layer));
+      }
+      SS_RETURN_IF_ERROR(AnnotateStatus(cpu_internal::CheckTokenSelectLists(seq, state, shape),
+                                        absl::StrCat("sequence ", s, ", layer ", layer)));
     }
   }
 
@@ -202,10 +206,11 @@ absl::Status CpuBackend::Attention(const AttentionPlan& plan, const Tensor& q,
           attend(g, g + 1);
         }
       } else if (seq.pattern.kind == AttentionMethodKind::kTokenSelect) {
-        // One token set per layer, shared by every head (§3.2's soft vote): no repeated K/V.
+        // One token set per layer (§3.2's soft vote) or per KV head, shared by the group's
+        // query heads: no repeated K/V.
         cpu_internal::TokenSelectKeys(seq,
                                       cpu_internal::TokenSelectLayerState(batch, seq, shape, layer),
-                                      num_heads * hd, item.row, &keys);
+                                      shape, static_cast<int32_t>(kvh), item.row, &keys);
         attend(0, group);
       } else {
         keys.clear();

@@ -31,13 +31,15 @@ float Cosine(const std::vector<float>& a, const float* b) {
   return na > 0 && nb > 0 ? static_cast<float>(dot / std::sqrt(na * nb)) : 0.0f;
 }
 
-// The head soft vote (Eq. 10) over the candidates [begin, end): the k best, ascending.
+// The head soft vote (Eq. 10) over the candidates [begin, end) by query heads [h0, h1) (every
+// head, or one KV head's group): the k best, ascending.
 void Select(const SequenceAttention& seq, const AttentionShape& shape, int block_tokens,
-            float scale, const float* kv, const std::vector<float>& query, int32_t begin,
-            int32_t end, core::ThreadPool* pool, int32_t* selected) {
-  const int64_t heads = shape.num_heads, hd = shape.head_dim;
-  const int64_t group = heads / shape.num_kv_heads;
+            float scale, const float* kv, const std::vector<float>& query, int64_t h0, int64_t h1,
+            int32_t begin, int32_t end, core::ThreadPool* pool, int32_t* selected) {
+  const int64_t hd = shape.head_dim;
+  const int64_t group = shape.num_heads / shape.num_kv_heads;
   const int64_t token_stride = shape.num_kv_heads * hd;
+  const int64_t heads = h1 - h0;
   const int32_t n = end - begin;
   std::vector<float> logits(heads * n);
   pool->ParallelFor(n, 256, [&](int64_t t0, int64_t t1) {
@@ -46,12 +48,12 @@ void Select(const SequenceAttention& seq, const AttentionShape& shape, int block
       const float* keys = kv + (int64_t{seq.block_table[key / block_tokens]} * 2 * block_tokens +
                                 key % block_tokens) *
                                    token_stride;
-      for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t h = h0; h < h1; ++h) {
         const float* k = keys + (h / group) * hd;
         const float* qh = query.data() + h * hd;
         float dot = 0;
         for (int64_t d = 0; d < hd; ++d) dot += qh[d] * k[d];
-        logits[h * n + t] = dot * scale;
+        logits[(h - h0) * n + t] = dot * scale;
       }
     }
   });
@@ -80,8 +82,10 @@ void Select(const SequenceAttention& seq, const AttentionShape& shape, int block
 int32_t* TokenSelectLayerState(const AttentionBatch& batch, const SequenceAttention& seq,
                                const AttentionShape& shape, int layer) {
   if (seq.state_slot < 0 || batch.sequence_state.empty()) return nullptr;
-  const int64_t per_layer = tokenselect::StateWordsPerLayer(
-      int64_t{shape.num_heads} * shape.head_dim, seq.pattern.tokenselect.k);
+  const TokenSelectParams& p = seq.pattern.tokenselect;
+  const int64_t per_layer =
+      tokenselect::StateWordsPerLayer(int64_t{shape.num_heads} * shape.head_dim, p.k,
+                                      tokenselect::ListsOf(p, shape.num_kv_heads));
   const int64_t slot_words = batch.sequence_state.dim(1);
   if ((layer + 1) * per_layer > slot_words) return nullptr;
   return batch.sequence_state.data<int32_t>() + seq.state_slot * slot_words + layer * per_layer;
@@ -115,7 +119,8 @@ absl::Status BuildTokenSelectIndex(const AttentionPlan& plan, const Tensor& q,
     if (state == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Attention: sequence ", s, "'s state slot is too small for TokenSelect layer ", layer,
-          " with k = ", p.k, " (", tokenselect::StateWordsPerLayer(width, p.k),
+          " with k = ", p.k, " (",
+          tokenselect::StateWordsPerLayer(width, p.k, tokenselect::ListsOf(p, shape.num_kv_heads)),
           " words per layer)"));
     }
     // The step's query: its rows' mean per head (§3.3; the row itself for a decode step).
@@ -133,8 +138,14 @@ absl::Status BuildTokenSelectIndex(const AttentionPlan& plan, const Tensor& q,
       state[tokenselect::kLastHit] = 1;
       cache_stats[0] += 1;
     } else {
-      Select(seq, shape, batch.block_tokens, plan.scale, kv_layer.data<float>(), query,
-             regions.candidate_begin, regions.candidate_end, pool, state + kHeaderWords + width);
+      const int32_t lists = tokenselect::ListsOf(p, shape.num_kv_heads);
+      const int64_t heads_per_list = heads / lists;
+      for (int32_t list = 0; list < lists; ++list) {
+        Select(seq, shape, batch.block_tokens, plan.scale, kv_layer.data<float>(), query,
+               list * heads_per_list, (list + 1) * heads_per_list, regions.candidate_begin,
+               regions.candidate_end, pool,
+               state + tokenselect::ListOffset(width, p.k, lists, list));
+      }
       state[tokenselect::kValid] =
           seq.q_len == 1 ? tokenselect::kReusable : tokenselect::kChunkSelection;
       state[tokenselect::kPrefix] = regions.prefix;
@@ -154,8 +165,37 @@ absl::Status BuildTokenSelectIndex(const AttentionPlan& plan, const Tensor& q,
   return absl::OkStatus();
 }
 
-void TokenSelectKeys(const SequenceAttention& seq, const int32_t* layer_state, int64_t query_width,
-                     int32_t row, std::vector<int32_t>* keys) {
+absl::Status CheckTokenSelectLists(const SequenceAttention& seq, const int32_t* layer_state,
+                                   const AttentionShape& shape) {
+  const TokenSelectParams& p = seq.pattern.tokenselect;
+  const tokenselect::KeyRegions regions = tokenselect::RegionsOf(p, seq.q_len, seq.kv_len);
+  if (regions.dense) return absl::OkStatus();
+  if (layer_state[tokenselect::kSelected] != p.k) {
+    return absl::InternalError(absl::StrCat("Attention: TokenSelect state holds ",
+                                            layer_state[tokenselect::kSelected],
+                                            " selected tokens, not k = ", p.k));
+  }
+  const int64_t width = int64_t{shape.num_heads} * shape.head_dim;
+  const int32_t lists = tokenselect::ListsOf(p, shape.num_kv_heads);
+  const int32_t local_begin = tokenselect::LocalBegin(p, layer_state, regions.initial_end);
+  for (int32_t list = 0; list < lists; ++list) {
+    const int32_t* selected = layer_state + tokenselect::ListOffset(width, p.k, lists, list);
+    int32_t previous = regions.initial_end - 1;
+    for (int32_t i = 0; i < p.k; ++i) {
+      if (selected[i] <= previous || selected[i] >= local_begin) {
+        return absl::InternalError(absl::StrCat(
+            "Attention: TokenSelect list ", list, " has key ", selected[i], " at place ", i,
+            " (keys must ascend within [", regions.initial_end, ", ", local_begin, "))"));
+      }
+      previous = selected[i];
+    }
+  }
+  return absl::OkStatus();
+}
+
+void TokenSelectKeys(const SequenceAttention& seq, const int32_t* layer_state,
+                     const AttentionShape& shape, int32_t kv_head, int32_t row,
+                     std::vector<int32_t>* keys) {
   keys->clear();
   const TokenSelectParams& p = seq.pattern.tokenselect;
   const tokenselect::KeyRegions regions = tokenselect::RegionsOf(p, seq.q_len, seq.kv_len);
@@ -166,7 +206,9 @@ void TokenSelectKeys(const SequenceAttention& seq, const int32_t* layer_state, i
   int32_t first_new = 0;  // the first key still to list by the visibility rule
   if (!regions.dense) {
     for (int32_t k = 0; k < regions.initial_end; ++k) keys->push_back(k);
-    const int32_t* selected = layer_state + kHeaderWords + query_width;
+    const int64_t width = int64_t{shape.num_heads} * shape.head_dim;
+    const int32_t lists = tokenselect::ListsOf(p, shape.num_kv_heads);
+    const int32_t* selected = layer_state + tokenselect::ListOffset(width, p.k, lists, kv_head);
     keys->insert(keys->end(), selected, selected + layer_state[tokenselect::kSelected]);
     first_new = tokenselect::LocalBegin(p, layer_state, regions.initial_end);
   }

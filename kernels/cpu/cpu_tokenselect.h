@@ -26,11 +26,19 @@ int32_t* TokenSelectLayerState(const AttentionBatch& batch, const SequenceAttent
 absl::Status BuildTokenSelectIndex(const AttentionPlan& plan, const Tensor& q,
                                    const Tensor& kv_layer, int layer, core::ThreadPool* pool);
 
-// The keys row `row` (0 <= row < q_len) of kTokenSelect `seq` sees, ascending, into `keys`;
-// `layer_state` is its layer's area as BuildTokenSelectIndex left it (unused on dense steps),
-// query_width = heads * head_dim.
-void TokenSelectKeys(const SequenceAttention& seq, const int32_t* layer_state, int64_t query_width,
-                     int32_t row, std::vector<int32_t>* keys);
+// Checks the payload of a selecting step's layer area before attention reads it: k keys per
+// list, strictly ascending within [initial_end, LocalBegin) (so no list reads outside the
+// sequence or counts a key twice). kInternal naming the list and place otherwise; OK on steps
+// that run dense.
+absl::Status CheckTokenSelectLists(const SequenceAttention& seq, const int32_t* layer_state,
+                                   const AttentionShape& shape);
+
+// The keys row `row` (0 <= row < q_len) of kTokenSelect `seq` sees through KV head `kv_head`,
+// ascending, into `keys`; `layer_state` is its layer's area as BuildTokenSelectIndex left it
+// (unused on dense steps) and CheckTokenSelectLists passed.
+void TokenSelectKeys(const SequenceAttention& seq, const int32_t* layer_state,
+                     const AttentionShape& shape, int32_t kv_head, int32_t row,
+                     std::vector<int32_t>* keys);
 
 }  // namespace sparseserve::kernels::cpu_internal
 

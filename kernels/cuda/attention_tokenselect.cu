@@ -4,7 +4,8 @@
 //
 // The decode kernel's shape (attention_decode.cu), with a gather: one CTA takes one chunk of one
 // row's list for one KV head and all query heads of its GQA group, so each selected K/V row is
-// read once per row and KV head, not once per query head. 64 list positions per tile; each
+// read once per row and KV head, not once per query head (a selection per KV head gives each
+// CTA its KV head's list). 64 list positions per tile; each
 // position is mapped to its key index and its K and V rows are copied token by token from their
 // 64-token blocks with cp.async (16-byte pieces, double-buffered). Lists are split into
 // items_per_row chunks (enough CTAs for a decode batch of one), merged by the split-KV merge.
@@ -23,7 +24,6 @@
 namespace sparseserve::kernels::cuda {
 namespace {
 
-using tokenselect::kHeaderWords;
 
 constexpr int kTile = 64;
 constexpr int kThreads = 256;
@@ -56,8 +56,11 @@ struct TokenList {
   __device__ __forceinline__ int32_t KeyAt(int32_t pos) const {
     if (pos < initial_end) return pos;
     if (pos < selected_end) {
+      // The payload is checked, not trusted: a key outside [initial_end, local_begin) (a
+      // corrupt or foreign state) is skipped, never read outside the sequence or counted twice
+      // with the always-attended ranges.
       const int32_t key = selected[pos - initial_end];
-      return key >= 0 && key < prefix ? key : -1;  // never read outside the cached prefix
+      return key >= initial_end && key < local_begin ? key : -1;
     }
     const int32_t key = local_begin + (pos - selected_end);
     return key < prefix || KeyVisible(vis, row, key) ? key : -1;
@@ -91,10 +94,11 @@ __global__ void __launch_bounds__(kThreads)
   params.initial = seq.initial;
   params.local = seq.local;
   params.theta = seq.theta;
+  params.per_kv_head = seq.lists > 1;
   const tokenselect::KeyRegions regions = tokenselect::RegionsOf(params, seq.q_len, seq.kv_len);
   const int64_t width = int64_t{p.dims.heads} * D;
   const int32_t* state = p.state + seq.state_slot * p.slot_words +
-                         p.layer * tokenselect::StateWordsPerLayer(width, seq.k);
+                         p.layer * tokenselect::StateWordsPerLayer(width, seq.k, seq.lists);
   TokenList list;
   list.row = rr.y;
   list.vis.q_len = seq.q_len;
@@ -103,7 +107,7 @@ __global__ void __launch_bounds__(kThreads)
   list.prefix = regions.prefix;
   list.initial_end = regions.initial_end;
   list.selected_end = regions.initial_end + min(max(state[tokenselect::kSelected], 0), seq.k);
-  list.selected = state + kHeaderWords + width;
+  list.selected = state + tokenselect::ListOffset(width, seq.k, seq.lists, kv_head);
   list.local_begin = tokenselect::LocalBegin(params, state, regions.initial_end);
   list.length = list.selected_end + max(0, KeyEnd(list.vis, list.row) - list.local_begin);
   const int32_t begin = item * p.item_tokens;

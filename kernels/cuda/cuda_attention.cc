@@ -282,6 +282,7 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   l.num_tokenselect_rows = static_cast<int>(tokenselect.merge_rows.size());
   l.tokenselect_candidates = tokenselect.candidate_cap;
   l.tokenselect_chunk_tokens = tokenselect.chunk_tokens;
+  l.tokenselect_lists = tokenselect.max_lists;
   l.tokenselect_items = tokenselect.items_per_row;
   l.tokenselect_item_tokens = tokenselect.item_tokens;
 
@@ -416,6 +417,7 @@ absl::Status CudaBackend::BuildTokenSelectIndex(const AttentionPlan& plan, const
   p.scratch = ws.selection_scratch.numel() > 0 ? ws.selection_scratch.data<float>() : nullptr;
   p.candidate_cap = l.tokenselect_candidates;
   p.chunk_tokens = l.tokenselect_chunk_tokens;
+  p.max_lists = l.tokenselect_lists;
   p.pair_stats = ws.sparse_stats.data<float>();
   p.cache_stats = ws.selection_stats.data<float>();
   return CudaStatus(cuda::LaunchTokenSelectIndex(p, stream()), "Attention (TokenSelect index)");

@@ -71,6 +71,7 @@ struct CudaTokenSelectPlan {
   std::vector<int32_t> merges;              // per row: (first item, items)
   std::vector<int32_t> merge_rows;          // per row: its packed query row
   int candidate_cap = 0, chunk_tokens = 0;  // selection grid bounds (0: nothing selects)
+  int max_lists = 1;                        // the most selection lists of a record
   int items_per_row = 0, item_tokens = 0;   // attention grid bounds
   int64_t scratch_floats = 0;               // AttentionWorkspace::selection_scratch
   int64_t partial_floats = 0;               // attention partials (outputs and log-sum-exps)

@@ -289,21 +289,25 @@ struct TokenSelectSeqInfo {
   int32_t k, initial, local;  // TokenSelectParams
   float theta;
   int32_t dense;  // 1: at most k candidates, every key (the dense kernels run it; stats only)
+  int32_t lists;  // selection lists: 1, or one per KV head (tokenselect::ListsOf)
+  int32_t unused;
   int64_t scratch_offset;  // floats into TokenSelectIndexParams::scratch, -1 when dense
 };
 static_assert(sizeof(TokenSelectSeqInfo) % 8 == 0, "records are packed into int32 metadata");
 
 // The f32 words of selection scratch one selecting sequence needs (TokenSelectScratchView's
-// areas) for `candidate_cap` candidates, `heads` query heads of width `query_width` in all, and
-// `chunks` score chunks.
+// areas) for `candidate_cap` candidates, `heads` query heads of width `query_width` in all,
+// `chunks` score chunks and `lists` selection lists (each with its scores, radix histograms,
+// control words and chunk counts).
 #ifdef __CUDACC__
 __host__ __device__
 #endif
     inline int64_t
-    TokenSelectScratchFloats(int64_t candidate_cap, int heads, int64_t query_width, int chunks) {
+    TokenSelectScratchFloats(int64_t candidate_cap, int heads, int64_t query_width, int chunks,
+                             int lists = 1) {
   constexpr int64_t kControl = 16, kHistogram = 4096 + 4096 + 256;
-  const int64_t floats = kControl + query_width + int64_t{2} * chunks * heads +
-                         (int64_t{heads} + 1) * candidate_cap + kHistogram + int64_t{2} * chunks;
+  const int64_t floats = query_width + int64_t{2} * chunks * heads + heads * candidate_cap +
+                         lists * (kControl + candidate_cap + kHistogram + int64_t{2} * chunks);
   return (floats + 3) / 4 * 4;  // 16-byte aligned areas
 }
 
@@ -322,6 +326,7 @@ struct TokenSelectIndexParams {
   float* scratch = nullptr;      // f32 selection scratch (TokenSelectScratchFloats per sequence)
   int candidate_cap = 0;         // >= every selecting sequence's candidates (a power of two)
   int chunk_tokens = 0;          // candidates per scoring CTA; divides candidate_cap
+  int max_lists = 1;             // the most selection lists of a record (grid bound)
   float* pair_stats = nullptr;   // AttentionWorkspace::sparse_stats, f32 [batch sequences, 2]
   float* cache_stats = nullptr;  // AttentionWorkspace::selection_stats, f32 [batch sequences, 2]
 };

@@ -61,9 +61,12 @@ absl::Status PlanTokenSelect(const AttentionBatch& batch, const AttentionShape& 
     rec.local = p.local;
     rec.theta = p.theta;
     rec.dense = regions.dense ? 1 : 0;
+    rec.lists = tokenselect::ListsOf(p, shape.num_kv_heads);
+    rec.unused = 0;
     rec.scratch_offset = -1;
     if (!regions.dense) {
       rec.scratch_offset = selecting++;  // the record's scratch index until the size is known
+      plan->max_lists = std::max(plan->max_lists, static_cast<int>(rec.lists));
       max_candidates = std::max(max_candidates, regions.candidate_end - regions.candidate_begin);
       // The longest list a row can have: P - LocalBegin <= 2 local while a reused selection is
       // at most `local` tokens old, plus the new rows.
@@ -98,8 +101,8 @@ absl::Status PlanTokenSelect(const AttentionBatch& batch, const AttentionShape& 
   }
   plan->candidate_cap = static_cast<int>(cap);
   plan->chunk_tokens = static_cast<int>(cap / chunks);
-  const int64_t per_record =
-      cuda::TokenSelectScratchFloats(cap, heads, int64_t{heads} * hd, static_cast<int>(chunks));
+  const int64_t per_record = cuda::TokenSelectScratchFloats(
+      cap, heads, int64_t{heads} * hd, static_cast<int>(chunks), plan->max_lists);
   for (cuda::TokenSelectSeqInfo& rec : plan->seqs) {
     if (rec.scratch_offset >= 0) rec.scratch_offset *= per_record;
   }
@@ -135,7 +138,8 @@ absl::Status CheckTokenSelectState(const AttentionPlan& plan, int layer) {
           absl::StrCat("Attention: TokenSelect needs a contiguous CUDA i32 sequence_state, got ",
                        state.DebugString()));
     }
-    const int64_t per_layer = tokenselect::StateWordsPerLayer(width, p.k);
+    const int64_t per_layer = tokenselect::StateWordsPerLayer(
+        width, p.k, tokenselect::ListsOf(p, plan.shape.num_kv_heads));
     if ((int64_t{layer} + 1) * per_layer > state.dim(1)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Attention: sequence ", s, "'s state slot is too small for TokenSelect layer ", layer,

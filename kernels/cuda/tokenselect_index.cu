@@ -2,8 +2,10 @@
 // contract, kernels/cpu/cpu_tokenselect.cc the reference this matches): no host round trip, so a
 // step that selects or reuses replays as a CUDA graph.
 //
-// Ten launches, each over (chunk of candidates, ..., TokenSelect record) grids; every kernel of a
-// record that reuses its selection (or runs dense) exits at once after the first:
+// Ten launches, each over (chunk of candidates, ..., TokenSelect record[, list]) grids; every
+// kernel of a record that reuses its selection (or runs dense) exits at once after the first. A
+// record selecting per KV head (tokenselect::ListsOf) runs steps 3-10 once per list, each over
+// its KV head's query heads, with its own scores, histograms, control words and counts:
 //   1. DecideKernel: the step's mean query per head, its cosine with the selecting query in the
 //      state slot, the selection-cache decision, the state header, the stats.
 //   2. ScoreKernel: logits scale · q̄_h · k_t of every candidate for the query heads of one KV
@@ -52,28 +54,34 @@ enum ControlWord : int {
   kThresholdTake = 6,  // how many of the scores equal to it are selected (smallest indices)
 };
 
-// A selecting record's scratch (TokenSelectScratchFloats in all).
+// A selecting record's scratch (TokenSelectScratchFloats in all): the step's shared areas, then
+// one area per selection list.
 struct ScratchView {
-  int32_t* control;      // [kControlWords]
+  int32_t* decision;     // list 0's control words: kSelect is the layer's decision
+  int32_t* control;      // [kControlWords] this list's
   float* query;          // [heads * head_dim] the step's mean query (unscaled)
   float* partials;       // [chunks, heads, 2] each chunk's (max, sum of exp) of the logits
   float* logits;         // [heads, candidate_cap]
-  float* scores;         // [candidate_cap]
+  float* scores;         // [candidate_cap] this list's
   uint32_t* histograms;  // [kTopBins] level 1, [kTopBins] level 2, [kLowBins] level 3
   int32_t* counts;       // [chunks, 2] (scores above the threshold, scores equal to it)
 };
 
 __device__ __forceinline__ ScratchView ViewOf(const TokenSelectIndexParams& p,
-                                              const TokenSelectSeqInfo& seq) {
+                                              const TokenSelectSeqInfo& seq, int list = 0) {
   float* base = p.scratch + seq.scratch_offset;
   const int heads = p.dims.heads;
   const int chunks = p.candidate_cap / p.chunk_tokens;
   ScratchView v;
-  v.control = reinterpret_cast<int32_t*>(base);
-  v.query = base + kControlWords;
+  v.query = base;
   v.partials = v.query + int64_t{heads} * p.dims.head_dim;
   v.logits = v.partials + int64_t{2} * chunks * heads;
-  v.scores = v.logits + int64_t{heads} * p.candidate_cap;
+  float* lists = v.logits + int64_t{heads} * p.candidate_cap;
+  const int64_t per_list = kControlWords + p.candidate_cap + 2 * kTopBins + kLowBins + 2 * chunks;
+  v.decision = reinterpret_cast<int32_t*>(lists);
+  float* mine = lists + list * per_list;
+  v.control = reinterpret_cast<int32_t*>(mine);
+  v.scores = mine + kControlWords;
   v.histograms = reinterpret_cast<uint32_t*>(v.scores + p.candidate_cap);
   v.counts = reinterpret_cast<int32_t*>(v.histograms + 2 * kTopBins + kLowBins);
   return v;
@@ -85,6 +93,7 @@ __device__ __forceinline__ TokenSelectParams ParamsOf(const TokenSelectSeqInfo& 
   p.initial = seq.initial;
   p.local = seq.local;
   p.theta = seq.theta;
+  p.per_kv_head = seq.lists > 1;
   return p;
 }
 
@@ -92,7 +101,7 @@ __device__ __forceinline__ int32_t* LayerState(const TokenSelectIndexParams& p,
                                                const TokenSelectSeqInfo& seq) {
   const int64_t width = int64_t{p.dims.heads} * p.dims.head_dim;
   return p.state + seq.state_slot * p.slot_words +
-         p.layer * tokenselect::StateWordsPerLayer(width, seq.k);
+         p.layer * tokenselect::StateWordsPerLayer(width, seq.k, seq.lists);
 }
 
 // Float order as unsigned order (a score is >= 0, but any float sorts right); -0 counts as +0,
@@ -105,7 +114,7 @@ __device__ __forceinline__ uint32_t OrderedBits(float x) {
 // True when the record selects this step: it has candidates to choose from and the decision
 // kernel found its selection not reusable.
 __device__ __forceinline__ bool Selects(const TokenSelectSeqInfo& seq, const ScratchView& v) {
-  return seq.dense == 0 && v.control[kSelect] == 1;
+  return seq.dense == 0 && v.decision[kSelect] == 1;
 }
 
 __device__ double BlockSumDouble(double x, double* scratch) {
@@ -193,7 +202,7 @@ __global__ void __launch_bounds__(kThreads)
         visible_new;
     atomicAdd(&p.pair_stats[2 * seq.seq], static_cast<float>(sparse_pairs * heads));
     atomicAdd(&p.pair_stats[2 * seq.seq + 1], static_cast<float>(dense_pairs * heads));
-    v.control[kSelect] = reuse ? 0 : 1;
+    v.decision[kSelect] = reuse ? 0 : 1;
     select_s = reuse ? 0 : 1;
   }
   __syncthreads();
@@ -202,7 +211,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t i = threadIdx.x; i < width; i += kThreads) {
     state[kHeaderWords + i] = __float_as_int(v.query[i]);
   }
-  for (int i = threadIdx.x; i < 2 * kTopBins + kLowBins; i += kThreads) v.histograms[i] = 0;
+  for (int list = 0; list < seq.lists; ++list) {
+    uint32_t* histograms = ViewOf(p, seq, list).histograms;
+    for (int i = threadIdx.x; i < 2 * kTopBins + kLowBins; i += kThreads) histograms[i] = 0;
+  }
 }
 
 // Grid (chunk, kv head, record). Thread -> (candidate threadIdx % 64 of the tile, head slot
@@ -341,8 +353,8 @@ __global__ void __launch_bounds__(kThreads)
 
 constexpr int kNormaliseSplit = 4;
 
-// Grid (chunk part, record): the soft vote of a quarter chunk's candidates and the level-1
-// histogram.
+// Grid (chunk part, record, list): the soft vote of a quarter chunk's candidates by the list's
+// query heads (all of them, or one KV head's group) and the list's level-1 histogram.
 __global__ void __launch_bounds__(kThreads)
     NormaliseKernel(const __grid_constant__ TokenSelectIndexParams p) {
   extern __shared__ float norm_s[];  // [heads] max, [heads] 1 / sum of exp
@@ -350,8 +362,8 @@ __global__ void __launch_bounds__(kThreads)
   WaitForPrecedingKernels();
   AllowNextKernelLaunch();
   const TokenSelectSeqInfo seq = p.seqs[blockIdx.y];
-  if (seq.dense) return;
-  const ScratchView v = ViewOf(p, seq);
+  if (seq.dense || static_cast<int>(blockIdx.z) >= seq.lists) return;
+  const ScratchView v = ViewOf(p, seq, blockIdx.z);
   if (!Selects(seq, v)) return;
   const tokenselect::KeyRegions regions =
       tokenselect::RegionsOf(ParamsOf(seq), seq.q_len, seq.kv_len);
@@ -363,8 +375,10 @@ __global__ void __launch_bounds__(kThreads)
   if (first >= n) return;
   const int32_t end = min(n, first + part);
   const int heads = p.dims.heads;
+  const int list_heads = heads / seq.lists;
+  const int h_begin = blockIdx.z * list_heads, h_end = h_begin + list_heads;
   const int used_chunks = (n + p.chunk_tokens - 1) / p.chunk_tokens;
-  for (int h = threadIdx.x; h < heads; h += kThreads) {
+  for (int h = h_begin + threadIdx.x; h < h_end; h += kThreads) {
     float m = -INFINITY;
     for (int c = 0; c < used_chunks; ++c) m = fmaxf(m, v.partials[(int64_t{c} * heads + h) * 2]);
     double sum = 0;
@@ -379,7 +393,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   for (int32_t t = first + threadIdx.x; t < end; t += kThreads) {
     float score = 0.0f;  // heads in order, as the CPU adds them
-    for (int h = 0; h < heads; ++h) {
+    for (int h = h_begin; h < h_end; ++h) {
       score += expf(v.logits[int64_t{h} * p.candidate_cap + t] - norm_s[h]) * norm_s[heads + h];
     }
     v.scores[t] = score;
@@ -391,8 +405,8 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Grid (record): one radix level. Finds the bin holding the `remaining`-th largest score among
-// those matching the previous levels' prefix, and how many of it are still to take.
+// Grid (record, list): one radix level. Finds the bin holding the `remaining`-th largest score
+// among those matching the previous levels' prefix, and how many of it are still to take.
 template <int kLevel>
 __global__ void __launch_bounds__(kThreads)
     PickKernel(const __grid_constant__ TokenSelectIndexParams p) {
@@ -403,8 +417,8 @@ __global__ void __launch_bounds__(kThreads)
   WaitForPrecedingKernels();
   AllowNextKernelLaunch();
   const TokenSelectSeqInfo seq = p.seqs[blockIdx.x];
-  if (seq.dense) return;
-  const ScratchView v = ViewOf(p, seq);
+  if (seq.dense || static_cast<int>(blockIdx.y) >= seq.lists) return;
+  const ScratchView v = ViewOf(p, seq, blockIdx.y);
   if (!Selects(seq, v)) return;
   const uint32_t* histogram = v.histograms + (kLevel - 1) * kTopBins;
   const uint32_t prefix = kLevel == 1   ? 0u
@@ -453,7 +467,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Grid (chunk, record): the level-2 (bits 19..8 of the scores with the level-1 prefix) or
+// Grid (chunk, record, list): the level-2 (bits 19..8 of the scores with the level-1 prefix) or
 // level-3 (bits 7..0 of those with the level-2 prefix) histogram.
 template <int kLevel>
 __global__ void __launch_bounds__(kThreads)
@@ -463,8 +477,8 @@ __global__ void __launch_bounds__(kThreads)
   WaitForPrecedingKernels();
   AllowNextKernelLaunch();
   const TokenSelectSeqInfo seq = p.seqs[blockIdx.y];
-  if (seq.dense) return;
-  const ScratchView v = ViewOf(p, seq);
+  if (seq.dense || static_cast<int>(blockIdx.z) >= seq.lists) return;
+  const ScratchView v = ViewOf(p, seq, blockIdx.z);
   if (!Selects(seq, v)) return;
   const tokenselect::KeyRegions regions =
       tokenselect::RegionsOf(ParamsOf(seq), seq.q_len, seq.kv_len);
@@ -489,14 +503,14 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Grid (chunk, record): the chunk's scores above the threshold and equal to it.
+// Grid (chunk, record, list): the chunk's scores above the threshold and equal to it.
 __global__ void __launch_bounds__(kThreads)
     CountKernel(const __grid_constant__ TokenSelectIndexParams p) {
   WaitForPrecedingKernels();
   AllowNextKernelLaunch();
   const TokenSelectSeqInfo seq = p.seqs[blockIdx.y];
-  if (seq.dense) return;
-  const ScratchView v = ViewOf(p, seq);
+  if (seq.dense || static_cast<int>(blockIdx.z) >= seq.lists) return;
+  const ScratchView v = ViewOf(p, seq, blockIdx.z);
   if (!Selects(seq, v)) return;
   const tokenselect::KeyRegions regions =
       tokenselect::RegionsOf(ParamsOf(seq), seq.q_len, seq.kv_len);
@@ -537,8 +551,8 @@ __device__ __forceinline__ int32_t BlockRank(bool flag, int32_t* warp_s, int32_t
   return before + __popc(ballot & ((1u << lane) - 1u));
 }
 
-// Grid (chunk, record): writes the chunk's selected candidates, ascending, at their place among
-// the k (after every earlier chunk's).
+// Grid (chunk, record, list): writes the chunk's selected candidates, ascending, at their place
+// among the list's k (after every earlier chunk's).
 __global__ void __launch_bounds__(kThreads)
     CompactKernel(const __grid_constant__ TokenSelectIndexParams p) {
   __shared__ int32_t warp_s[kThreads / 32];
@@ -546,8 +560,8 @@ __global__ void __launch_bounds__(kThreads)
   WaitForPrecedingKernels();
   AllowNextKernelLaunch();
   const TokenSelectSeqInfo seq = p.seqs[blockIdx.y];
-  if (seq.dense) return;
-  const ScratchView v = ViewOf(p, seq);
+  if (seq.dense || static_cast<int>(blockIdx.z) >= seq.lists) return;
+  const ScratchView v = ViewOf(p, seq, blockIdx.z);
   if (!Selects(seq, v)) return;
   const tokenselect::KeyRegions regions =
       tokenselect::RegionsOf(ParamsOf(seq), seq.q_len, seq.kv_len);
@@ -569,7 +583,9 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   int32_t equal_seen = before_s[1];
   int32_t out = before_s[0] + min(equal_seen, take);
-  int32_t* selected = LayerState(p, seq) + kHeaderWords + int64_t{p.dims.heads} * p.dims.head_dim;
+  int32_t* selected =
+      LayerState(p, seq) + tokenselect::ListOffset(int64_t{p.dims.heads} * p.dims.head_dim,
+                                                   seq.k, seq.lists, blockIdx.z);
   for (int32_t base = first; base < end; base += kThreads) {
     const int32_t t = base + threadIdx.x;
     const uint32_t bits = t < end ? OrderedBits(v.scores[t]) : 0u;
@@ -612,6 +628,7 @@ cudaError_t LaunchTokenSelectIndex(const TokenSelectIndexParams& p, cudaStream_t
   if (group > 16 || (p.dims.head_dim != 64 && p.dims.head_dim != 128)) {
     return cudaErrorInvalidValue;
   }
+  if (p.max_lists < 1 || p.dims.heads % p.max_lists != 0) return cudaErrorInvalidValue;
   const dim3 records(p.num_seqs);
   if (cudaError_t e = LaunchOverlapping(DecideKernel, records, kThreads, 0, stream, p);
       e != cudaSuccess) {
@@ -635,16 +652,17 @@ cudaError_t LaunchTokenSelectIndex(const TokenSelectIndexParams& p, cudaStream_t
     default: return cudaErrorInvalidValue;
   }
   if (e != cudaSuccess) return e;
-  const dim3 chunked(chunks, p.num_seqs);
-  const dim3 normalise(chunks * kNormaliseSplit, p.num_seqs);
+  const dim3 chunked(chunks, p.num_seqs, p.max_lists);
+  const dim3 normalise(chunks * kNormaliseSplit, p.num_seqs, p.max_lists);
+  const dim3 picks(p.num_seqs, p.max_lists);
   const size_t norm_smem = size_t{2} * p.dims.heads * sizeof(float);
   if ((e = LaunchOverlapping(NormaliseKernel, normalise, kThreads, norm_smem, stream, p)) !=
           cudaSuccess ||
-      (e = LaunchOverlapping(PickKernel<1>, records, kThreads, 0, stream, p)) != cudaSuccess ||
+      (e = LaunchOverlapping(PickKernel<1>, picks, kThreads, 0, stream, p)) != cudaSuccess ||
       (e = LaunchOverlapping(HistogramKernel<2>, chunked, kThreads, 0, stream, p)) != cudaSuccess ||
-      (e = LaunchOverlapping(PickKernel<2>, records, kThreads, 0, stream, p)) != cudaSuccess ||
+      (e = LaunchOverlapping(PickKernel<2>, picks, kThreads, 0, stream, p)) != cudaSuccess ||
       (e = LaunchOverlapping(HistogramKernel<3>, chunked, kThreads, 0, stream, p)) != cudaSuccess ||
-      (e = LaunchOverlapping(PickKernel<3>, records, kThreads, 0, stream, p)) != cudaSuccess ||
+      (e = LaunchOverlapping(PickKernel<3>, picks, kThreads, 0, stream, p)) != cudaSuccess ||
       (e = LaunchOverlapping(CountKernel, chunked, kThreads, 0, stream, p)) != cudaSuccess) {
     return e;
   }

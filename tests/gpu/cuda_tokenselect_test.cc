@@ -6,7 +6,8 @@
 // two soft-vote scores tie within float rounding: every index in one set and not the other must
 // score within a small tolerance of the k-th score (computed here in double from the same
 // bf16-rounded inputs). Outputs are compared with the CPU attention run on the GPU's selection
-// (bf16 tolerance). A captured step graph must replay what the ops compute one by one.
+// (bf16 tolerance). A captured step graph must replay what the ops compute one by one. Every case
+// also runs with one selection list per KV head (each list its group's soft vote).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -48,7 +49,8 @@ std::string Describe(const TsCase& c) {
   std::string s = "hd=" + std::to_string(c.head_dim) + " heads=" + std::to_string(c.heads) + "/" +
                   std::to_string(c.kv_heads) + " k=" + std::to_string(c.params.k) +
                   " initial=" + std::to_string(c.params.initial) +
-                  " local=" + std::to_string(c.params.local) + " seqs:";
+                  " local=" + std::to_string(c.params.local) +
+                  (c.params.per_kv_head ? " per-kv-head" : "") + " seqs:";
   for (const SeqSpec& q : c.seqs) {
     s += " (" + std::to_string(q.q_len) + "," + std::to_string(q.kv_len) +
          (q.tokenselect ? ",T" : "") + (q.masked ? ",M" : "") + ")";
@@ -115,7 +117,8 @@ class TsBatch {
     EXPECT_TRUE(gpu.WriteKv(t.ToGpu(k_), t.ToGpu(v), t.ToGpu(slot_t, DType::kI32), gpu_kv_).ok());
     shape_ = {c.heads, c.kv_heads, c.head_dim, total_q, num_blocks_};
     width_ = int64_t{c.heads} * c.head_dim;
-    slot_words_ = ts::StateWords(kLayers, width_, c.params.k);
+    lists_ = ts::ListsOf(c.params, c.kv_heads);
+    slot_words_ = ts::StateWords(kLayers, width_, c.params.k, lists_);
     cpu_state_ = Tensor::Zeros(DType::kI32, {int64_t(c.seqs.size()), slot_words_});
     gpu_state_ = t.ToGpu(cpu_state_, DType::kI32);
     cpu_batch_ = batch_;
@@ -147,7 +150,7 @@ class TsBatch {
 
     Tensor gpu_state = Tensor::Zeros(DType::kI32, cpu_state_.shape());
     ASSERT_TRUE(gpu_.CopyToHost(gpu_state_, gpu_state).ok());
-    const int64_t per_layer = ts::StateWordsPerLayer(width_, c_.params.k);
+    const int64_t per_layer = ts::StateWordsPerLayer(width_, c_.params.k, lists_);
     int64_t differing = 0, selected = 0;
     for (size_t i = 0; i < batch_.sequences.size(); ++i) {
       const kernels::SequenceAttention& sa = batch_.sequences[i];
@@ -166,33 +169,40 @@ class TsBatch {
         ASSERT_NEAR(a, b, 1e-6f * std::max(1.0f, std::fabs(b))) << "query word " << w;
       }
       if (hits != nullptr) *hits += gs[ts::kLastHit];
-      // Selected sets: equal up to near-ties around the k-th score.
-      const int32_t* gsel = gs + ts::kHeaderWords + width_;
-      const int32_t* csel = cs + ts::kHeaderWords + width_;
-      ASSERT_TRUE(std::is_sorted(gsel, gsel + c_.params.k));
-      ASSERT_EQ(std::adjacent_find(gsel, gsel + c_.params.k), gsel + c_.params.k);
-      const std::set<int32_t> gset(gsel, gsel + c_.params.k), cset(csel, csel + c_.params.k);
-      std::vector<int32_t> diff;
-      std::set_symmetric_difference(gset.begin(), gset.end(), cset.begin(), cset.end(),
-                                    std::back_inserter(diff));
-      selected += c_.params.k;
-      differing += static_cast<int64_t>(diff.size());
-      if (!diff.empty() || c_.planted > 0) {
-        const int32_t prefix_sel = cs[ts::kPrefix];
-        const std::vector<double> score = Scores(i, cs + ts::kHeaderWords, prefix_sel);
-        const int32_t cb = regions.initial_end;
-        std::vector<double> sorted(score);
-        std::nth_element(sorted.begin(), sorted.begin() + (c_.params.k - 1), sorted.end(),
-                         std::greater<>());
-        const double kth = sorted[c_.params.k - 1];
-        for (int32_t key : diff) {
-          ASSERT_GE(key, cb);
-          ASSERT_LT(key - cb, static_cast<int32_t>(score.size()));
-          EXPECT_NEAR(score[key - cb], kth, 1e-4 * kth) << "index " << key << " of sequence " << i;
-        }
-        if (c_.planted > 0) {
-          for (int32_t key : planted_[i]) {
-            EXPECT_TRUE(gset.count(key)) << "planted key " << key << " not selected";
+      // Selected sets, per list: equal up to near-ties around the k-th score.
+      const int heads_per_list = c_.heads / lists_;
+      for (int list = 0; list < lists_; ++list) {
+        const int64_t offset = ts::ListOffset(width_, c_.params.k, lists_, list);
+        const int32_t* gsel = gs + offset;
+        const int32_t* csel = cs + offset;
+        ASSERT_TRUE(std::is_sorted(gsel, gsel + c_.params.k));
+        ASSERT_EQ(std::adjacent_find(gsel, gsel + c_.params.k), gsel + c_.params.k);
+        const std::set<int32_t> gset(gsel, gsel + c_.params.k), cset(csel, csel + c_.params.k);
+        std::vector<int32_t> diff;
+        std::set_symmetric_difference(gset.begin(), gset.end(), cset.begin(), cset.end(),
+                                      std::back_inserter(diff));
+        selected += c_.params.k;
+        differing += static_cast<int64_t>(diff.size());
+        if (!diff.empty() || c_.planted > 0) {
+          const int32_t prefix_sel = cs[ts::kPrefix];
+          const std::vector<double> score =
+              Scores(i, cs + ts::kHeaderWords, prefix_sel, list * heads_per_list,
+                     (list + 1) * heads_per_list);
+          const int32_t cb = regions.initial_end;
+          std::vector<double> sorted(score);
+          std::nth_element(sorted.begin(), sorted.begin() + (c_.params.k - 1), sorted.end(),
+                           std::greater<>());
+          const double kth = sorted[c_.params.k - 1];
+          for (int32_t key : diff) {
+            ASSERT_GE(key, cb);
+            ASSERT_LT(key - cb, static_cast<int32_t>(score.size()));
+            EXPECT_NEAR(score[key - cb], kth, 1e-4 * kth)
+                << "index " << key << " of sequence " << i << " list " << list;
+          }
+          if (c_.planted > 0) {
+            for (int32_t key : planted_[i]) {
+              EXPECT_TRUE(gset.count(key)) << "planted key " << key << " not in list " << list;
+            }
           }
         }
       }
@@ -260,15 +270,17 @@ class TsBatch {
     }
   }
 
-  // The soft vote of sequence i's candidates in double, from its stored selecting query.
-  std::vector<double> Scores(size_t i, const int32_t* query_bits, int32_t prefix_sel) const {
+  // The soft vote of sequence i's candidates by query heads [h0, h1) in double, from its stored
+  // selecting query.
+  std::vector<double> Scores(size_t i, const int32_t* query_bits, int32_t prefix_sel, int h0,
+                             int h1) const {
     const int32_t cb = std::min(c_.params.initial, prefix_sel);
     const int32_t ce = std::max(cb, prefix_sel - c_.params.local);
     const int64_t kv_begin = kv_begins_[i];
     const int n = ce - cb, hd = c_.head_dim, group = c_.heads / c_.kv_heads;
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
     std::vector<double> score(n, 0.0), logits(n);
-    for (int h = 0; h < c_.heads; ++h) {
+    for (int h = h0; h < h1; ++h) {
       double m = -INFINITY;
       for (int t = 0; t < n; ++t) {
         const float* k =
@@ -298,6 +310,7 @@ class TsBatch {
   kernels::AttentionShape shape_;
   Tensor k_, q_, cpu_kv_, gpu_kv_, cpu_state_, gpu_state_;
   int64_t width_ = 0, slot_words_ = 0;
+  int lists_ = 1;
   std::vector<int64_t> kv_begins_;  // where each sequence's keys start in k_
   std::vector<std::vector<int32_t>> planted_;
   std::vector<float> last_cache_stats_;
@@ -309,8 +322,9 @@ void RunCase(CudaTest& t, kernels::Backend& cpu, kernels::Backend& gpu, const Ts
   batch.Step();
 }
 
-TokenSelectParams Params(int k, int initial, int local, float theta = 0.9f) {
-  return TokenSelectParams{k, initial, local, theta};
+TokenSelectParams Params(int k, int initial, int local, float theta = 0.9f,
+                         bool per_kv_head = false) {
+  return TokenSelectParams{k, initial, local, theta, per_kv_head};
 }
 
 // Decode rows beside a plain dense decode row and a dense-size TokenSelect row.
@@ -344,6 +358,20 @@ TEST_F(CudaTokenSelectTest, PlantedKeysAreAlwaysSelected) {
               {hd, heads, kv_heads, kChunkBatch, Params(200, 8, 100), /*planted=*/60}, rng_);
     }
   }
+}
+
+TEST_F(CudaTokenSelectTest, PerKvHeadListsMatchTheCpu) {
+  for (int hd : {64, 128}) {
+    for (auto [heads, kv_heads] : {std::pair{8, 2}, std::pair{4, 4}, std::pair{32, 8}}) {
+      RunCase(*this, cpu_, *gpu_,
+              {hd, heads, kv_heads, kDecodeBatch, Params(256, 16, 64, 0.9f, true)}, rng_);
+      RunCase(*this, cpu_, *gpu_,
+              {hd, heads, kv_heads, kChunkBatch, Params(300, 32, 128, 0.9f, true), /*planted=*/30},
+              rng_);
+    }
+  }
+  RunCase(*this, cpu_, *gpu_,
+          {128, 32, 8, {{1, 40000}, {64, 20000}}, Params(2048, 128, 512, 0.9f, true)}, rng_);
 }
 
 TEST_F(CudaTokenSelectTest, LongContextAndLargeK) {
@@ -396,76 +424,81 @@ TEST_F(CudaTokenSelectTest, SelectionCacheHitsAndMisses) {
 // steps that select, reuse and select again (the decision is made on the device at replay).
 TEST_F(CudaTokenSelectTest, ReplayedStepEqualsOpByOp) {
   const int hd = 128, heads = 8, kv_heads = 2, bt = 64;
-  const TokenSelectParams params = Params(256, 16, 64, 0.9f);
-  const std::vector<int> lens = {5000, 3000, 200};  // the last one is dense-size
-  int blocks = 0;
-  for (int len : lens) blocks += (len + bt - 1) / bt;
-  Tensor kv = *gpu_->Allocate(DType::kBf16, {2 * int64_t{blocks}, bt, kv_heads, hd});
-  ASSERT_TRUE(gpu_->FillUniform(kv, 5, -1.0f, 1.0f).ok());
-  const int64_t width = int64_t{heads} * hd;
-  const int64_t slot_words = ts::StateWords(kLayers, width, params.k);
-  kernels::AttentionBatch batches[2];
-  Tensor states[2];
-  int next = 0;
-  for (kernels::AttentionBatch& b : batches) b.block_tokens = bt;
-  for (size_t s = 0; s < lens.size(); ++s) {
-    kernels::SequenceAttention sa;
-    sa.q_begin = static_cast<int32_t>(s);
-    sa.q_len = 1;
-    sa.kv_len = lens[s];
-    for (int i = 0; i < (lens[s] + bt - 1) / bt; ++i) sa.block_table.push_back(next++);
-    sa.pattern.kind = AttentionMethodKind::kTokenSelect;
-    sa.pattern.tokenselect = params;
-    sa.state_slot = static_cast<int32_t>(s);
-    for (kernels::AttentionBatch& b : batches) b.sequences.push_back(sa);
-  }
-  for (int i = 0; i < 2; ++i) {
-    states[i] = ToGpu(Tensor::Zeros(DType::kI32, {int64_t(lens.size()), slot_words}), DType::kI32);
-    batches[i].sequence_state = states[i];
-  }
-  const kernels::AttentionShape shape{heads, kv_heads, hd, int64_t(lens.size()), blocks};
-  kernels::AttentionWorkspace ws[2];
-  auto eager = gpu_->PlanAttention(batches[0], shape, ws[0]);
-  auto graphed = gpu_->PlanAttention(batches[1], shape, ws[1]);
-  ASSERT_TRUE(eager.ok() && graphed.ok()) << eager.status() << graphed.status();
-  Tensor q = ToGpu(RandomHost({int64_t(lens.size()), heads, hd}));
-  Tensor outs[2] = {Poisoned(DType::kBf16, q.shape()), Poisoned(DType::kBf16, q.shape())};
-  auto run = [&](const kernels::AttentionPlan& plan, const Tensor& out) -> absl::Status {
-    for (int layer = 0; layer < kLayers; ++layer) {
-      SS_RETURN_IF_ERROR(gpu_->BuildAttentionIndex(plan, q, kv, layer));
-      SS_RETURN_IF_ERROR(gpu_->Attention(plan, q, kv, layer, out));
+  for (bool per_kv_head : {false, true}) {
+    SCOPED_TRACE(per_kv_head ? "per KV head" : "per layer");
+    const TokenSelectParams params = Params(256, 16, 64, 0.9f, per_kv_head);
+
+    const std::vector<int> lens = {5000, 3000, 200};  // the last one is dense-size
+    int blocks = 0;
+    for (int len : lens) blocks += (len + bt - 1) / bt;
+    Tensor kv = *gpu_->Allocate(DType::kBf16, {2 * int64_t{blocks}, bt, kv_heads, hd});
+    ASSERT_TRUE(gpu_->FillUniform(kv, 5, -1.0f, 1.0f).ok());
+    const int64_t width = int64_t{heads} * hd;
+    const int64_t slot_words =
+        ts::StateWords(kLayers, width, params.k, ts::ListsOf(params, kv_heads));
+    kernels::AttentionBatch batches[2];
+    Tensor states[2];
+    int next = 0;
+    for (kernels::AttentionBatch& b : batches) b.block_tokens = bt;
+    for (size_t s = 0; s < lens.size(); ++s) {
+      kernels::SequenceAttention sa;
+      sa.q_begin = static_cast<int32_t>(s);
+      sa.q_len = 1;
+      sa.kv_len = lens[s];
+      for (int i = 0; i < (lens[s] + bt - 1) / bt; ++i) sa.block_table.push_back(next++);
+      sa.pattern.kind = AttentionMethodKind::kTokenSelect;
+      sa.pattern.tokenselect = params;
+      sa.state_slot = static_cast<int32_t>(s);
+      for (kernels::AttentionBatch& b : batches) b.sequences.push_back(sa);
     }
-    return absl::OkStatus();
-  };
-  std::unique_ptr<kernels::StepGraph> graph;
-  for (int step = 0; step < 4; ++step) {
-    // Steps 0 and 2 select (a fresh slot, a new query), 1 and 3 reuse.
-    if (step == 2) {
-      ASSERT_TRUE(gpu_->CopyFromHost(RandomHost(q.shape()), q).ok());
-    }
-    ASSERT_TRUE(run(*eager, outs[0]).ok());
-    if (graph == nullptr) {  // captured after one op-by-op run, as the model does
-      auto captured = gpu_->CaptureGraph([&] { return run(*graphed, outs[1]); });
-      ASSERT_TRUE(captured.ok()) << captured.status();
-      graph = *std::move(captured);
-    }
-    ASSERT_TRUE(gpu_->LaunchGraph(*graph).ok());
-    EXPECT_EQ(RelError(ToHost(outs[1]), ToHost(outs[0])), 0.0) << "step " << step;
-    Tensor a = Tensor::Zeros(DType::kI32, {int64_t(lens.size()), slot_words});
-    Tensor b = Tensor::Zeros(DType::kI32, a.shape());
-    ASSERT_TRUE(gpu_->CopyToHost(states[0], a).ok());
-    ASSERT_TRUE(gpu_->CopyToHost(states[1], b).ok());
-    EXPECT_EQ(std::memcmp(a.data<int32_t>(), b.data<int32_t>(), a.numel() * 4), 0)
-        << "step " << step;
-    const int32_t last_hit = a.data<int32_t>()[ts::kLastHit];
-    EXPECT_EQ(last_hit, step % 2) << "step " << step;
     for (int i = 0; i < 2; ++i) {
-      Tensor stats = Tensor::Zeros(DType::kF32, {ws[i].selection_stats.numel()});
-      ASSERT_TRUE(gpu_->CopyToHost(ws[i].selection_stats, stats).ok());
-      // Accumulated over both layers and every step so far (the plans were made once).
-      const int hits = std::vector<int>{0, 1, 1, 2}[step];
-      EXPECT_EQ(stats.data<float>()[1], 2.0f * (step + 1)) << "plan " << i << " step " << step;
-      EXPECT_EQ(stats.data<float>()[0], 2.0f * hits) << "plan " << i << " step " << step;
+      states[i] = ToGpu(Tensor::Zeros(DType::kI32, {int64_t(lens.size()), slot_words}), DType::kI32);
+      batches[i].sequence_state = states[i];
+    }
+    const kernels::AttentionShape shape{heads, kv_heads, hd, int64_t(lens.size()), blocks};
+    kernels::AttentionWorkspace ws[2];
+    auto eager = gpu_->PlanAttention(batches[0], shape, ws[0]);
+    auto graphed = gpu_->PlanAttention(batches[1], shape, ws[1]);
+    ASSERT_TRUE(eager.ok() && graphed.ok()) << eager.status() << graphed.status();
+    Tensor q = ToGpu(RandomHost({int64_t(lens.size()), heads, hd}));
+    Tensor outs[2] = {Poisoned(DType::kBf16, q.shape()), Poisoned(DType::kBf16, q.shape())};
+    auto run = [&](const kernels::AttentionPlan& plan, const Tensor& out) -> absl::Status {
+      for (int layer = 0; layer < kLayers; ++layer) {
+        SS_RETURN_IF_ERROR(gpu_->BuildAttentionIndex(plan, q, kv, layer));
+        SS_RETURN_IF_ERROR(gpu_->Attention(plan, q, kv, layer, out));
+      }
+      return absl::OkStatus();
+    };
+    std::unique_ptr<kernels::StepGraph> graph;
+    for (int step = 0; step < 4; ++step) {
+      // Steps 0 and 2 select (a fresh slot, a new query), 1 and 3 reuse.
+      if (step == 2) {
+        ASSERT_TRUE(gpu_->CopyFromHost(RandomHost(q.shape()), q).ok());
+      }
+      ASSERT_TRUE(run(*eager, outs[0]).ok());
+      if (graph == nullptr) {  // captured after one op-by-op run, as the model does
+        auto captured = gpu_->CaptureGraph([&] { return run(*graphed, outs[1]); });
+        ASSERT_TRUE(captured.ok()) << captured.status();
+        graph = *std::move(captured);
+      }
+      ASSERT_TRUE(gpu_->LaunchGraph(*graph).ok());
+      EXPECT_EQ(RelError(ToHost(outs[1]), ToHost(outs[0])), 0.0) << "step " << step;
+      Tensor a = Tensor::Zeros(DType::kI32, {int64_t(lens.size()), slot_words});
+      Tensor b = Tensor::Zeros(DType::kI32, a.shape());
+      ASSERT_TRUE(gpu_->CopyToHost(states[0], a).ok());
+      ASSERT_TRUE(gpu_->CopyToHost(states[1], b).ok());
+      EXPECT_EQ(std::memcmp(a.data<int32_t>(), b.data<int32_t>(), a.numel() * 4), 0)
+          << "step " << step;
+      const int32_t last_hit = a.data<int32_t>()[ts::kLastHit];
+      EXPECT_EQ(last_hit, step % 2) << "step " << step;
+      for (int i = 0; i < 2; ++i) {
+        Tensor stats = Tensor::Zeros(DType::kF32, {ws[i].selection_stats.numel()});
+        ASSERT_TRUE(gpu_->CopyToHost(ws[i].selection_stats, stats).ok());
+        // Accumulated over both layers and every step so far (the plans were made once).
+        const int hits = std::vector<int>{0, 1, 1, 2}[step];
+        EXPECT_EQ(stats.data<float>()[1], 2.0f * (step + 1)) << "plan " << i << " step " << step;
+        EXPECT_EQ(stats.data<float>()[0], 2.0f * hits) << "plan " << i << " step " << step;
+      }
     }
   }
 }
@@ -494,6 +527,12 @@ TEST_F(CudaTokenSelectTest, SmallStateSlotsAreRejected) {
   EXPECT_TRUE(gpu_->BuildAttentionIndex(*plan, q, kv, 0).ok());
   EXPECT_EQ(gpu_->BuildAttentionIndex(*plan, q, kv, 1).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(gpu_->Attention(*plan, q, kv, 1, q).code(), absl::StatusCode::kInvalidArgument);
+  // Lists per KV head need kv_heads lists per layer: one list's area is too small even for 0.
+  batch.sequences[0].pattern.tokenselect.per_kv_head = true;
+  auto per_head_plan = gpu_->PlanAttention(batch, shape, ws);
+  ASSERT_TRUE(per_head_plan.ok()) << per_head_plan.status();
+  EXPECT_EQ(gpu_->BuildAttentionIndex(*per_head_plan, q, kv, 0).code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(gpu_->Synchronize().ok());
 }
 
@@ -502,6 +541,8 @@ TEST_F(CudaTokenSelectTest, TokenSelectSmall) {
   const std::vector<SeqSpec> seqs = {{1, 700}, {20, 600}, {3, 500, true, true}, {1, 90}};
   RunCase(*this, cpu_, *gpu_, {64, 8, 2, seqs, Params(64, 8, 32)}, rng_);
   RunCase(*this, cpu_, *gpu_, {128, 4, 4, seqs, Params(48, 8, 32), /*planted=*/10}, rng_);
+  RunCase(*this, cpu_, *gpu_, {64, 8, 2, seqs, Params(64, 8, 32, 0.9f, true), /*planted=*/10},
+          rng_);
 }
 
 }  // namespace

@@ -135,7 +135,8 @@ def test_eval_tokenselect_covering_small_and_through_a_server(tmp_path, encoder)
     """TokenSelect (issue 13) in the evaluation: a budget covering the context gives the dense
     outputs; a small one (prompt chunks and generated tokens) reports its measured densities
     and selection-cache use; through the server (prefill on a prefill worker, decode on a
-    decode worker) it gives the in-process outputs."""
+    decode worker) it gives the in-process outputs — with one selection per layer and with one
+    per KV head."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from services_conftest import Cluster
 
@@ -160,3 +161,17 @@ def test_eval_tokenselect_covering_small_and_through_a_server(tmp_path, encoder)
         cluster.close()
     assert [i["output"] for i in remote["items"]] == [i["output"] for i in local["items"]]
     assert remote["table"][0]["decode_density"] == row["decode_density"]
+    # Selections per KV head (TokenSwift's partial KV): the same budget per KV head; a worker
+    # sized for them (--tokenselect-per-kv-head) gives the in-process outputs.
+    per_head = small + ["--tokenselect-per-kv-head"]
+    local_ph = run_eval(tmp_path, "ts_small_kvh", items, *per_head)
+    assert local_ph["table"][0]["decode_density"] < 0.5, local_ph["table"]
+    cluster = Cluster(num_prefill=1, num_decode=1,
+                      extra=[f"--model={MODEL}", "--disagg-threshold=1", "--tokenselect-k=256",
+                             "--tokenselect-per-kv-head"])
+    try:
+        remote_ph = run_eval(tmp_path, "ts_remote_kvh", items, "--server", cluster.address,
+                             *per_head)
+    finally:
+        cluster.close()
+    assert [i["output"] for i in remote_ph["items"]] == [i["output"] for i in local_ph["items"]]

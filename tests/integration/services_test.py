@@ -754,6 +754,12 @@ def test_request_options_unknown_or_unavailable_are_refused_by_name():
         req.decode_attention.tokenselect_k = 100000
         code, details = _code_and_details(c.stub, req)
         assert code == grpc.StatusCode.INVALID_ARGUMENT and "--tokenselect-k" in details
+        # Selections per KV head need a worker sized for them (this one is not).
+        req.decode_attention.tokenselect_k = 32
+        req.decode_attention.tokenselect_per_kv_head = True
+        code, details = _code_and_details(c.stub, req)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, details
+        assert "--tokenselect-per-kv-head" in details
     finally:
         c.close()
 

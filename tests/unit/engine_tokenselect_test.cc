@@ -2,7 +2,9 @@
 // covering the context equals dense token for token, and a small one equals dense until the
 // context outgrows it; a step batching dense and TokenSelect sequences equals each sequence run
 // alone; the chunked-prefill variant selects per chunk and keeps its chunks (and output) on
-// prefix-cache hits; the runner refuses k above its state capacity; and on 400 teacher-forced
+// prefix-cache hits; the runner refuses k above its state capacity, and per-KV-head selections
+// unless sized for them (which then also equal dense at a covering budget and keep most greedy
+// tokens at a small one); and on 400 teacher-forced
 // tokens with a budget of 16 + 64 + 16 the agreement with dense and the selection-cache hit rate
 // for θ in {0.5, 0.7, 0.9} are printed (stories260K is trained, so the figures mean something).
 #include <algorithm>
@@ -18,10 +20,11 @@
 namespace sparseserve::engine {
 namespace {
 
-kernels::AttentionPattern TokenSelect(int k, int initial, int local, float theta) {
+kernels::AttentionPattern TokenSelect(int k, int initial, int local, float theta,
+                                      bool per_kv_head = false) {
   kernels::AttentionPattern p;
   p.kind = kernels::AttentionMethodKind::kTokenSelect;
-  p.tokenselect = {k, initial, local, theta};
+  p.tokenselect = {k, initial, local, theta, per_kv_head};
   return p;
 }
 
@@ -39,9 +42,15 @@ class TokenSelectRunnerTest : public ::testing::Test {
     auto src = OpenModelSource(path);
     ASSERT_TRUE(src.ok()) << src.status();
     source_ = std::move(*src);
+    MakeRunner(/*per_kv_head=*/false);
+  }
+
+  void MakeRunner(bool per_kv_head) {
+    runner_.reset();
     ModelRunnerOptions options;
     options.block_tokens = 16;
     options.tokenselect_max_k = 1024;
+    options.tokenselect_per_kv_head = per_kv_head;
     options.max_sequences = 8;
     auto runner = ModelRunner::Create(source_, &backend_, options);
     ASSERT_TRUE(runner.ok()) << runner.status();
@@ -242,6 +251,46 @@ TEST_F(TokenSelectRunnerTest, RefusesKAboveTheStateCapacity) {
   absl::StatusOr<kernels::AttentionPattern> refused = runner_->DecodePattern(choice);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("--tokenselect-k"), std::string::npos);
+}
+
+TEST_F(TokenSelectRunnerTest, PerKvHeadSelectionsNeedTheirStateAndKeepDenseTokens) {
+  ASSERT_GT(runner_->config().num_kv_heads, 1);
+  AttentionChoice choice;
+  choice.method = AttentionMethod::kTokenSelect;
+  choice.tokenselect_k = 64;
+  choice.tokenselect_per_kv_head = true;
+  absl::StatusOr<kernels::AttentionPattern> refused = runner_->DecodePattern(choice);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("--tokenselect-per-kv-head"), std::string::npos);
+
+  const std::vector<int32_t> story = Story(420);
+  const std::vector<int32_t> prompt(story.begin(), story.begin() + 8);
+  const std::vector<int32_t> feed(story.begin() + 8, story.end() - 1);
+  const Run dense = TeacherForced(prompt, feed, {});
+  const Run per_layer = TeacherForced(prompt, feed, TokenSelect(64, 16, 16, 0.9f));
+  MakeRunner(/*per_kv_head=*/true);
+  ASSERT_TRUE(runner_->DecodePattern(choice).ok());
+  const Run covering = TeacherForced(prompt, feed, TokenSelect(1024, 16, 16, 0.9f, true));
+  EXPECT_EQ(covering.picked, dense.picked);
+  const Run small = TeacherForced(prompt, feed, TokenSelect(64, 16, 16, 0.9f, true));
+  ASSERT_EQ(small.picked.size(), dense.picked.size());
+  const size_t first_sparse = 97 - prompt.size();
+  for (size_t i = 0; i < first_sparse; ++i) ASSERT_EQ(small.picked[i], dense.picked[i]) << i;
+  int agree = 0, agree_layer = 0;
+  for (size_t i = 0; i < dense.picked.size(); ++i) {
+    agree += small.picked[i] == dense.picked[i];
+    agree_layer += per_layer.picked[i] == dense.picked[i];
+  }
+  const double n = static_cast<double>(dense.picked.size());
+  std::printf(
+      "stories260K TokenSelect 16+64+16 over %zu tokens, theta 0.9: token agreement with dense "
+      "%.3f per KV head, %.3f per layer; decode density %.3f\n",
+      story.size(), agree / n, agree_layer / n, small.seq.decode_attention_density());
+  EXPECT_GT(agree / n, 0.9);
+  EXPECT_LT(small.seq.decode_attention_density(), 0.6);
+  // The per-layer path still works on a runner sized for lists per KV head.
+  const Run per_layer_again = TeacherForced(prompt, feed, TokenSelect(64, 16, 16, 0.9f));
+  EXPECT_EQ(per_layer_again.picked, per_layer.picked);
 }
 
 }  // namespace

@@ -3,7 +3,9 @@
 // selection equals a double-precision top-k of the head soft vote (mean query for multi-row
 // steps); planted critical tokens are always selected; attention equals brute-force attention
 // over exactly the listed tokens (also under a verify mask); the selection cache hits, misses and
-// ages as specified and counts on the backend; bad state slots are rejected.
+// ages as specified and counts on the backend; bad state slots are rejected. Per KV head: each
+// KV head's list is the top-k of its own query heads' soft vote and its heads attend exactly it;
+// corrupt lists (unsorted, repeated, out of range) are rejected before attention reads them.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -71,7 +73,8 @@ class TokenSelectTest : public ::testing::Test {
   TokenSelectTest()
       : pool_(2),
         be_(&pool_),
-        state_(Tensor::Zeros(DType::kI32, {2, tokenselect::StateWords(kLayers, kWidth, kMaxK)})) {}
+        state_(Tensor::Zeros(DType::kI32,
+                             {2, tokenselect::StateWords(kLayers, kWidth, kMaxK, kKvHeads)})) {}
 
   static constexpr int kMaxK = 64;
 
@@ -111,13 +114,16 @@ class TokenSelectTest : public ::testing::Test {
     return r;
   }
 
-  const int32_t* LayerState(const AttentionPattern& p, int layer) const {
+  int32_t* LayerState(const AttentionPattern& p, int layer) const {
     return state_.data<int32_t>() +
-           layer * tokenselect::StateWordsPerLayer(kWidth, p.tokenselect.k);
+           layer * tokenselect::StateWordsPerLayer(kWidth, p.tokenselect.k,
+                                                   tokenselect::ListsOf(p.tokenselect, kKvHeads));
   }
-  std::vector<int32_t> Selected(const AttentionPattern& p, int layer = 0) const {
+  std::vector<int32_t> Selected(const AttentionPattern& p, int layer = 0, int list = 0) const {
     const int32_t* s = LayerState(p, layer);
-    const int32_t* idx = s + tokenselect::kHeaderWords + kWidth;
+    const int32_t* idx = s + tokenselect::ListOffset(kWidth, p.tokenselect.k,
+                                                     tokenselect::ListsOf(p.tokenselect, kKvHeads),
+                                                     list);
     return std::vector<int32_t>(idx, idx + s[tokenselect::kSelected]);
   }
 
@@ -126,23 +132,25 @@ class TokenSelectTest : public ::testing::Test {
   Tensor state_;
 };
 
-AttentionPattern TokenSelect(int k, int initial, int local, float theta = 2.0f) {
+AttentionPattern TokenSelect(int k, int initial, int local, float theta = 2.0f,
+                             bool per_kv_head = false) {
   AttentionPattern p;
   p.kind = AttentionMethodKind::kTokenSelect;
-  p.tokenselect = {k, initial, local, theta};
+  p.tokenselect = {k, initial, local, theta, per_kv_head};
   return p;
 }
 
-// The soft vote of Eq. 10 in double: Σ_h softmax over the candidates of scale · q̄_h · k_t.
+// The soft vote of Eq. 10 in double: Σ_h softmax over the candidates of scale · q̄_h · k_t, over
+// the query heads [h0, h1) (default all).
 std::vector<double> SoftVote(const Kv& kv, const Tensor& q_all, int q_len, int kv_len, int begin,
-                             int end) {
+                             int end, int h0 = 0, int h1 = kHeads) {
   std::vector<double> mean(kWidth, 0.0);
   for (int r = kv_len - q_len; r < kv_len; ++r) {
     for (int i = 0; i < kWidth; ++i) mean[i] += q_all.data<float>()[r * kWidth + i] / q_len;
   }
   const double scale = 1.0 / std::sqrt(double{kHeadDim});
   std::vector<double> score(end - begin, 0.0);
-  for (int h = 0; h < kHeads; ++h) {
+  for (int h = h0; h < h1; ++h) {
     std::vector<double> l(end - begin);
     for (int t = begin; t < end; ++t) {
       double dot = 0;
@@ -159,12 +167,15 @@ std::vector<double> SoftVote(const Kv& kv, const Tensor& q_all, int q_len, int k
   return score;
 }
 
-// Attention of one row over exactly `keys`, in double, [heads, head_dim].
-std::vector<double> BruteAttention(const Kv& kv, const float* q_row, const std::vector<int>& keys) {
+// Attention of one row over exactly `keys_of[kv head]` (one list for every head when it holds
+// one), in double, [heads, head_dim].
+std::vector<double> BruteAttention(const Kv& kv, const float* q_row,
+                                   const std::vector<std::vector<int>>& keys_of) {
   std::vector<double> out(kWidth, 0.0);
   const double scale = 1.0 / std::sqrt(double{kHeadDim});
   for (int h = 0; h < kHeads; ++h) {
     const int kvh = h / (kHeads / kKvHeads);
+    const std::vector<int>& keys = keys_of[keys_of.size() == 1 ? 0 : kvh];
     std::vector<double> w(keys.size());
     double m = -1e300;
     for (size_t i = 0; i < keys.size(); ++i) {
@@ -182,6 +193,10 @@ std::vector<double> BruteAttention(const Kv& kv, const float* q_row, const std::
     }
   }
   return out;
+}
+
+std::vector<double> BruteAttention(const Kv& kv, const float* q_row, const std::vector<int>& keys) {
+  return BruteAttention(kv, q_row, std::vector<std::vector<int>>{keys});
 }
 
 void ExpectNear(const Tensor& out, int row, const std::vector<double>& expected, double tol) {
@@ -357,6 +372,130 @@ TEST_F(TokenSelectTest, SelectionCacheHitsOnSimilarQueriesMissesOnNewOnesAndAges
   EXPECT_EQ(Run(kv, q, 2, 309 + local, TokenSelect(16, 4, local, -1.0f)).hits, 0);
   EXPECT_EQ(Run(kv, q, 1, 310 + local, TokenSelect(16, 4, local, -1.0f)).hits, 0);
   EXPECT_EQ(Run(kv, q, 1, 311 + local, TokenSelect(16, 4, local, -1.0f)).hits, 1);
+}
+
+TEST_F(TokenSelectTest, PerKvHeadListsAreEachGroupsTopKAndItsHeadsAttendExactlyThem) {
+  std::mt19937 rng(7);
+  constexpr int kGroup = kHeads / kKvHeads;
+  for (int trial = 0; trial < 8; ++trial) {
+    const int kv_len = 260 + 41 * trial;
+    const int q_len = trial % 2 == 0 ? 1 : 4;  // decode rows and multi-row (verify) steps
+    const int k = 10 + 3 * trial, initial = trial % 3, local = 5 + trial;
+    Tensor keys = Random({kv_len, kKvHeads, kHeadDim}, rng);
+    Tensor q = Random({kv_len, kHeads, kHeadDim}, rng, 2.0f);
+    // Tokens planted for one KV head only: along its first query head's last query.
+    const std::vector<std::vector<int>> planted = {{20, 77, 150}, {33, 120, 200}};
+    for (int kvh = 0; kvh < kKvHeads; ++kvh) {
+      for (int t : planted[kvh]) {
+        for (int d = 0; d < kHeadDim; ++d) {
+          keys.data<float>()[(t * kKvHeads + kvh) * kHeadDim + d] =
+              4.0f * q.data<float>()[((kv_len - 1) * kHeads + kvh * kGroup) * kHeadDim + d];
+        }
+      }
+    }
+    Kv kv = MakeKv(be_, std::move(keys), Random({kv_len, kKvHeads, kHeadDim}, rng), rng);
+    const AttentionPattern p = TokenSelect(k, initial, local, 2.0f, /*per_kv_head=*/true);
+    const int layer = trial % kLayers;
+    StepResult r = Run(kv, q, q_len, kv_len, p, layer);
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    const int prefix = kv_len - q_len;
+    const int begin = initial, end = prefix - local;
+    std::vector<std::vector<int32_t>> lists(kKvHeads);
+    for (int kvh = 0; kvh < kKvHeads; ++kvh) {
+      const std::vector<double> score =
+          SoftVote(kv, q, q_len, kv_len, begin, end, kvh * kGroup, (kvh + 1) * kGroup);
+      std::vector<int> order(end - begin);
+      for (int i = 0; i < end - begin; ++i) order[i] = i;
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int a, int b) { return score[a] > score[b]; });
+      std::set<int> expected;
+      for (int i = 0; i < k; ++i) expected.insert(begin + order[i]);
+      lists[kvh] = Selected(p, layer, kvh);
+      ASSERT_EQ(lists[kvh].size(), static_cast<size_t>(k));
+      ASSERT_TRUE(std::is_sorted(lists[kvh].begin(), lists[kvh].end()));
+      EXPECT_EQ(std::set<int>(lists[kvh].begin(), lists[kvh].end()), expected)
+          << "trial " << trial << " kv head " << kvh;
+      if (q_len == 1) {
+        for (int t : planted[kvh]) {
+          EXPECT_TRUE(std::binary_search(lists[kvh].begin(), lists[kvh].end(), t))
+              << "trial " << trial << " kv head " << kvh << " planted " << t;
+        }
+      }
+    }
+    EXPECT_NE(lists[0], lists[1]) << "trial " << trial;  // the heads chose for themselves
+    for (int row = 0; row < q_len; ++row) {
+      std::vector<std::vector<int>> keys_of(kKvHeads);
+      for (int kvh = 0; kvh < kKvHeads; ++kvh) {
+        for (int t = 0; t < initial; ++t) keys_of[kvh].push_back(t);
+        keys_of[kvh].insert(keys_of[kvh].end(), lists[kvh].begin(), lists[kvh].end());
+        for (int t = prefix - local; t <= prefix + row; ++t) keys_of[kvh].push_back(t);
+      }
+      ExpectNear(r.out, row,
+                 BruteAttention(kv, q.data<float>() + (prefix + row) * kWidth, keys_of), 2e-5);
+    }
+  }
+  // A budget covering the context is dense bit for bit per KV head too.
+  Kv kv = MakeKv(be_, Random({150, kKvHeads, kHeadDim}, rng),
+                 Random({150, kKvHeads, kHeadDim}, rng), rng);
+  Tensor q = Random({150, kHeads, kHeadDim}, rng);
+  StepResult dense = Run(kv, q, 3, 150, AttentionPattern());
+  StepResult sparse = Run(kv, q, 3, 150, TokenSelect(kMaxK * 2, 8, 16, 2.0f, true));
+  ASSERT_TRUE(sparse.status.ok()) << sparse.status;
+  EXPECT_EQ(std::memcmp(dense.out.data<float>(), sparse.out.data<float>(),
+                        dense.out.numel() * sizeof(float)),
+            0);
+}
+
+TEST_F(TokenSelectTest, CorruptListsAreRejectedBeforeAttentionReadsThem) {
+  std::mt19937 rng(8);
+  const int kv_len = 300, k = 12, initial = 4, local = 8;
+  Kv kv = MakeKv(be_, Random({kv_len, kKvHeads, kHeadDim}, rng),
+                 Random({kv_len, kKvHeads, kHeadDim}, rng), rng);
+  Tensor q_all = Random({kv_len, kHeads, kHeadDim}, rng);
+  Tensor q = Tensor::Zeros(DType::kF32, {1, kHeads, kHeadDim});
+  std::copy_n(q_all.data<float>() + int64_t{kv_len - 1} * kWidth, kWidth, q.data<float>());
+  for (bool per_kv_head : {false, true}) {
+    const AttentionPattern p = TokenSelect(k, initial, local, 2.0f, per_kv_head);
+    AttentionBatch batch;
+    batch.block_tokens = kBlock;
+    batch.sequence_state = state_;
+    SequenceAttention sa;
+    sa.q_len = 1;
+    sa.kv_len = kv_len;
+    sa.block_table = kv.table;
+    sa.pattern = p;
+    sa.state_slot = 0;
+    batch.sequences.push_back(sa);
+    AttentionShape shape{kHeads, kKvHeads, kHeadDim, 1, kv.pool.dim(0) / 2};
+    AttentionWorkspace ws;
+    absl::StatusOr<AttentionPlan> plan = be_.PlanAttention(batch, shape, ws);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    Tensor out = Tensor::Zeros(DType::kF32, q.shape());
+    ASSERT_TRUE(be_.BuildAttentionIndex(*plan, q, kv.pool, 0).ok());
+    ASSERT_TRUE(be_.Attention(*plan, q, kv.pool, 0, out).ok());
+    const int last_list = per_kv_head ? kKvHeads - 1 : 0;
+    int32_t* list = LayerState(p, 0) + tokenselect::ListOffset(kWidth, k, per_kv_head ? 2 : 1,
+                                                                last_list);
+    const std::vector<int32_t> good(list, list + k);
+    const int32_t local_begin = kv_len - 1 - local;
+    for (const auto& [place, value] : std::vector<std::pair<int, int32_t>>{
+             {0, initial - 1},     // an always-attended initial key
+             {k - 1, local_begin},  // a local key
+             {k - 1, kv_len + 50},  // outside the sequence
+             {3, good[2]},          // repeated (not ascending)
+             {0, -7}}) {
+      std::copy(good.begin(), good.end(), list);
+      list[place] = value;
+      const absl::Status status = be_.Attention(*plan, q, kv.pool, 0, out);
+      EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << place << " = " << value;
+      EXPECT_NE(status.message().find("TokenSelect list"), std::string::npos) << status;
+    }
+    std::copy(good.begin(), good.end(), list);
+    LayerState(p, 0)[tokenselect::kSelected] = k - 1;
+    EXPECT_EQ(be_.Attention(*plan, q, kv.pool, 0, out).code(), absl::StatusCode::kInternal);
+    LayerState(p, 0)[tokenselect::kSelected] = k;
+    EXPECT_TRUE(be_.Attention(*plan, q, kv.pool, 0, out).ok());
+  }
 }
 
 TEST_F(TokenSelectTest, RejectsMissingOrSmallStateSlots) {

@@ -122,6 +122,16 @@ TEST(RequestOptionsFromProtoTest, ValidateErrorsAreInvalidArgument) {
   r.mutable_prefill_attention()->set_tokenselect_k(64);
   ASSERT_TRUE(Convert(r).ok());
   EXPECT_EQ(Convert(r)->prefill.tokenselect_k, 64);
+  EXPECT_FALSE(Convert(r)->prefill.tokenselect_per_kv_head);
+  r.mutable_prefill_attention()->set_tokenselect_per_kv_head(true);
+  r.mutable_decode_attention()->set_tokenselect_per_kv_head(true);
+  r.mutable_speculation()->set_sparse_self_per_kv_head(true);
+  ASSERT_TRUE(Convert(r).ok());
+  EXPECT_TRUE(Convert(r)->prefill.tokenselect_per_kv_head);
+  EXPECT_TRUE(Convert(r)->decode.tokenselect_per_kv_head);
+  EXPECT_TRUE(Convert(r)->spec.sparse_self_per_kv_head);
+  EXPECT_TRUE(engine::AttentionPatternOf(engine::SparseSelfDraftAttention(Convert(r)->spec))
+                  .tokenselect.per_kv_head);
   r = v1::GenerateRequest();
   r.mutable_decode_attention()->set_method("minference");  // a prefill method
   EXPECT_EQ(Convert(r).status().code(), absl::StatusCode::kInvalidArgument);
