@@ -7,6 +7,7 @@
 # Stages (default: all): tests sanitizer golden services kv_transfer (GPU-direct KV, issue 20)
 # eval (long-context accuracy) minference
 # (MInference's accuracy, issue 12) tokenselect tokenselect_eval tokenselect_bench (issue 13)
+# tokenselect_kvh (decode steps with TokenSelect lists per KV head against per layer, issue 10)
 # spec (speculative decoding against plain CUDA decoding on stories260K, issue 14: exactness,
 # acceptance, tokens/s with the controller and at a fixed draft length) spec_eval (the same on
 # the long-context test model's long-generation task, bench/longctx/spec_check.sh) spec_verify
@@ -35,7 +36,7 @@ rm -rf "$out" && mkdir -p "$out"
 source .devbundle/env.sh
 export SPARSESERVE_TEST_DATA_DIR=$root/tests/data SPARSESERVE_MODEL_MIRROR=$root/models
 export PYTHONUNBUFFERED=1
-stages=${*:-tests sanitizer golden services kv_transfer eval minference tokenselect tokenselect_eval spec spec_eval spec_verify spec_self window kernels attention tokenselect_bench peer bench baseline graphs shadow profile cublas ncu}
+stages=${*:-tests sanitizer golden services kv_transfer eval minference tokenselect tokenselect_eval tokenselect_kvh spec spec_eval spec_verify spec_self window kernels attention tokenselect_bench peer bench baseline graphs shadow profile cublas ncu}
 summary=()
 run() {  # run NAME CMD... — logs to $out/NAME.log, records ok/FAIL
   local name=$1; shift
@@ -124,6 +125,21 @@ if has tokenselect; then
     cuda_backend_test --gtest_filter='*TokenSelectSmall*:*TokenSelect*Replay*'
 fi
 has tokenselect_eval && run tokenselect_eval bash bench/longctx/tokenselect_check.sh "$out"
+# Issue 10's lists per KV head: the synthetic Llama-3-8B's decode step with one TokenSelect
+# selection per layer and one per KV head (8 lists), re-selecting every step and reusing, beside
+# dense, in the same call.
+if has tokenselect_kvh; then
+  kvh_cases=(--synthetic llama3-8b --device cuda --prefill-lengths "" --iters 10
+    --decode-batches "${TOKENSELECT_KVH_BATCHES:-1,4}"
+    --decode-contexts "${TOKENSELECT_KVH_CONTEXTS:-32768,131000}")
+  run tokenselect_kvh_dense sparseserve bench model "${kvh_cases[@]}"
+  for per in "" --tokenselect-per-kv-head; do
+    for reselect in "" --tokenselect-reselect; do
+      run "tokenselect_kvh${per:+_per_head}${reselect:+_reselect}" sparseserve bench model \
+        "${kvh_cases[@]}" --decode-attention tokenselect --tokenselect-k 2048 $per $reselect
+    done
+  done
+fi
 lib=.devbundle/lib/libsparseserve_cuda_ops.so
 # Speculative decoding (issue 14): `bench spec` on the CUDA backend — every mode's greedy output
 # against plain CUDA greedy (the table's last column), acceptance, steps compression and tokens/s

@@ -6,6 +6,8 @@
 #   decode_K    dense prefill, TokenSelect decode with k = K (the answer's later tokens select);
 #   chunked_K   TokenSelect's chunked-prefill variant for the prompt and TokenSelect decode
 #               (the paper's setting: every 512-token chunk selects by its mean query), k = K;
+#   decode_kvh_K, chunked_kvh_K  the same with one selection per KV head
+#               (--tokenselect-per-kv-head, TokenSwift's per-KV-head partial KV), k = K each;
 # every run with 128 initial and 512 local tokens and theta $TOKENSELECT_THETA (default 0.9). Each
 # cell prints the measured density of the whole request and of the decode, and the selection
 # cache's hit rate; a covering budget must reproduce the dense outputs. Prompts per cell: $TOKENSELECT_EVAL_NUM (default 200); $TOKENSELECT_DENSE=0
@@ -47,6 +49,9 @@ fi
 for name in $configs; do
   k=${name##*_}
   flags=(--decode-attention tokenselect --tokenselect-k "$k" --tokenselect-theta "$theta")
+  case $name in
+    *_kvh_*) flags+=(--tokenselect-per-kv-head) ;;
+  esac
   case $name in
     chunked_*) flags+=(--prefill-attention tokenselect) ;;
     decode_*) ;;

@@ -4,7 +4,9 @@
 // Decode reads every cached key and value once per step and does ~2 flops per byte, so the goal
 // is the copy bandwidth. One CTA takes one chunk of one sequence's keys for one KV head and all
 // query heads of its GQA group for every row of the sequence — (row, head) pairs, row-major — so
-// each K/V byte is read once per step, not once per query head or row;
+// each K/V byte is read once per step, not once per query head or row (a sequence with more rows
+// than one CTA holds — a speculative verify tree — is split into row groups, each with its own
+// items over the same chunks: one read per group);
 // 64-token tiles stream through shared memory with cp.async, double-buffered. Chunks are sized so
 // that the grid covers the GPU even at batch 1 (split-KV); a second kernel merges the chunks'
 // partial softmax states (log-sum-exp weighting). Items carry explicit key ranges, so a sliding
@@ -71,13 +73,14 @@ __device__ __forceinline__ void LoadTile(__nv_bfloat16* k_dst, __nv_bfloat16* v_
 // the padding pairs compute on zero queries and are never stored. A compile-time G keeps every
 // per-head loop unrolled and unpredicated. kMasked: the variant for batches with masks, windows or
 // several rows, checking every key of a range against kernels/attention_visibility.h for the
-// pair's row; the dense variant needs only the range's end. Row r's partial state goes to slot
-// item + r * gridDim.x.
+// pair's row; the dense variant needs only the range's end. An item (sequence, first key, end
+// key, first row) takes rows [first row, first row + group_rows) of its sequence; the item's
+// row r (counted from its first) puts its partial state at slot item + r * gridDim.x.
 template <int D, int G, bool kMasked>
 __global__ void __launch_bounds__(kThreads)
     DecodeAttentionKernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv,
                           AttentionSeqs seq_arrays, const int32_t* num_items, const int4* items,
-                          AttentionDims dims, float* __restrict__ partial_out,
+                          int group_rows, AttentionDims dims, float* __restrict__ partial_out,
                           float* __restrict__ partial_lse) {
   constexpr int kStride = Stride<D>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -103,7 +106,9 @@ __global__ void __launch_bounds__(kThreads)
   vis.mask = seq.mask_begin >= 0 ? seq_arrays.masks + seq.mask_begin : nullptr;
   const bool per_key = kMasked && (vis.window > 0 || vis.mask != nullptr || vis.q_len > 1);
   const int group = dims.heads / dims.kv_heads;
-  const int queries = seq.q_len * group;  // (row, head) pairs stored
+  const int row0 = it.w;                                // the item's first row
+  const int rows = min(seq.q_len - row0, group_rows);  // and its row count
+  const int queries = rows * group;                     // (row, head) pairs stored
   const int key_begin = it.y;
   const int key_end = min(seq.kv_len, it.z);
   const int num_tiles = (key_end - key_begin + kTile - 1) / kTile;
@@ -118,7 +123,7 @@ __global__ void __launch_bounds__(kThreads)
     const int pair = i / D;
     float value = 0.0f;
     if (pair < queries) {
-      const int row = pair / group, head = kv_head * group + pair % group;
+      const int row = row0 + pair / group, head = kv_head * group + pair % group;
       value = __bfloat162float(q[(int64_t{seq.q_begin + row} * dims.heads + head) * D + i % D]) *
               dims.scale;
     }
@@ -176,7 +181,7 @@ __global__ void __launch_bounds__(kThreads)
         if (pair < G) {
           bool seen = valid;
           if (kMasked && vis.q_len > 1) {  // each row its own causal bound (padding: the last)
-            seen = in_range && KeyVisible(vis, min(pair / group, vis.q_len - 1), key);
+            seen = in_range && KeyVisible(vis, min(row0 + pair / group, vis.q_len - 1), key);
           }
           p_s[pair * kTile + token] = seen ? dots[h] : -INFINITY;
         }
@@ -191,7 +196,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // the stage is refilled by the next iteration's prefetch
   }
 
-  // The partial slot of pair p: row p / group's plane, this item, head kv_head * group + p % group.
+  // The partial slot of pair p: the item's row p / group's plane, this item, head
+  // kv_head * group + p % group.
   auto slot = [&](int pair) {
     const int row = pair / group;
     return (int64_t{item} + int64_t{row} * gridDim.x) * dims.heads + kv_head * group + pair % group;
@@ -264,8 +270,8 @@ cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqs&
   if (cudaError_t err = LaunchOverlapping(
           DecodeAttentionKernel<D, G, kMasked>, dim3(work.max_items, dims.kv_heads), kThreads,
           kSmem, stream, reinterpret_cast<const __nv_bfloat16*>(q),
-          reinterpret_cast<const __nv_bfloat16*>(kv_layer), seqs, work.num_items, work.items, dims,
-          work.partial_out, work.partial_lse);
+          reinterpret_cast<const __nv_bfloat16*>(kv_layer), seqs, work.num_items, work.items,
+          work.rows, dims, work.partial_out, work.partial_lse);
       err != cudaSuccess) {
     return err;
   }

@@ -3,8 +3,9 @@
 //
 // The plan is flattened into one int32 array on the host (sequence records, work lists, masks,
 // block tables), uploaded with one copy into workspace.metadata. Single-query sequences, and those
-// of a few rows (speculative verify steps: DecodeKernelRows), go to the split-KV decode kernel,
-// longer chunks to the tensor-core prefill kernel; head dims other than
+// of a few rows (speculative verify steps: DecodeKernelRows; up to 64 rows over a long context,
+// in groups of rows), go to the split-KV decode kernel, longer chunks to the tensor-core prefill
+// kernel; head dims other than
 // 64/128 take the generic kernel. kMInference sequences go to their own kernels whatever their
 // shape: BuildAttentionIndex builds their per-layer index, Attention reads it; where the
 // tensor-core prefill kernel exists, their chunks also get its tiles, which run only the heads
@@ -14,6 +15,7 @@
 // last, so a decode batch keeps its layout step after step and a captured step graph stays valid.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "common/core/status.h"
@@ -30,13 +32,36 @@ bool HasTensorCoreKernel(int head_dim, int group) {
   return (head_dim == 64 || head_dim == 128) && group <= 16;
 }
 
-// Whether a sequence of `q_len` new rows runs on the split-KV decode kernel: one row, or a few
-// whose (row, query head) pairs per KV head fit one CTA. A verify step's handful of rows over a
-// long context then reads the KV once at full parallelism, where one 64-row prefill tile per head
-// would leave most SMs idle (issue 14: a 5-row step at 32K cost 7.8x a decode step).
-bool DecodeKernelRows(int q_len, int group) {
+// The rows of a sequence one decode-kernel CTA takes: as many as keep its (row, query head) pairs
+// per KV head within one CTA, at most 8; 0 when even one row's do not fit.
+int DecodeGroupRows(int group) {
   constexpr int kMaxRows = 8;
-  return q_len >= 1 && q_len <= kMaxRows && q_len * group <= cuda::kMaxDecodeQueries;
+  return std::min(kMaxRows, cuda::kMaxDecodeQueries / group);
+}
+
+// The most rows a sequence may bring to the decode kernel in several row groups (each group its
+// own split-KV items over the same keys): $SPARSESERVE_DECODE_KERNEL_MAX_ROWS, default 64; 0 or
+// at most one group's rows turns grouping off (an A/B switch for the benchmarks).
+int MaxDecodeKernelRows() {
+  static const int rows = [] {
+    const char* env = std::getenv("SPARSESERVE_DECODE_KERNEL_MAX_ROWS");
+    return env == nullptr ? 64 : std::max(0, std::atoi(env));
+  }();
+  return rows;
+}
+
+// Whether a sequence of `q_len` new rows over `kv_len` keys runs on the split-KV decode kernel:
+// one row, or a few whose (row, query head) pairs per KV head fit one CTA, or — speculative
+// verify trees, TokenSwift's 40-100 nodes, Lookahead's branches — up to MaxDecodeKernelRows rows
+// in groups over a cached prefix at least 32 times longer. A verify step's rows over a long
+// context then read the KV once per group at full parallelism (the groups of a key chunk run
+// side by side and share it in L2), where one 64-row prefill tile per head would leave most SMs
+// idle walking every key (issue 15: a 13- or 41-row step at 32K cost ~15 decode steps).
+bool DecodeKernelRows(int q_len, int kv_len, int group) {
+  const int rows = DecodeGroupRows(group);
+  if (q_len < 1 || rows < 1) return false;
+  if (q_len <= rows) return true;
+  return q_len <= MaxDecodeKernelRows() && int64_t{kv_len - q_len} >= int64_t{32} * q_len;
 }
 
 // The key ranges a single-query sequence's split-KV items cover: its sinks (when a window leaves a
@@ -96,7 +121,8 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   std::vector<int32_t> tile_areas;
   std::vector<std::pair<int, int>> ranges;
   std::vector<int32_t> table_begins(num_seqs, 0), mask_begins(num_seqs, -1);
-  int total_q = 0, decode_seqs = 0, decode_rows = 1;
+  int total_q = 0, decode_groups = 0, decode_rows = 1;
+  const int group_rows = DecodeGroupRows(group);
   int64_t decode_tiles = 0;
   for (int s = 0; s < num_seqs; ++s) {
     const SequenceAttention& sa = batch.sequences[s];
@@ -123,16 +149,18 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
         selecting) {
       continue;
     }
-    const bool decode_kernel = DecodeKernelRows(sa.q_len, group);
+    const bool decode_kernel = DecodeKernelRows(sa.q_len, sa.kv_len, group);
     (decode_kernel ? plan.layout.decode_masked : plan.layout.prefill_masked) |=
         window || !sa.mask.empty() || sa.q_len > 1;
     if (decode_kernel) {
-      decode_rows = std::max(decode_rows, sa.q_len);
+      decode_rows = std::max(decode_rows, std::min(sa.q_len, group_rows));
+      const int groups = (sa.q_len + group_rows - 1) / group_rows;
       VisibleRanges(sa, &ranges);
       for (const auto& [b, e] : ranges) {
-        decode_tiles += (e - b + cuda::kDecodeTileTokens - 1) / cuda::kDecodeTileTokens;
+        decode_tiles += int64_t{groups} *
+                        ((e - b + cuda::kDecodeTileTokens - 1) / cuda::kDecodeTileTokens);
       }
-      ++decode_seqs;
+      decode_groups += groups;
     } else {
       for (int q0 = 0; q0 < sa.q_len; q0 += cuda::kPrefillTileRows) {
         const int keys = sa.kv_len - sa.q_len + std::min(sa.q_len, q0 + cuda::kPrefillTileRows);
@@ -180,18 +208,19 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
 
   // Split-KV: chunks of whole 64-key tiles, as many as give ~4 CTAs per SM over all KV heads.
   // With per_chunk tiles per chunk, a range of t tiles gets ceil(t / per_chunk) chunks, so the
-  // total is at most target / kv_heads + (ranges) whatever the lengths; a sequence has at most two
-  // ranges (sinks, window), so target / kv_heads + 2 * decode_seqs bounds the items. That bound is
-  // the grid, which then stays fixed while a batch's contexts grow (step graphs replay it).
+  // total is at most target / kv_heads + (ranges) whatever the lengths; a row group (a sequence,
+  // or one group of a many-row sequence's rows) has at most two ranges (sinks, window), so
+  // target / kv_heads + 2 * decode_groups bounds the items. That bound is the grid, which then
+  // stays fixed while a batch's contexts grow (step graphs replay it).
   const int64_t target = int64_t{4} * std::max(sm_count_, 1);
   const int max_items =
-      decode_seqs == 0 ? 0 : static_cast<int>(target / kv_heads) + 2 * decode_seqs;
-  if (decode_seqs > 0) {
+      decode_groups == 0 ? 0 : static_cast<int>(target / kv_heads) + 2 * decode_groups;
+  if (decode_groups > 0) {
     const int64_t per_chunk = std::max<int64_t>(1, (decode_tiles * kv_heads + target - 1) / target);
     const int chunk_tokens = static_cast<int>(per_chunk * cuda::kDecodeTileTokens);
     for (int s = 0; s < num_seqs; ++s) {
       const SequenceAttention& sa = batch.sequences[s];
-      if (!DecodeKernelRows(sa.q_len, group) ||
+      if (generic || !DecodeKernelRows(sa.q_len, sa.kv_len, group) ||
           sa.pattern.kind == AttentionMethodKind::kMInference) {
         continue;
       }
@@ -199,17 +228,22 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
           !tokenselect::RegionsOf(sa.pattern.tokenselect, sa.q_len, sa.kv_len).dense) {
         continue;
       }
-      const int first = static_cast<int>(items.size() / 4);
-      int count = 0;
+      // Each group of group_rows rows gets its own items over the same key chunks (the whole
+      // grid is one wave, so the groups reading a chunk run side by side and share it in L2);
+      // row r's partials: plane r % group_rows of its group's items (DecodeWork).
       VisibleRanges(sa, &ranges);
-      for (const auto& [b, e] : ranges) {
-        for (int k0 = b; k0 < e; k0 += chunk_tokens, ++count) {
-          items.insert(items.end(), {s, k0, std::min(e, k0 + chunk_tokens), 0});
+      for (int r0 = 0; r0 < sa.q_len; r0 += group_rows) {
+        const int first = static_cast<int>(items.size() / 4);
+        int count = 0;
+        for (const auto& [b, e] : ranges) {
+          for (int k0 = b; k0 < e; k0 += chunk_tokens, ++count) {
+            items.insert(items.end(), {s, k0, std::min(e, k0 + chunk_tokens), r0});
+          }
         }
-      }
-      for (int r = 0; r < sa.q_len; ++r) {  // row r's partials: plane r (DecodeWork)
-        merges.insert(merges.end(), {first + r * max_items, count});
-        merge_rows.push_back(sa.q_begin + r);
+        for (int r = r0; r < std::min(sa.q_len, r0 + group_rows); ++r) {
+          merges.insert(merges.end(), {first + (r - r0) * max_items, count});
+          merge_rows.push_back(sa.q_begin + r);
+        }
       }
     }
     if (static_cast<int>(items.size() / 4) > max_items) {

@@ -158,15 +158,17 @@ inline constexpr int kPrefillTileRows = 64;
 // replays correctly while the contexts grow.
 struct DecodeWork {
   const int32_t* num_items = nullptr;   // device [1]: items of this call (<= max_items)
-  const int4* items = nullptr;          // device: (sequence index, first key, end key, 0)
+  const int4* items = nullptr;          // device: (sequence index, first key, end key, first row)
   int max_items = 0;                    // grid size, >= *num_items; idle CTAs exit at once
   const int2* merges = nullptr;         // device [num_merges]: (first item, item count)
   const int32_t* merge_rows = nullptr;  // device [num_merges]: output row (q_begin) of each merge
   int num_merges = 0;
-  // Row r of an item's sequence writes its partial state at slot item + r * max_items.
+  // Row r of an item (counted from its first row) writes its partial state at slot
+  // item + r * max_items.
   float* partial_out = nullptr;  // [rows * max_items, heads, head_dim]
   float* partial_lse = nullptr;  // [rows * max_items, heads]
-  // The most query rows of a sequence (1 = decode; a few for a speculative verify step).
+  // The most query rows of an item (1 = decode; a few for a speculative verify step): a
+  // sequence with more rows is split into groups of exactly this many (the last one fewer).
   int rows = 1;
   // Some sequence has a mask, a window or several rows (the variant checking every key).
   bool masked = false;
@@ -174,8 +176,8 @@ struct DecodeWork {
 
 // Split-KV decode attention for sequences of one query row, or a few (speculative verify steps:
 // kMaxDecodeQueries query heads at most per KV head, rows x GQA group), head_dim 64 or 128: each
-// item covers keys [first, end) of one sequence for all its rows, so every K/V byte is read once
-// per step (keys a row cannot see inside it are skipped); the merges combine a row's items into
+// item covers keys [first, end) of one sequence for all its rows (or one group of them), so every
+// K/V byte is read once per step and row group (keys a row cannot see inside it are skipped); the merges combine a row's items into
 // `out`. A chunk or a row that sees no key yields zeros, not NaN.
 inline constexpr int kMaxDecodeQueries = 32;
 cudaError_t LaunchDecodeAttention(const bf16_t* q, const bf16_t* kv_layer,

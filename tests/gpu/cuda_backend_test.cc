@@ -365,16 +365,21 @@ TEST_F(CudaBackendTest, AttentionMasksAndSlidingWindows) {
 }
 
 // Speculative verify steps: a few rows per sequence go to the split-KV decode kernel while their
-// (row, query head) pairs per KV head fit one CTA (rows x group <= 32; the 8-row sequences of
-// group 7 stay on the prefill kernel), as chains (causal) and trees (masks), with windows and
-// beside single-row and prefill sequences in one batch.
+// (row, query head) pairs per KV head fit one CTA (rows x group <= 32), and up to 64 rows over a
+// cached prefix 32 times longer go there in row groups (TokenSwift's trees: 13 and 41 rows; the
+// 8-row sequences of group 7 as two groups of 4), as chains (causal) and trees (masks), with
+// windows and beside single-row and prefill sequences in one batch; 40 rows over 300 keys stay
+// on the prefill kernel.
 TEST_F(CudaBackendTest, AttentionFewRowVerifySteps) {
   const std::vector<std::vector<std::pair<int, int>>> shapes = {
       {{2, 3000}},
       {{5, 9000}},
       {{8, 700}},
       {{4, 4}},
-      {{3, 130}, {1, 2000}, {6, 64}, {40, 300}, {8, 5000}},
+      {{13, 3000}},
+      {{41, 9000}},
+      {{64, 2112}},
+      {{3, 130}, {1, 2000}, {6, 64}, {40, 300}, {8, 5000}, {27, 4000}},
   };
   for (int hd : {64, 128}) {
     for (auto [heads, kv_heads] : {std::pair{8, 8}, std::pair{32, 8}, std::pair{28, 4}}) {

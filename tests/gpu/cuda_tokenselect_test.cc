@@ -536,6 +536,60 @@ TEST_F(CudaTokenSelectTest, SmallStateSlotsAreRejected) {
   EXPECT_TRUE(gpu_->Synchronize().ok());
 }
 
+// The attention kernel checks the stored lists rather than trusting them: an entry repeating the
+// one before it, a negative one, one past the cached prefix and one inside the local range are
+// skipped (with any entry no longer above its predecessor) — never read, never counted twice.
+TEST_F(CudaTokenSelectTest, CorruptListEntriesAreSkipped) {
+  const int hd = 64, heads = 8, kv_heads = 2, bt = 64, kv_len = 3000;
+  for (bool per_kv_head : {false, true}) {
+    const TokenSelectParams params = Params(64, 16, 64, 0.9f, per_kv_head);
+    const int lists = ts::ListsOf(params, kv_heads);
+    kernels::AttentionBatch batch;
+    batch.block_tokens = bt;
+    kernels::SequenceAttention sa;
+    sa.q_len = 1;
+    sa.kv_len = kv_len;
+    for (int i = 0; i < (kv_len + bt - 1) / bt; ++i) sa.block_table.push_back(i);
+    sa.pattern.kind = AttentionMethodKind::kTokenSelect;
+    sa.pattern.tokenselect = params;
+    sa.state_slot = 0;
+    batch.sequences.push_back(sa);
+    const int64_t width = int64_t{heads} * hd;
+    const int64_t words = ts::StateWords(1, width, params.k, lists);
+    Tensor state = Tensor::Zeros(DType::kI32, {1, words});
+    batch.sequence_state = ToGpu(state, DType::kI32);
+    const kernels::AttentionShape shape{heads, kv_heads, hd, 1, 47};
+    Tensor kv = *gpu_->Allocate(DType::kBf16, {2 * 47, bt, kv_heads, hd});
+    ASSERT_TRUE(gpu_->FillUniform(kv, 3, -1.0f, 1.0f).ok());
+    kernels::AttentionWorkspace ws;
+    auto plan = gpu_->PlanAttention(batch, shape, ws);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    Tensor q = ToGpu(RandomHost({1, heads, hd}));
+    Tensor out = Poisoned(DType::kBf16, q.shape());
+    ASSERT_TRUE(gpu_->BuildAttentionIndex(*plan, q, kv, 0).ok());
+    ASSERT_TRUE(gpu_->Attention(*plan, q, kv, 0, out).ok());
+    const Tensor intact = ToHost(out);
+    ASSERT_TRUE(gpu_->CopyToHost(batch.sequence_state, state).ok());
+    int32_t* list = state.data<int32_t>() + ts::ListOffset(width, params.k, lists, lists - 1);
+    const int32_t local_begin = kv_len - 1 - params.local;
+    std::vector<Tensor> outs;
+    for (const int32_t value : {list[9], -5, kv_len + 100, local_begin + 3}) {
+      Tensor corrupt = Tensor::Zeros(DType::kI32, state.shape());
+      std::copy_n(state.data<int32_t>(), state.numel(), corrupt.data<int32_t>());
+      corrupt.data<int32_t>()[list - state.data<int32_t>() + 10] = value;
+      ASSERT_TRUE(gpu_->CopyFromHost(corrupt, batch.sequence_state).ok());
+      ASSERT_TRUE(gpu_->Attention(*plan, q, kv, 0, out).ok());
+      outs.push_back(ToHost(out));
+    }
+    // A repeat and a negative key drop entry 10 alone; a key past the prefix or inside the local
+    // range also drops entry 11, which is no longer above the entry before it.
+    EXPECT_GT(RelError(outs[0], intact), 0.0) << "the repeated entry was not skipped";
+    EXPECT_EQ(RelError(outs[1], outs[0]), 0.0);
+    EXPECT_GT(RelError(outs[2], outs[0]), 0.0);
+    EXPECT_EQ(RelError(outs[3], outs[2]), 0.0);
+  }
+}
+
 // A few small cases for compute-sanitizer (racecheck / memcheck).
 TEST_F(CudaTokenSelectTest, TokenSelectSmall) {
   const std::vector<SeqSpec> seqs = {{1, 700}, {20, 600}, {3, 500, true, true}, {1, 90}};

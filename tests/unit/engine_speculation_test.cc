@@ -45,13 +45,16 @@ std::string AdapterPath(const std::string& model, const std::string& method) {
 
 // The modes under test: a speculation method and its parameters. "sparse-self-window" is
 // sparse-self drafting with a sliding window instead of TokenSelect; "tokenswift-heads" is
-// TokenSwift on a runner with the model's trained draft heads (Fixture's `heads`).
+// TokenSwift on a runner with the model's trained draft heads (Fixture's `heads`);
+// "tokenswift-kvh" is TokenSwift whose partial KV is selected per KV head (TokenSwift's own
+// rule) on a runner sized for it.
 SpeculationChoice Choice(const std::string& mode) {
   SpeculationChoice c;
   const bool window_draft = mode == "sparse-self-window";
-  c.method = window_draft                 ? SpecMethod::kSparseSelf
-             : mode == "tokenswift-heads" ? SpecMethod::kTokenSwift
-                                          : *ParseSpecMethod(mode);
+  c.method = window_draft                                            ? SpecMethod::kSparseSelf
+             : mode == "tokenswift-heads" || mode == "tokenswift-kvh" ? SpecMethod::kTokenSwift
+                                                                      : *ParseSpecMethod(mode);
+  c.sparse_self_per_kv_head = mode == "tokenswift-kvh";
   c.controller = false;  // a fixed draft length: every step verifies a draft
   if (c.method == SpecMethod::kPromptLookup) c.max_draft = 4;
   if (c.method == SpecMethod::kKangaroo) c.max_draft = 6;  // γ; η stops most drafts earlier
@@ -79,7 +82,8 @@ class Fixture {
   // `heads`, `kangaroo`: load the model's trained TokenSwift heads, Kangaroo adapter
   // (AdapterPath). found() is false when the model is not here (the test skips); any other
   // failure is status().
-  explicit Fixture(const std::string& model, bool heads = false, bool kangaroo = false) {
+  explicit Fixture(const std::string& model, bool heads = false, bool kangaroo = false,
+                   bool per_kv_head = false) {
     const std::string path = ModelPath(model);
     if (path.empty()) return;
     found_ = true;
@@ -92,6 +96,7 @@ class Fixture {
     ModelRunnerOptions options;
     options.block_tokens = 16;
     options.tokenselect_max_k = 64;  // sparse-self's TokenSelect drafts
+    options.tokenselect_per_kv_head = per_kv_head;
     if (heads) options.tokenswift_heads = AdapterPath(model, "tokenswift");
     if (kangaroo) options.kangaroo_adapter = AdapterPath(model, "kangaroo");
     auto runner = ModelRunner::Create(source_, &backend_, options);
@@ -127,7 +132,7 @@ class LosslessGreedyTest : public ::testing::TestWithParam<std::tuple<std::strin
 
 TEST_P(LosslessGreedyTest, EveryPromptsOutputEqualsPlainGreedy) {
   const auto& [model, mode] = GetParam();
-  Fixture f(model, mode == "tokenswift-heads", mode == "kangaroo");
+  Fixture f(model, mode == "tokenswift-heads", mode == "kangaroo", mode == "tokenswift-kvh");
   if (!f.found()) GTEST_SKIP() << model << " not found (run scripts/fetch_model.sh)";
   ASSERT_TRUE(f.status().ok()) << f.status();
   Generator gen(f.runner(), f.tokenizer());
@@ -196,6 +201,11 @@ INSTANTIATE_TEST_SUITE_P(TokenSwift, LosslessGreedyTest,
                          ::testing::Combine(::testing::Values("stories260K", "tiny_llama",
                                                               "tiny_qwen2"),
                                             ::testing::Values("tokenswift")),
+                         ParamName);
+// TokenSwift's partial KV chosen per KV head (stories260K has 4 KV heads).
+INSTANTIATE_TEST_SUITE_P(TokenSwiftPerKvHead, LosslessGreedyTest,
+                         ::testing::Combine(::testing::Values("stories260K"),
+                                            ::testing::Values("tokenswift-kvh")),
                          ParamName);
 INSTANTIATE_TEST_SUITE_P(TrainedAdapters, LosslessGreedyTest,
                          ::testing::Combine(::testing::Values("stories260K", "longctx_model"),
