@@ -4,8 +4,8 @@
 // The plan is flattened into one int32 array on the host (sequence records, work lists, masks,
 // block tables), uploaded with one copy into workspace.metadata. Single-query sequences, and those
 // of a few rows (speculative verify steps: DecodeKernelRows; up to 64 rows over a long context,
-// in groups of rows), go to the split-KV decode kernel, longer chunks to the tensor-core prefill
-// kernel; head dims other than
+// in row groups, when the prefill kernel would leave the GPU idle: GroupVerifyRows), go to the
+// split-KV decode kernel, longer chunks to the tensor-core prefill kernel; head dims other than
 // 64/128 take the generic kernel. kMInference sequences go to their own kernels whatever their
 // shape: BuildAttentionIndex builds their per-layer index, Attention reads it; where the
 // tensor-core prefill kernel exists, their chunks also get its tiles, which run only the heads
@@ -50,18 +50,53 @@ int MaxDecodeKernelRows() {
   return rows;
 }
 
+// Whether a sequence of `q_len` rows over `kv_len` keys may take the decode kernel in several row
+// groups: speculative verify trees (TokenSwift's 40-100 nodes, Lookahead's branches) of up to
+// MaxDecodeKernelRows rows over a cached prefix at least 32 times longer.
+bool GroupableRows(int q_len, int kv_len, int group) {
+  const int rows = DecodeGroupRows(group);
+  return rows >= 1 && q_len > rows && q_len <= MaxDecodeKernelRows() &&
+         int64_t{kv_len - q_len} >= int64_t{32} * q_len;
+}
+
 // Whether a sequence of `q_len` new rows over `kv_len` keys runs on the split-KV decode kernel:
-// one row, or a few whose (row, query head) pairs per KV head fit one CTA, or — speculative
-// verify trees, TokenSwift's 40-100 nodes, Lookahead's branches — up to MaxDecodeKernelRows rows
-// in groups over a cached prefix at least 32 times longer. A verify step's rows over a long
-// context then read the KV once per group at full parallelism (the groups of a key chunk run
-// side by side and share it in L2), where one 64-row prefill tile per head would leave most SMs
-// idle walking every key (issue 15: a 13- or 41-row step at 32K cost ~15 decode steps).
-bool DecodeKernelRows(int q_len, int kv_len, int group) {
+// one row, or a few whose (row, query head) pairs per KV head fit one CTA, or GroupableRows when
+// the batch groups them (GroupVerifyRows).
+bool DecodeKernelRows(int q_len, int kv_len, int group, bool group_rows) {
   const int rows = DecodeGroupRows(group);
   if (q_len < 1 || rows < 1) return false;
-  if (q_len <= rows) return true;
-  return q_len <= MaxDecodeKernelRows() && int64_t{kv_len - q_len} >= int64_t{32} * q_len;
+  return q_len <= rows || (group_rows && GroupableRows(q_len, kv_len, group));
+}
+
+// Whether the batch's groupable sequences go to the decode kernel in row groups. The prefill
+// kernel gives such a sequence one CTA per (64-row tile, query head), each walking every key: at
+// batch 1 a 13- or 41-row verify step at 32K leaves most SMs idle and cost ~15 decode steps
+// (issue 15). Row groups read the keys once per group at full parallelism on CUDA cores (a group's
+// items run beside the other groups' over the same keys, sharing them in L2), so their cost grows
+// with the groups while the prefill kernel's grows only with its waves. Measured on an H200
+// (Llama-3-8B shape, 32K, bench/RESULTS.md): one row group costs about a tenth of one wave of
+// prefill CTAs (two per SM) — B=1 13 rows 19 vs 74 ms a step, 41 rows 45 vs 75; B=8 13 rows 120
+// vs 82. So the groups win while there are at most 10 per prefill wave.
+bool GroupVerifyRows(const AttentionBatch& batch, const AttentionShape& shape, int sm_count) {
+  constexpr int64_t kGroupsPerPrefillWave = 10;
+  const int group = shape.num_heads / shape.num_kv_heads;
+  const int rows = DecodeGroupRows(group);
+  int64_t groups = 0, ctas = 0;
+  for (const SequenceAttention& sa : batch.sequences) {
+    if (sa.pattern.kind == AttentionMethodKind::kMInference ||
+        (sa.pattern.kind == AttentionMethodKind::kTokenSelect &&
+         !tokenselect::RegionsOf(sa.pattern.tokenselect, sa.q_len, sa.kv_len).dense) ||
+        !GroupableRows(sa.q_len, sa.kv_len, group)) {
+      continue;
+    }
+    groups += (sa.q_len + rows - 1) / rows;
+    ctas += int64_t{(sa.q_len + cuda::kPrefillTileRows - 1) / cuda::kPrefillTileRows} *
+            shape.num_heads;
+  }
+  if (groups == 0) return false;
+  const int64_t slots = int64_t{2} * std::max(sm_count, 1);
+  const int64_t waves = (ctas + slots - 1) / slots;
+  return groups <= kGroupsPerPrefillWave * waves;
 }
 
 // The key ranges a single-query sequence's split-KV items cover: its sinks (when a window leaves a
@@ -123,6 +158,7 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   std::vector<int32_t> table_begins(num_seqs, 0), mask_begins(num_seqs, -1);
   int total_q = 0, decode_groups = 0, decode_rows = 1;
   const int group_rows = DecodeGroupRows(group);
+  const bool grouped = !generic && GroupVerifyRows(batch, shape, sm_count_);
   int64_t decode_tiles = 0;
   for (int s = 0; s < num_seqs; ++s) {
     const SequenceAttention& sa = batch.sequences[s];
@@ -149,7 +185,7 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
         selecting) {
       continue;
     }
-    const bool decode_kernel = DecodeKernelRows(sa.q_len, sa.kv_len, group);
+    const bool decode_kernel = DecodeKernelRows(sa.q_len, sa.kv_len, group, grouped);
     (decode_kernel ? plan.layout.decode_masked : plan.layout.prefill_masked) |=
         window || !sa.mask.empty() || sa.q_len > 1;
     if (decode_kernel) {
@@ -220,7 +256,7 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
     const int chunk_tokens = static_cast<int>(per_chunk * cuda::kDecodeTileTokens);
     for (int s = 0; s < num_seqs; ++s) {
       const SequenceAttention& sa = batch.sequences[s];
-      if (generic || !DecodeKernelRows(sa.q_len, sa.kv_len, group) ||
+      if (generic || !DecodeKernelRows(sa.q_len, sa.kv_len, group, grouped) ||
           sa.pattern.kind == AttentionMethodKind::kMInference) {
         continue;
       }
