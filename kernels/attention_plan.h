@@ -154,9 +154,10 @@ struct AttentionPlan {
     // kTokenSelect sequences with rows: records (all of them; those at most k candidates run
     // dense here, on the kernels above), and for the selecting ones their (record, row) pairs
     // with one split-KV merge (first item, items) and output row each. Grid bounds: the most
-    // selection lists of a record (1, or the KV heads), the candidates of the selection, a power of two >= 4096 and >= every sequence's, scored in
-    // chunks of tokenselect_chunk_tokens; the attention's items per row and list positions per
-    // item; and where its partials start in `partial` (floats).
+    // selection lists of a record (1, or the KV heads), the candidates of the selection, a power of
+    // two >= 4096 and >= every sequence's, scored in chunks of tokenselect_chunk_tokens; the
+    // attention's items per row and list positions per item; and where its partials start in
+    // `partial` (floats).
     int64_t tokenselect_seqs = 0, tokenselect_rows = 0, tokenselect_merges = 0,
             tokenselect_merge_rows = 0, tokenselect_partial = 0;
     int num_tokenselect_seqs = 0, num_tokenselect_rows = 0;

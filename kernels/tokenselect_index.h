@@ -48,10 +48,10 @@ namespace sparseserve::kernels {
 
 // A TokenSelect sequence's parameters (request_options.h's tokenselect_* fields).
 struct TokenSelectParams {
-  int32_t k = 2048;       // selected tokens per step (§4.1 default)
-  int32_t initial = 128;  // leading tokens always attended
-  int32_t local = 512;    // trailing cached tokens always attended
-  float theta = 0.9f;     // selection cache threshold; > 1 never reuses ([code] default 0.9)
+  int32_t k = 2048;          // selected tokens per step (§4.1 default)
+  int32_t initial = 128;     // leading tokens always attended
+  int32_t local = 512;       // trailing cached tokens always attended
+  float theta = 0.9f;        // selection cache threshold; > 1 never reuses ([code] default 0.9)
   bool per_kv_head = false;  // one selection per KV head instead of one per layer
   bool operator==(const TokenSelectParams&) const = default;
 };

@@ -174,8 +174,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   if (options.tokenselect_max_k > 0 && tp == 1) {
     state_words = std::max(
         state_words, kernels::tokenselect::StateWords(
-                         c.num_layers, int64_t{c.num_heads} * c.head_dim,
-                         options.tokenselect_max_k,
+                         c.num_layers, int64_t{c.num_heads} * c.head_dim, options.tokenselect_max_k,
                          options.tokenselect_per_kv_head ? c.num_kv_heads : 1));
   }
   std::unique_ptr<SequenceStateTable> state;

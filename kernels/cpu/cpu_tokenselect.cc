@@ -83,9 +83,8 @@ int32_t* TokenSelectLayerState(const AttentionBatch& batch, const SequenceAttent
                                const AttentionShape& shape, int layer) {
   if (seq.state_slot < 0 || batch.sequence_state.empty()) return nullptr;
   const TokenSelectParams& p = seq.pattern.tokenselect;
-  const int64_t per_layer =
-      tokenselect::StateWordsPerLayer(int64_t{shape.num_heads} * shape.head_dim, p.k,
-                                      tokenselect::ListsOf(p, shape.num_kv_heads));
+  const int64_t per_layer = tokenselect::StateWordsPerLayer(
+      int64_t{shape.num_heads} * shape.head_dim, p.k, tokenselect::ListsOf(p, shape.num_kv_heads));
   const int64_t slot_words = batch.sequence_state.dim(1);
   if ((layer + 1) * per_layer > slot_words) return nullptr;
   return batch.sequence_state.data<int32_t>() + seq.state_slot * slot_words + layer * per_layer;

@@ -106,9 +106,9 @@ __global__ void __launch_bounds__(kThreads)
   vis.mask = seq.mask_begin >= 0 ? seq_arrays.masks + seq.mask_begin : nullptr;
   const bool per_key = kMasked && (vis.window > 0 || vis.mask != nullptr || vis.q_len > 1);
   const int group = dims.heads / dims.kv_heads;
-  const int row0 = it.w;                                // the item's first row
+  const int row0 = it.w;                               // the item's first row
   const int rows = min(seq.q_len - row0, group_rows);  // and its row count
-  const int queries = rows * group;                     // (row, head) pairs stored
+  const int queries = rows * group;                    // (row, head) pairs stored
   const int key_begin = it.y;
   const int key_end = min(seq.kv_len, it.z);
   const int num_tiles = (key_end - key_begin + kTile - 1) / kTile;

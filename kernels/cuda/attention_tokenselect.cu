@@ -24,7 +24,6 @@
 namespace sparseserve::kernels::cuda {
 namespace {
 
-
 constexpr int kTile = 64;
 constexpr int kThreads = 256;
 

@@ -90,8 +90,8 @@ bool GroupVerifyRows(const AttentionBatch& batch, const AttentionShape& shape, i
       continue;
     }
     groups += (sa.q_len + rows - 1) / rows;
-    ctas += int64_t{(sa.q_len + cuda::kPrefillTileRows - 1) / cuda::kPrefillTileRows} *
-            shape.num_heads;
+    ctas +=
+        int64_t{(sa.q_len + cuda::kPrefillTileRows - 1) / cuda::kPrefillTileRows} * shape.num_heads;
   }
   if (groups == 0) return false;
   const int64_t slots = int64_t{2} * std::max(sm_count, 1);
@@ -193,8 +193,8 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
       const int groups = (sa.q_len + group_rows - 1) / group_rows;
       VisibleRanges(sa, &ranges);
       for (const auto& [b, e] : ranges) {
-        decode_tiles += int64_t{groups} *
-                        ((e - b + cuda::kDecodeTileTokens - 1) / cuda::kDecodeTileTokens);
+        decode_tiles +=
+            int64_t{groups} * ((e - b + cuda::kDecodeTileTokens - 1) / cuda::kDecodeTileTokens);
       }
       decode_groups += groups;
     } else {

@@ -177,8 +177,8 @@ struct DecodeWork {
 // Split-KV decode attention for sequences of one query row, or a few (speculative verify steps:
 // kMaxDecodeQueries query heads at most per KV head, rows x GQA group), head_dim 64 or 128: each
 // item covers keys [first, end) of one sequence for all its rows (or one group of them), so every
-// K/V byte is read once per step and row group (keys a row cannot see inside it are skipped); the merges combine a row's items into
-// `out`. A chunk or a row that sees no key yields zeros, not NaN.
+// K/V byte is read once per step and row group (keys a row cannot see inside it are skipped); the
+// merges combine a row's items into `out`. A chunk or a row that sees no key yields zeros, not NaN.
 inline constexpr int kMaxDecodeQueries = 32;
 cudaError_t LaunchDecodeAttention(const bf16_t* q, const bf16_t* kv_layer,
                                   const AttentionSeqs& seqs, const DecodeWork& work,

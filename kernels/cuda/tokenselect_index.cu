@@ -584,8 +584,8 @@ __global__ void __launch_bounds__(kThreads)
   int32_t equal_seen = before_s[1];
   int32_t out = before_s[0] + min(equal_seen, take);
   int32_t* selected =
-      LayerState(p, seq) + tokenselect::ListOffset(int64_t{p.dims.heads} * p.dims.head_dim,
-                                                   seq.k, seq.lists, blockIdx.z);
+      LayerState(p, seq) + tokenselect::ListOffset(int64_t{p.dims.heads} * p.dims.head_dim, seq.k,
+                                                   seq.lists, blockIdx.z);
   for (int32_t base = first; base < end; base += kThreads) {
     const int32_t t = base + threadIdx.x;
     const uint32_t bits = t < end ? OrderedBits(v.scores[t]) : 0u;

@@ -372,14 +372,10 @@ TEST_F(CudaBackendTest, AttentionMasksAndSlidingWindows) {
 // on the prefill kernel.
 TEST_F(CudaBackendTest, AttentionFewRowVerifySteps) {
   const std::vector<std::vector<std::pair<int, int>>> shapes = {
-      {{2, 3000}},
-      {{5, 9000}},
-      {{8, 700}},
-      {{4, 4}},
-      {{13, 3000}},
-      {{41, 9000}},
-      {{64, 2112}},
-      {{3, 130}, {1, 2000}, {6, 64}, {40, 300}, {8, 5000}, {27, 4000}},
+      {{2, 3000}},  {{5, 9000}},
+      {{8, 700}},   {{4, 4}},
+      {{13, 3000}}, {{41, 9000}},
+      {{64, 2112}}, {{3, 130}, {1, 2000}, {6, 64}, {40, 300}, {8, 5000}, {27, 4000}},
   };
   for (int hd : {64, 128}) {
     for (auto [heads, kv_heads] : {std::pair{8, 8}, std::pair{32, 8}, std::pair{28, 4}}) {

@@ -452,7 +452,8 @@ TEST_F(CudaTokenSelectTest, ReplayedStepEqualsOpByOp) {
       for (kernels::AttentionBatch& b : batches) b.sequences.push_back(sa);
     }
     for (int i = 0; i < 2; ++i) {
-      states[i] = ToGpu(Tensor::Zeros(DType::kI32, {int64_t(lens.size()), slot_words}), DType::kI32);
+      states[i] =
+          ToGpu(Tensor::Zeros(DType::kI32, {int64_t(lens.size()), slot_words}), DType::kI32);
       batches[i].sequence_state = states[i];
     }
     const kernels::AttentionShape shape{heads, kv_heads, hd, int64_t(lens.size()), blocks};

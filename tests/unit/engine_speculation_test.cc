@@ -51,7 +51,7 @@ std::string AdapterPath(const std::string& model, const std::string& method) {
 SpeculationChoice Choice(const std::string& mode) {
   SpeculationChoice c;
   const bool window_draft = mode == "sparse-self-window";
-  c.method = window_draft                                            ? SpecMethod::kSparseSelf
+  c.method = window_draft                                             ? SpecMethod::kSparseSelf
              : mode == "tokenswift-heads" || mode == "tokenswift-kvh" ? SpecMethod::kTokenSwift
                                                                       : *ParseSpecMethod(mode);
   c.sparse_self_per_kv_head = mode == "tokenswift-kvh";

@@ -121,9 +121,9 @@ class TokenSelectTest : public ::testing::Test {
   }
   std::vector<int32_t> Selected(const AttentionPattern& p, int layer = 0, int list = 0) const {
     const int32_t* s = LayerState(p, layer);
-    const int32_t* idx = s + tokenselect::ListOffset(kWidth, p.tokenselect.k,
-                                                     tokenselect::ListsOf(p.tokenselect, kKvHeads),
-                                                     list);
+    const int32_t* idx =
+        s + tokenselect::ListOffset(kWidth, p.tokenselect.k,
+                                    tokenselect::ListsOf(p.tokenselect, kKvHeads), list);
     return std::vector<int32_t>(idx, idx + s[tokenselect::kSelected]);
   }
 
@@ -430,8 +430,8 @@ TEST_F(TokenSelectTest, PerKvHeadListsAreEachGroupsTopKAndItsHeadsAttendExactlyT
         keys_of[kvh].insert(keys_of[kvh].end(), lists[kvh].begin(), lists[kvh].end());
         for (int t = prefix - local; t <= prefix + row; ++t) keys_of[kvh].push_back(t);
       }
-      ExpectNear(r.out, row,
-                 BruteAttention(kv, q.data<float>() + (prefix + row) * kWidth, keys_of), 2e-5);
+      ExpectNear(r.out, row, BruteAttention(kv, q.data<float>() + (prefix + row) * kWidth, keys_of),
+                 2e-5);
     }
   }
   // A budget covering the context is dense bit for bit per KV head too.
@@ -474,16 +474,16 @@ TEST_F(TokenSelectTest, CorruptListsAreRejectedBeforeAttentionReadsThem) {
     ASSERT_TRUE(be_.BuildAttentionIndex(*plan, q, kv.pool, 0).ok());
     ASSERT_TRUE(be_.Attention(*plan, q, kv.pool, 0, out).ok());
     const int last_list = per_kv_head ? kKvHeads - 1 : 0;
-    int32_t* list = LayerState(p, 0) + tokenselect::ListOffset(kWidth, k, per_kv_head ? 2 : 1,
-                                                                last_list);
+    int32_t* list =
+        LayerState(p, 0) + tokenselect::ListOffset(kWidth, k, per_kv_head ? 2 : 1, last_list);
     const std::vector<int32_t> good(list, list + k);
     const int32_t local_begin = kv_len - 1 - local;
-    for (const auto& [place, value] : std::vector<std::pair<int, int32_t>>{
-             {0, initial - 1},     // an always-attended initial key
-             {k - 1, local_begin},  // a local key
-             {k - 1, kv_len + 50},  // outside the sequence
-             {3, good[2]},          // repeated (not ascending)
-             {0, -7}}) {
+    for (const auto& [place, value] :
+         std::vector<std::pair<int, int32_t>>{{0, initial - 1},  // an always-attended initial key
+                                              {k - 1, local_begin},  // a local key
+                                              {k - 1, kv_len + 50},  // outside the sequence
+                                              {3, good[2]},          // repeated (not ascending)
+                                              {0, -7}}) {
       std::copy(good.begin(), good.end(), list);
       list[place] = value;
       const absl::Status status = be_.Attention(*plan, q, kv.pool, 0, out);
