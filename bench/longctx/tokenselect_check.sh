@@ -8,7 +8,9 @@
 #               (the paper's setting: every 512-token chunk selects by its mean query), k = K;
 #   decode_kvh_K, chunked_kvh_K  the same with one selection per KV head
 #               (--tokenselect-per-kv-head, TokenSwift's per-KV-head partial KV), k = K each;
-# every run with 128 initial and 512 local tokens and theta $TOKENSELECT_THETA (default 0.9). Each
+#   any name ending in _lN  with N local tokens instead of 512 (decode_kvh_2048_l1024: within
+#               1 point of dense on every task but aggregation at 8K and 16K, bench/RESULTS.md);
+# every run with 128 initial tokens and theta $TOKENSELECT_THETA (default 0.9). Each
 # cell prints the measured density of the whole request and of the decode, and the selection
 # cache's hit rate; a covering budget must reproduce the dense outputs. Prompts per cell: $TOKENSELECT_EVAL_NUM (default 200); $TOKENSELECT_DENSE=0
 # skips the dense run; $TOKENSELECT_TASKS / $TOKENSELECT_LENGTHS narrow the grid.
@@ -18,7 +20,7 @@ cd "$root"
 out=${1:?usage: tokenselect_check.sh OUT_DIR}
 model=tests/data/longctx_model
 num=${TOKENSELECT_EVAL_NUM:-200}
-configs=${TOKENSELECT_CONFIGS:-chunked_1024 chunked_2048 decode_1024}
+configs=${TOKENSELECT_CONFIGS:-chunked_1024 chunked_2048 decode_1024 decode_kvh_2048_l1024}
 theta=${TOKENSELECT_THETA:-0.9}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -47,8 +49,12 @@ sys.exit(0 if same == len(dense) else 1)
 PY
 fi
 for name in $configs; do
-  k=${name##*_}
-  flags=(--decode-attention tokenselect --tokenselect-k "$k" --tokenselect-theta "$theta")
+  k=${name#*_}
+  k=${k#kvh_}
+  local_tokens=512
+  case $k in *_l*) local_tokens=${k##*_l} k=${k%_l*} ;; esac
+  flags=(--decode-attention tokenselect --tokenselect-k "$k" --tokenselect-local "$local_tokens"
+    --tokenselect-theta "$theta")
   case $name in
     *_kvh_*) flags+=(--tokenselect-per-kv-head) ;;
   esac
