@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/core/logging.h"
+#include "common/core/move_matching.h"
 #include "common/core/status.h"
 #include "common/engine/kv_block_copy.h"
 #include "common/engine/model_draft.h"
@@ -169,27 +170,17 @@ void DecodeScheduler::EngineLoop() {
 void DecodeScheduler::ApplyAborts() {
   absl::flat_hash_set<std::string> aborts;
   std::vector<std::unique_ptr<Running>> aborted;
+  auto is_aborted = [&aborts](const std::unique_ptr<Running>& r) {
+    return aborts.contains(r->job.request_id);
+  };
   {
     absl::MutexLock lock(&mu_);
     if (aborts_.empty()) return;
     aborts.swap(aborts_);
-    for (auto it = waiting_.begin(); it != waiting_.end();) {
-      if (aborts.contains((*it)->job.request_id)) {
-        aborted.push_back(std::move(*it));
-        it = waiting_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    core::MoveMatching(waiting_, aborted, is_aborted);
   }
+  core::MoveMatching(running_, aborted, is_aborted);
   for (auto& r : aborted) Finish(*r, absl::OkStatus(), engine::FinishReason::kAborted);
-  for (auto& r : running_) {
-    if (aborts.contains(r->job.request_id)) {
-      Finish(*r, absl::OkStatus(), engine::FinishReason::kAborted);
-      r.reset();
-    }
-  }
-  std::erase(running_, nullptr);
   absl::MutexLock lock(&mu_);
   num_running_ = static_cast<int>(running_.size());
 }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/core/logging.h"
+#include "common/core/move_matching.h"
 #include "common/core/status.h"
 #include "common/sampling/sampler.h"
 
@@ -118,23 +119,16 @@ void PrefillEngine::EngineLoop() {
 void PrefillEngine::ApplyAborts() {
   absl::flat_hash_set<std::string> aborts;
   std::vector<std::unique_ptr<Running>> aborted;
+  auto is_aborted = [&aborts](const std::unique_ptr<Running>& r) {
+    return aborts.contains(r->task.request_id);
+  };
   {
     absl::MutexLock lock(&mu_);
     if (aborts_.empty()) return;
     aborts.swap(aborts_);
-    for (auto it = waiting_.begin(); it != waiting_.end();) {
-      if (aborts.contains((*it)->task.request_id)) {
-        aborted.push_back(std::move(*it));
-        it = waiting_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    core::MoveMatching(waiting_, aborted, is_aborted);
   }
-  for (auto& r : running_) {
-    if (aborts.contains(r->task.request_id)) aborted.push_back(std::move(r));
-  }
-  std::erase(running_, nullptr);
+  core::MoveMatching(running_, aborted, is_aborted);
   for (auto& r : aborted) Finish(*r, absl::CancelledError("aborted"));
 }
 
