@@ -54,14 +54,7 @@ PrefillEngine::~PrefillEngine() {
 }
 
 kv::KvLayout PrefillEngine::layout() const {
-  kv::KvLayout layout;
-  layout.dtype = runner_->cache().dtype();
-  layout.block_tokens = runner_->block_tokens();
-  layout.num_layers = runner_->cache().shape().num_layers;
-  layout.num_kv_heads = runner_->config().num_kv_heads;
-  layout.head_dim = runner_->config().head_dim;
-  layout.tensor_parallel = runner_->tensor_parallel();
-  return layout;
+  return runner_->kv_layout();
 }
 
 absl::Status PrefillEngine::Submit(PrefillTask task, PrefillDone done) {

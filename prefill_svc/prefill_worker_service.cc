@@ -33,6 +33,7 @@ absl::StatusOr<PrefillTarget> TargetFromProto(const v1::KvReservation& r) {
   t.layout.num_kv_heads = r.layout().num_kv_heads();
   t.layout.tensor_parallel = std::max(1, r.layout().tensor_parallel());
   t.layout.head_dim = r.layout().head_dim();
+  t.layout.adapter_fingerprint = r.layout().adapter_fingerprint();
   t.pool.block_bytes = static_cast<uint64_t>(t.layout.bytes_per_block_per_layer());
   t.remote_blocks.assign(r.block_ids().begin(), r.block_ids().end());
   t.first_block = r.first_block_index();

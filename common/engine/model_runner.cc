@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/core/mapped_file.h"
 #include "common/core/status.h"
 #include "common/engine/kv_block_copy.h"
 #include "common/engine/minference_config.h"
@@ -55,6 +56,14 @@ absl::StatusOr<int64_t> KvCacheTokens(const model::LlamaModel& model, kernels::B
         " (raise --gpu-memory-fraction or use a smaller model)"));
   }
   return tokens;
+}
+
+// A fingerprint of a file's bytes (FNV-1a, 64 bit; fixed, so equal on every machine), never 0.
+absl::StatusOr<uint64_t> FileFingerprint(const std::string& path) {
+  SS_ASSIGN_OR_RETURN(std::unique_ptr<core::MappedFile> file, core::MappedFile::Open(path));
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (size_t i = 0; i < file->size(); ++i) h = (h ^ file->data()[i]) * 0x100000001b3ULL;
+  return h == 0 ? 1 : h;
 }
 
 // Kangaroo's adapter (--kangaroo-adapter): the safetensors file's metadata names the layer it
@@ -210,6 +219,9 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   runner->collectives_ = std::move(collectives);
   for (int r = 1; r < tp; ++r) runner->ranks_.push_back(std::move(ranks[r]));
   runner->minference_ = std::move(minference);
+  if (!options.kangaroo_adapter.empty()) {
+    SS_ASSIGN_OR_RETURN(runner->adapter_fingerprint_, FileFingerprint(options.kangaroo_adapter));
+  }
   if (state != nullptr) {
     runner->state_ = std::move(state);
     runner->model_->set_sequence_state(runner->state_->memory());
@@ -246,9 +258,20 @@ model::PagedKvCacheShape ModelRunner::WholeHeadsKvShape() const {
 }
 
 int64_t ModelRunner::WholeHeadsBlockBytes() const {
+  return kv_layout().bytes_per_block_per_layer();
+}
+
+kv::KvLayout ModelRunner::kv_layout() const {
   const model::PagedKvCacheShape s = WholeHeadsKvShape();
-  return int64_t{2} * s.block_tokens * s.num_kv_heads * s.head_dim *
-         static_cast<int64_t>(DTypeSize(cache_->dtype()));
+  kv::KvLayout layout;
+  layout.dtype = cache_->dtype();
+  layout.block_tokens = s.block_tokens;
+  layout.num_layers = s.num_layers;
+  layout.num_kv_heads = s.num_kv_heads;
+  layout.head_dim = s.head_dim;
+  layout.tensor_parallel = tensor_parallel();
+  layout.adapter_fingerprint = adapter_fingerprint_;
+  return layout;
 }
 
 namespace {

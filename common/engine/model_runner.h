@@ -26,6 +26,7 @@
 #include "common/kv/block_hash.h"
 #include "common/kv/kv_block_lease.h"
 #include "common/kv/kv_block_pool.h"
+#include "common/kv/kv_layout.h"
 #include "common/model/llama_model.h"
 #include "common/model/paged_kv_cache.h"
 #include "kernels/backend.h"
@@ -313,6 +314,9 @@ class ModelRunner {
   model::PagedKvCacheShape WholeHeadsKvShape() const;
   // Bytes of one (layer, block) in that layout: kv::KvLayout::bytes_per_block_per_layer.
   int64_t WholeHeadsBlockBytes() const;
+  // The layout KV blocks have between workers: the whole-heads shape, the cache's layers (with a
+  // Kangaroo adapter's), this worker's tensor parallelism and the adapter file's fingerprint.
+  kv::KvLayout kv_layout() const;
   // Copies blocks `blocks` of layer `layer` into blocks `host_blocks` of `host_layer` (host
   // memory, [n * 2, block_tokens, num_kv_heads, head_dim]: the whole-heads layout), gathering
   // every tensor-parallel rank's slice of the heads; engine::CopyKvBlocksToHost on one rank.
@@ -403,7 +407,8 @@ class ModelRunner {
   std::unique_ptr<model::LlamaModel> model_;
   std::unique_ptr<model::PagedKvCache> cache_;
   kv::KvBlockPool pool_;
-  int rolling_window_ = 0;  // see rolling_window()
+  int rolling_window_ = 0;            // see rolling_window()
+  uint64_t adapter_fingerprint_ = 0;  // of options.kangaroo_adapter's file (kv_layout())
   std::unique_ptr<SequenceStateTable> state_;
   std::shared_ptr<const kernels::MInferenceConfig> minference_;  // options.minference_config's
   uint64_t next_sequence_id_ = 1;

@@ -13,9 +13,13 @@ int64_t KvLayout::bytes_per_block_per_layer() const {
 }
 
 std::string KvLayout::ToString() const {
-  return absl::StrCat(DTypeName(dtype), " block=", block_tokens, " layers=", num_layers,
-                      " kv_heads=", num_kv_heads, " head_dim=", head_dim, " k=post-rope",
-                      tensor_parallel > 1 ? absl::StrCat(" tp=", tensor_parallel) : "");
+  return absl::StrCat(
+      DTypeName(dtype), " block=", block_tokens, " layers=", num_layers, " kv_heads=", num_kv_heads,
+      " head_dim=", head_dim, " k=post-rope",
+      tensor_parallel > 1 ? absl::StrCat(" tp=", tensor_parallel) : "",
+      adapter_fingerprint != 0
+          ? absl::StrCat(" adapter=", absl::Hex(adapter_fingerprint, absl::kZeroPad16))
+          : "");
 }
 
 absl::Status KvLayout::Validate() const {
@@ -52,11 +56,16 @@ absl::Status CheckCompatible(const KvLayout& ours, const KvLayout& theirs) {
   if (ours.num_layers != theirs.num_layers) differ.push_back("num_layers");
   if (ours.num_kv_heads != theirs.num_kv_heads) differ.push_back("num_kv_heads");
   if (ours.head_dim != theirs.head_dim) differ.push_back("head_dim");
+  if (ours.adapter_fingerprint != theirs.adapter_fingerprint) {
+    differ.push_back("adapter_fingerprint");
+  }
   // The usual cause of a layer-count mismatch between workers of one model: a Kangaroo adapter
   // (one more KV layer) loaded on one side only.
   const absl::string_view hint =
       ours.num_layers != theirs.num_layers
           ? "; workers differ in num_layers when only some load --kangaroo-adapter"
+      : ours.adapter_fingerprint != theirs.adapter_fingerprint
+          ? "; the workers load different --kangaroo-adapter files"
           : "";
   return absl::FailedPreconditionError(
       absl::StrCat("KV layout mismatch: ours [", ours.ToString(), "] vs theirs [",

@@ -32,6 +32,10 @@ struct KvLayout {
   // its slice of the KV heads, and the worker moves KV through host staging in the whole-heads
   // layout the other fields describe, so workers of any degrees exchange KV.
   int tensor_parallel = 1;
+  // A fingerprint of the Kangaroo early-exit adapter whose KV is the last layer (0 = none): two
+  // workers with different adapters of the same shape would otherwise exchange KV that one of
+  // them did not compute (the drafts would be wrong, though verification keeps them lossless).
+  uint64_t adapter_fingerprint = 0;
 
   // Bytes of one block in one layer's pool: 2 (K,V) * block_tokens * num_kv_heads * head_dim *
   // sizeof(dtype). 256 KiB for Llama-3-8B (bf16, 64 tokens, 8 heads, head_dim 128).

@@ -15,13 +15,15 @@ v1::FinishReason FinishReasonToProto(engine::FinishReason reason) {
 }
 
 v1::KvLayout KvLayoutOf(const engine::ModelRunner& runner) {
+  const kv::KvLayout ours = runner.kv_layout();
   v1::KvLayout layout;
-  layout.set_dtype(std::string(DTypeName(runner.cache().dtype())));
-  layout.set_block_tokens(runner.block_tokens());
-  layout.set_num_layers(runner.cache().shape().num_layers);  // with an adapter's layer
-  layout.set_num_kv_heads(runner.config().num_kv_heads);
-  layout.set_head_dim(runner.config().head_dim);
-  layout.set_tensor_parallel(runner.tensor_parallel());
+  layout.set_dtype(std::string(DTypeName(ours.dtype)));
+  layout.set_block_tokens(ours.block_tokens);
+  layout.set_num_layers(ours.num_layers);
+  layout.set_num_kv_heads(ours.num_kv_heads);
+  layout.set_head_dim(ours.head_dim);
+  layout.set_tensor_parallel(ours.tensor_parallel);
+  layout.set_adapter_fingerprint(ours.adapter_fingerprint);
   return layout;
 }
 

@@ -10,12 +10,15 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/core/status.h"
 #include "common/core/thread_pool.h"
 #include "common/engine/generator.h"
 #include "common/engine/model_draft.h"
@@ -211,6 +214,51 @@ INSTANTIATE_TEST_SUITE_P(TrainedAdapters, LosslessGreedyTest,
                          ::testing::Combine(::testing::Values("stories260K", "longctx_model"),
                                             ::testing::Values("tokenswift-heads", "kangaroo")),
                          ParamName);
+
+// A worker's KV layout carries its Kangaroo adapter file's fingerprint: equal for the same file,
+// different for an adapter of the same shape with one weight changed (so two workers loading
+// different adapters refuse each other's KV instead of adopting an adapter layer neither
+// computed), and 0 without an adapter.
+TEST(KangarooAdapterFingerprintTest, LayoutsOfDifferentAdapterFilesDoNotMatch) {
+  const std::string path = ModelPath("stories260K");
+  if (path.empty()) GTEST_SKIP() << "stories260K not found (run scripts/fetch_model.sh)";
+  auto source = OpenModelSource(path);
+  ASSERT_TRUE(source.ok()) << source.status();
+  const std::string adapter = AdapterPath("stories260K", "kangaroo");
+  std::string bytes;
+  {
+    std::ifstream in(adapter, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  ASSERT_GT(bytes.size(), 16u);
+  bytes.back() = static_cast<char>(bytes.back() ^ 1);  // the last weight's lowest byte
+  const std::string changed = ::testing::TempDir() + "/s260k_kangaroo_changed.safetensors";
+  {
+    std::ofstream out(changed, std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  core::ThreadPool pool(1);
+  kernels::CpuBackend backend(&pool);
+  auto layout_with = [&](const std::string& file) -> absl::StatusOr<kv::KvLayout> {
+    ModelRunnerOptions options;
+    options.block_tokens = 16;
+    options.kangaroo_adapter = file;
+    SS_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner,
+                        ModelRunner::Create(*source, &backend, options));
+    return runner->kv_layout();
+  };
+  absl::StatusOr<kv::KvLayout> a = layout_with(adapter), b = layout_with(adapter),
+                               c = layout_with(changed), none = layout_with("");
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok() && none.ok())
+      << a.status() << b.status() << c.status() << none.status();
+  EXPECT_NE(a->adapter_fingerprint, 0u);
+  EXPECT_EQ(none->adapter_fingerprint, 0u);
+  EXPECT_TRUE(kv::CheckCompatible(*a, *b).ok());
+  EXPECT_EQ(c->num_layers, a->num_layers);
+  const absl::Status mismatch = kv::CheckCompatible(*a, *c);
+  EXPECT_EQ(mismatch.code(), absl::StatusCode::kFailedPrecondition) << mismatch;
+  EXPECT_NE(mismatch.message().find("--kangaroo-adapter"), std::string::npos) << mismatch;
+}
 
 // The trained heads' purpose: on the same prompts, TokenSwift with them accepts more draft tokens
 // per step than without them (the tree [1, 3, 3, 3] against the drafted token alone; the 4-gram

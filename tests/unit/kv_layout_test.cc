@@ -55,6 +55,20 @@ TEST(KvLayoutTest, CheckCompatibleAcceptsEqualLayouts) {
   EXPECT_TRUE(CheckCompatible(Llama3_8B(), Llama3_8B()).ok());
 }
 
+TEST(KvLayoutTest, DifferentAdapterFingerprintsDoNotMatch) {
+  KvLayout ours = Llama3_8B(), theirs = Llama3_8B();
+  ours.num_layers = theirs.num_layers = 33;  // the adapter's KV layer
+  ours.adapter_fingerprint = 0x1234;
+  theirs.adapter_fingerprint = 0x1234;
+  EXPECT_TRUE(CheckCompatible(ours, theirs).ok());
+  theirs.adapter_fingerprint = 0x5678;
+  const absl::Status status = CheckCompatible(ours, theirs);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(status.message().find("adapter_fingerprint"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("different --kangaroo-adapter"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("adapter=0000000000001234"), std::string::npos) << status;
+}
+
 TEST(KvLayoutTest, MismatchNamesBothLayouts) {
   KvLayout theirs = Llama3_8B();
   theirs.dtype = DType::kF16;
