@@ -85,6 +85,11 @@ SS_HOST_DEVICE int64_t StateWords(int64_t layers, int64_t query_width, int64_t k
 SS_HOST_DEVICE int64_t ListOffset(int64_t query_width, int64_t k, int32_t lists, int32_t kv_head) {
   return kHeaderWords + query_width + (lists > 1 ? int64_t{kv_head} * k : 0);
 }
+// A layer's area for a sequence with parameters `p` on a model of `kv_heads` KV heads.
+SS_HOST_DEVICE int64_t LayerWords(const TokenSelectParams& p, int64_t query_width,
+                                  int32_t kv_heads) {
+  return StateWordsPerLayer(query_width, p.k, ListsOf(p, kv_heads));
+}
 
 // The step's key regions; every key a row may see outside them is one of its new rows.
 struct KeyRegions {
@@ -113,6 +118,16 @@ SS_HOST_DEVICE bool SelectionReusable(const TokenSelectParams& p, const int32_t*
   const int32_t selected_at = layer_state[kPrefix];
   return q_len == 1 && layer_state[kValid] == kReusable && layer_state[kSelected] == p.k &&
          selected_at <= prefix && prefix - selected_at <= p.local && cosine >= p.theta;
+}
+
+// Whether entry i of a stored list may be attended: at least initial_end, below local_begin
+// (LocalBegin) and above the entry before it. State slots are checked, not trusted: the CPU
+// refuses a list with an entry that is not, the CUDA kernel skips it, so a corrupt or foreign
+// state never reads outside the sequence or counts a key twice.
+SS_HOST_DEVICE bool ListEntryValid(const int32_t* list, int32_t i, int32_t initial_end,
+                                   int32_t local_begin) {
+  const int32_t key = list[i];
+  return key >= initial_end && key < local_begin && (i == 0 || list[i - 1] < key);
 }
 
 // Where a row's trailing cached keys start under the layer's (valid) selection: P_sel - local.

@@ -1,8 +1,7 @@
 #include "prefill_svc/prefill_worker_service.h"
 
-#include <algorithm>
-
 #include "absl/strings/str_cat.h"
+#include "common/core/status.h"
 #include "common/rpc/request_conversion.h"
 #include "common/rpc/status_conversion.h"
 #include "common/rpc/worker_conversion.h"
@@ -11,13 +10,6 @@
 namespace sparseserve::prefill {
 namespace {
 
-absl::StatusOr<DType> ParseDType(const std::string& name) {
-  for (DType d : {DType::kF32, DType::kBf16, DType::kF16}) {
-    if (DTypeName(d) == name) return d;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("unknown KV dtype '", name, "'"));
-}
-
 absl::StatusOr<PrefillTarget> TargetFromProto(const v1::KvReservation& r) {
   PrefillTarget t;
   t.pool.worker_address = r.ucx_worker_address();
@@ -25,15 +17,7 @@ absl::StatusOr<PrefillTarget> TargetFromProto(const v1::KvReservation& r) {
   t.pool.layer_base_addresses.assign(r.layer_base_addresses().begin(),
                                      r.layer_base_addresses().end());
   t.pool.memory = r.gpu_memory() ? transfer::KvMemoryKind::kCuda : transfer::KvMemoryKind::kHost;
-  absl::StatusOr<DType> dtype = ParseDType(r.layout().dtype());
-  if (!dtype.ok()) return dtype.status();
-  t.layout.dtype = *dtype;
-  t.layout.block_tokens = r.layout().block_tokens();
-  t.layout.num_layers = r.layout().num_layers();
-  t.layout.num_kv_heads = r.layout().num_kv_heads();
-  t.layout.tensor_parallel = std::max(1, r.layout().tensor_parallel());
-  t.layout.head_dim = r.layout().head_dim();
-  t.layout.adapter_fingerprint = r.layout().adapter_fingerprint();
+  SS_ASSIGN_OR_RETURN(t.layout, rpc::KvLayoutFromProto(r.layout()));
   t.pool.block_bytes = static_cast<uint64_t>(t.layout.bytes_per_block_per_layer());
   t.remote_blocks.assign(r.block_ids().begin(), r.block_ids().end());
   t.first_block = r.first_block_index();

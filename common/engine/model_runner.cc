@@ -58,21 +58,24 @@ absl::StatusOr<int64_t> KvCacheTokens(const model::LlamaModel& model, kernels::B
   return tokens;
 }
 
-// A fingerprint of a file's bytes (FNV-1a, 64 bit; fixed, so equal on every machine), never 0.
-absl::StatusOr<uint64_t> FileFingerprint(const std::string& path) {
-  SS_ASSIGN_OR_RETURN(std::unique_ptr<core::MappedFile> file, core::MappedFile::Open(path));
+// A fingerprint of `size` bytes (FNV-1a, 64 bit; fixed, so equal on every machine), never 0.
+uint64_t Fingerprint(const uint8_t* data, size_t size) {
   uint64_t h = 0xcbf29ce484222325ULL;
-  for (size_t i = 0; i < file->size(); ++i) h = (h ^ file->data()[i]) * 0x100000001b3ULL;
+  for (size_t i = 0; i < size; ++i) h = (h ^ data[i]) * 0x100000001b3ULL;
   return h == 0 ? 1 : h;
 }
 
 // Kangaroo's adapter (--kangaroo-adapter): the safetensors file's metadata names the layer it
 // exits after (exit_layer) and the RoPE pair layout of its q/k rows (rope_pairs: "adjacent" or
 // "half", as tools/train_spec_adapters.py trained them; absent = the model checkpoint's own).
-absl::Status LoadKangarooAdapter(const std::string& path, model::LlamaModel& model) {
+// Returns the file's fingerprint (kv::KvLayout::adapter_fingerprint).
+absl::StatusOr<uint64_t> LoadKangarooAdapter(const std::string& path, model::LlamaModel& model) {
   const std::string context = absl::StrCat("--kangaroo-adapter ", path);
-  SS_ASSIGN_OR_RETURN(std::unique_ptr<model::SafetensorsFile> file,
-                      model::SafetensorsFile::Open(path));
+  SS_ASSIGN_OR_RETURN(std::unique_ptr<core::MappedFile> mapped, core::MappedFile::Open(path));
+  const std::shared_ptr<const core::MappedFile> bytes(std::move(mapped));
+  SS_ASSIGN_OR_RETURN(
+      std::unique_ptr<model::SafetensorsFile> file,
+      model::SafetensorsFile::FromBuffer(path, bytes->data(), bytes->size(), bytes));
   const std::map<std::string, std::string>& meta = file->metadata();
   const auto exit = meta.find("exit_layer");
   int exit_layer = 0;
@@ -95,7 +98,8 @@ absl::Status LoadKangarooAdapter(const std::string& path, model::LlamaModel& mod
     pairs = it->second == "adjacent" ? model::RopePairLayout::kAdjacent
                                      : model::RopePairLayout::kHalves;
   }
-  return AnnotateStatus(model.LoadEarlyExitAdapter(*file, exit_layer, pairs), context);
+  SS_RETURN_IF_ERROR(AnnotateStatus(model.LoadEarlyExitAdapter(*file, exit_layer, pairs), context));
+  return Fingerprint(bytes->data(), bytes->size());
 }
 
 }  // namespace
@@ -173,8 +177,9 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
         AnnotateStatus(model->LoadDraftHeads(*heads),
                        absl::StrCat("--tokenswift-heads ", options.tokenswift_heads)));
   }
+  uint64_t adapter_fingerprint = 0;
   if (!options.kangaroo_adapter.empty()) {
-    SS_RETURN_IF_ERROR(LoadKangarooAdapter(options.kangaroo_adapter, *model));
+    SS_ASSIGN_OR_RETURN(adapter_fingerprint, LoadKangarooAdapter(options.kangaroo_adapter, *model));
   }
   const model::ModelConfig& c = model->config();
   // The state slots first: the KV pool gets the memory left after them. TokenSelect's are not
@@ -219,9 +224,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   runner->collectives_ = std::move(collectives);
   for (int r = 1; r < tp; ++r) runner->ranks_.push_back(std::move(ranks[r]));
   runner->minference_ = std::move(minference);
-  if (!options.kangaroo_adapter.empty()) {
-    SS_ASSIGN_OR_RETURN(runner->adapter_fingerprint_, FileFingerprint(options.kangaroo_adapter));
-  }
+  runner->adapter_fingerprint_ = adapter_fingerprint;
   if (state != nullptr) {
     runner->state_ = std::move(state);
     runner->model_->set_sequence_state(runner->state_->memory());

@@ -1,6 +1,9 @@
 #include "common/rpc/worker_conversion.h"
 
+#include <algorithm>
 #include <string>
+
+#include "absl/strings/str_cat.h"
 
 namespace sparseserve::rpc {
 
@@ -24,6 +27,27 @@ v1::KvLayout KvLayoutOf(const engine::ModelRunner& runner) {
   layout.set_head_dim(ours.head_dim);
   layout.set_tensor_parallel(ours.tensor_parallel);
   layout.set_adapter_fingerprint(ours.adapter_fingerprint);
+  return layout;
+}
+
+absl::StatusOr<kv::KvLayout> KvLayoutFromProto(const v1::KvLayout& proto) {
+  kv::KvLayout layout;
+  bool known = false;
+  for (DType d : {DType::kF32, DType::kBf16, DType::kF16}) {
+    if (DTypeName(d) == proto.dtype()) {
+      layout.dtype = d;
+      known = true;
+    }
+  }
+  if (!known) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown KV dtype '", proto.dtype(), "'"));
+  }
+  layout.block_tokens = proto.block_tokens();
+  layout.num_layers = proto.num_layers();
+  layout.num_kv_heads = proto.num_kv_heads();
+  layout.head_dim = proto.head_dim();
+  layout.tensor_parallel = std::max(1, proto.tensor_parallel());
+  layout.adapter_fingerprint = proto.adapter_fingerprint();
   return layout;
 }
 

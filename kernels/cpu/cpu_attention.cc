@@ -104,11 +104,14 @@ absl::Status CpuBackend::Attention(const AttentionPlan& plan, const Tensor& q,
   const float* kv = kv_layer.data<float>();
   int64_t index_words = 0;
   const std::vector<int64_t> index_offsets = cpu_internal::SparseIndexOffsets(batch, &index_words);
+  // TokenSelect sequences' layer areas, found and checked once (the items below read them).
+  std::vector<const int32_t*> tokenselect_state(batch.sequences.size(), nullptr);
   for (size_t s = 0; s < batch.sequences.size(); ++s) {
     const SequenceAttention& seq = batch.sequences[s];
     if (seq.pattern.kind == AttentionMethodKind::kTokenSelect && seq.q_len > 0 &&
         !tokenselect::RegionsOf(seq.pattern.tokenselect, seq.q_len, seq.kv_len).dense) {
       const int32_t* state = cpu_internal::TokenSelectLayerState(batch, seq, shape, layer);
+      tokenselect_state[s] = state;
       if (state == nullptr) {
         return absl::InvalidArgumentError(absl::StrCat(
             "Attention: sequence ", s, "'s state slot is too small for TokenSelect layer ", layer));
@@ -208,9 +211,8 @@ absl::Status CpuBackend::Attention(const AttentionPlan& plan, const Tensor& q,
       } else if (seq.pattern.kind == AttentionMethodKind::kTokenSelect) {
         // One token set per layer (§3.2's soft vote) or per KV head, shared by the group's
         // query heads: no repeated K/V.
-        cpu_internal::TokenSelectKeys(seq,
-                                      cpu_internal::TokenSelectLayerState(batch, seq, shape, layer),
-                                      shape, static_cast<int32_t>(kvh), item.row, &keys);
+        cpu_internal::TokenSelectKeys(seq, tokenselect_state[item.seq], shape,
+                                      static_cast<int32_t>(kvh), item.row, &keys);
         attend(0, group);
       } else {
         keys.clear();

@@ -82,9 +82,8 @@ void Select(const SequenceAttention& seq, const AttentionShape& shape, int block
 int32_t* TokenSelectLayerState(const AttentionBatch& batch, const SequenceAttention& seq,
                                const AttentionShape& shape, int layer) {
   if (seq.state_slot < 0 || batch.sequence_state.empty()) return nullptr;
-  const TokenSelectParams& p = seq.pattern.tokenselect;
-  const int64_t per_layer = tokenselect::StateWordsPerLayer(
-      int64_t{shape.num_heads} * shape.head_dim, p.k, tokenselect::ListsOf(p, shape.num_kv_heads));
+  const int64_t per_layer = tokenselect::LayerWords(
+      seq.pattern.tokenselect, int64_t{shape.num_heads} * shape.head_dim, shape.num_kv_heads);
   const int64_t slot_words = batch.sequence_state.dim(1);
   if ((layer + 1) * per_layer > slot_words) return nullptr;
   return batch.sequence_state.data<int32_t>() + seq.state_slot * slot_words + layer * per_layer;
@@ -118,8 +117,7 @@ absl::Status BuildTokenSelectIndex(const AttentionPlan& plan, const Tensor& q,
     if (state == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Attention: sequence ", s, "'s state slot is too small for TokenSelect layer ", layer,
-          " with k = ", p.k, " (",
-          tokenselect::StateWordsPerLayer(width, p.k, tokenselect::ListsOf(p, shape.num_kv_heads)),
+          " with k = ", p.k, " (", tokenselect::LayerWords(p, width, shape.num_kv_heads),
           " words per layer)"));
     }
     // The step's query: its rows' mean per head (§3.3; the row itself for a decode step).
@@ -179,14 +177,12 @@ absl::Status CheckTokenSelectLists(const SequenceAttention& seq, const int32_t* 
   const int32_t local_begin = tokenselect::LocalBegin(p, layer_state, regions.initial_end);
   for (int32_t list = 0; list < lists; ++list) {
     const int32_t* selected = layer_state + tokenselect::ListOffset(width, p.k, lists, list);
-    int32_t previous = regions.initial_end - 1;
     for (int32_t i = 0; i < p.k; ++i) {
-      if (selected[i] <= previous || selected[i] >= local_begin) {
+      if (!tokenselect::ListEntryValid(selected, i, regions.initial_end, local_begin)) {
         return absl::InternalError(absl::StrCat(
             "Attention: TokenSelect list ", list, " has key ", selected[i], " at place ", i,
             " (keys must ascend within [", regions.initial_end, ", ", local_begin, "))"));
       }
-      previous = selected[i];
     }
   }
   return absl::OkStatus();

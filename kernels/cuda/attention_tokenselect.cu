@@ -55,13 +55,9 @@ struct TokenList {
   __device__ __forceinline__ int32_t KeyAt(int32_t pos) const {
     if (pos < initial_end) return pos;
     if (pos < selected_end) {
-      // The payload is checked, not trusted: a key outside [initial_end, local_begin) or not
-      // above the one before it (a corrupt or foreign state) is skipped, never read outside
-      // the sequence or counted twice.
+      // The payload is checked, not trusted (tokenselect::ListEntryValid): a bad entry is skipped.
       const int32_t i = pos - initial_end;
-      const int32_t key = selected[i];
-      const bool ascending = i == 0 || selected[i - 1] < key;
-      return ascending && key >= initial_end && key < local_begin ? key : -1;
+      return tokenselect::ListEntryValid(selected, i, initial_end, local_begin) ? selected[i] : -1;
     }
     const int32_t key = local_begin + (pos - selected_end);
     return key < prefix || KeyVisible(vis, row, key) ? key : -1;

@@ -138,8 +138,7 @@ absl::Status CheckTokenSelectState(const AttentionPlan& plan, int layer) {
           absl::StrCat("Attention: TokenSelect needs a contiguous CUDA i32 sequence_state, got ",
                        state.DebugString()));
     }
-    const int64_t per_layer = tokenselect::StateWordsPerLayer(
-        width, p.k, tokenselect::ListsOf(p, plan.shape.num_kv_heads));
+    const int64_t per_layer = tokenselect::LayerWords(p, width, plan.shape.num_kv_heads);
     if ((int64_t{layer} + 1) * per_layer > state.dim(1)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Attention: sequence ", s, "'s state slot is too small for TokenSelect layer ", layer,
