@@ -17,20 +17,14 @@
 namespace sparseserve::kernels::cuda {
 namespace {
 
-using prefill_tile::AccumulatePv;
 using prefill_tile::kKeys;
 using prefill_tile::kLog2e;
 using prefill_tile::kRows;
 using prefill_tile::kThreads;
-using prefill_tile::LoadKvRows;
-using prefill_tile::LoadQFragments;
-using prefill_tile::LoadQTile;
 using prefill_tile::ScoreKey;
-using prefill_tile::SmemBytes;
-using prefill_tile::SmemStride;
 using prefill_tile::SoftmaxStep;
 using prefill_tile::StoreRows;
-using prefill_tile::TileScores;
+using prefill_tile::TileMath;
 
 static_assert(kRows == minference::kBlockRows, "a CTA's rows are one MInference query block");
 
@@ -168,17 +162,18 @@ struct CoverPacker {
   }
 };
 
-template <int D>
+template <int D, bool kWgmma>
 __global__ void __launch_bounds__(kThreads)
     MInferenceTileKernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv,
                          const MInferenceSeqInfo* seqs, const int32_t* block_tables,
                          const int2* tiles, const int32_t* index, AttentionDims dims,
                          __nv_bfloat16* __restrict__ out) {
-  constexpr int kStride = SmemStride<D>();
+  using Math = TileMath<D, kWgmma>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  __nv_bfloat16* k_s = q_s + kRows * kStride;
-  __nv_bfloat16* v_s = k_s + kKeys * kStride;
+  const auto smem = Math::Carve(smem_raw);
+  unsigned char* q_s = smem.q;
+  unsigned char* k_s = smem.k(0);
+  unsigned char* v_s = smem.v(0);
   __shared__ int32_t keys_s[2][kKeys];  // key positions of the current and the next tile
   __shared__ int32_t count_s[2];
 
@@ -217,11 +212,11 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   const bool any_keys = count_s[0] > 0;  // read once: warp 0 rewrites count_s[0] in the loop
-  LoadQTile<D>(q_s, q, seq.q_begin + q0, rows, dims.heads, head);
-  LoadKvRows<D>(
+  Math::LoadQ(q_s, q, seq.q_begin + q0, rows, dims.heads, head);
+  Math::LoadKv(
       k_s, kv, table, [&](int r) { return keys_s[0][r]; }, dims, token_stride, kv_head, false);
   CpAsyncCommit();
-  LoadKvRows<D>(
+  Math::LoadKv(
       v_s, kv, table, [&](int r) { return keys_s[0][r]; }, dims, token_stride, kv_head, true);
   CpAsyncCommit();
 
@@ -247,14 +242,15 @@ __global__ void __launch_bounds__(kThreads)
       if (lane == 0) count_s[nxt] = n;
     }
     CpAsyncWait<1>();  // Q and K_j have landed (V_j may still be in flight)
+    Math::Landed();
     __syncthreads();
     const bool more = count_s[nxt] > 0;
-    if (jj == 0) LoadQFragments<D>(q_frag, q_s, warp, lane);
+    if (jj == 0) Math::QFragments(q_frag, q_s, warp, lane);
     float s[8][4];
-    TileScores<D>(s, q_frag, k_s, lane);
+    Math::Scores(s, q_frag, q_s, k_s, lane);
     __syncthreads();  // every warp is done with k_s
     if (more) {
-      LoadKvRows<D>(
+      Math::LoadKv(
           k_s, kv, table, [&](int r) { return keys_s[nxt][r]; }, dims, token_stride, kv_head,
           false);
       CpAsyncCommit();
@@ -276,11 +272,12 @@ __global__ void __launch_bounds__(kThreads)
     } else {
       CpAsyncWait<0>();
     }
+    Math::Landed();
     __syncthreads();
-    AccumulatePv<D>(o, s, v_s, lane);
+    Math::Pv(o, s, v_s, lane);
     __syncthreads();  // every warp is done with v_s
     if (!more) break;
-    LoadKvRows<D>(
+    Math::LoadKv(
         v_s, kv, table, [&](int r) { return keys_s[nxt][r]; }, dims, token_stride, kv_head, true);
     CpAsyncCommit();
   }
@@ -288,20 +285,20 @@ __global__ void __launch_bounds__(kThreads)
   StoreRows<D>(out, o, row_sum, seq.q_begin + q0, rows, dims.heads, head, warp, lane);
 }
 
-template <int D>
+template <int D, bool kWgmma>
 cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const MInferenceSeqInfo* seqs,
                    const int32_t* block_tables, const int2* tiles, int num_tiles,
                    const int32_t* index, const AttentionDims& dims, bf16_t* out,
                    cudaStream_t stream) {
-  constexpr size_t kSmem = SmemBytes<D>();
+  constexpr size_t kSmem = TileMath<D, kWgmma>::kSmemBytes;
   static std::atomic<uint64_t> configured{0};
   const cudaError_t attr = OncePerDevice(configured, [] {
-    return cudaFuncSetAttribute(MInferenceTileKernel<D>,
+    return cudaFuncSetAttribute(MInferenceTileKernel<D, kWgmma>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   });
   if (attr != cudaSuccess) return attr;
   const dim3 grid(num_tiles, dims.heads);
-  MInferenceTileKernel<D><<<grid, kThreads, kSmem, stream>>>(
+  MInferenceTileKernel<D, kWgmma><<<grid, kThreads, kSmem, stream>>>(
       reinterpret_cast<const __nv_bfloat16*>(q), reinterpret_cast<const __nv_bfloat16*>(kv_layer),
       seqs, block_tables, tiles, index, dims, reinterpret_cast<__nv_bfloat16*>(out));
   return cudaGetLastError();
@@ -316,13 +313,17 @@ cudaError_t LaunchMInferenceTileAttention(const bf16_t* q, const bf16_t* kv_laye
                                           const AttentionDims& dims, bf16_t* out,
                                           cudaStream_t stream) {
   if (num_tiles == 0) return cudaSuccess;
-  switch (dims.head_dim) {
-    case 64:
-      return Launch<64>(q, kv_layer, seqs, block_tables, tiles, num_tiles, index, dims, out,
+  const bool wgmma = PrefillTilesOnWgmma();
+  switch (dims.head_dim * 2 + (wgmma ? 1 : 0)) {
+#define SPARSESERVE_MINFERENCE_CASE(d, w)                                                    \
+  case d * 2 + w:                                                                            \
+    return Launch<d, w>(q, kv_layer, seqs, block_tables, tiles, num_tiles, index, dims, out, \
                         stream);
-    case 128:
-      return Launch<128>(q, kv_layer, seqs, block_tables, tiles, num_tiles, index, dims, out,
-                         stream);
+    SPARSESERVE_MINFERENCE_CASE(64, false)
+    SPARSESERVE_MINFERENCE_CASE(64, true)
+    SPARSESERVE_MINFERENCE_CASE(128, false)
+    SPARSESERVE_MINFERENCE_CASE(128, true)
+#undef SPARSESERVE_MINFERENCE_CASE
     default: return cudaErrorInvalidValue;
   }
 }

@@ -1,80 +1,92 @@
 // Dense causal attention for prompt chunks over the paged KV layout, on tensor cores.
 //
-// FlashAttention-2 structure (papers/kernel-references.md): a CTA of 4 warps owns a 64-row query
-// tile of one head (16 rows per warp); it walks the 64-key tiles the tile can see, gathering each
-// key row through the block table with cp.async, computes S = QKᵀ and O += PV with mma.sync
-// m16n8k16 (bf16 in, f32 accumulate) and keeps an online softmax in registers. GQA: query heads
-// read their group's K/V rows in place (never repeated in memory). The next K tile loads while
-// the current softmax and PV run; V likewise overlaps the next S. Masks and sliding windows
-// (kernels/attention_visibility.h) apply per score; tiles no row of the CTA can see through its
-// window are never loaded. The tile math is shared with the sparse kernel (prefill_tile.cuh).
+// FlashAttention structure (papers/kernel-references.md): a warpgroup (4 warps) owns a 64-row
+// query tile of one head (16 rows per warp); it walks the 64-key tiles the tile can see, each key
+// row gathered through the block table with cp.async, computes S = QKᵀ and O += PV on the tensor
+// cores and keeps an online softmax in registers. On Hopper the products are wgmma
+// (wgmma_tile.cuh) and a CTA holds up to 4 query heads of one GQA group, a warpgroup each, over
+// the same K/V tiles; mma.sync m16n8k16 with one head per CTA stays as the A/B alternative
+// ($SPARSESERVE_PREFILL_MMA=sync). GQA K/V rows are read in place (never repeated in memory). K/V
+// tiles are double-buffered: the next tile's copies are queued before this tile's products.
+// Masks and sliding windows (kernels/attention_visibility.h) apply per score; tiles no row of the
+// CTA can see through its window are never loaded. The tile math is shared with the sparse
+// kernel (prefill_tile.cuh's TileMath).
 #include <cuda_bf16.h>
+
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/attention_visibility.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/per_device_once.cuh"
 #include "kernels/cuda/prefill_tile.cuh"
+#include "kernels/cuda/wgmma_tile.cuh"
 #include "kernels/minference_index.h"
 
 namespace sparseserve::kernels::cuda {
 namespace {
 
 // The tile math shared with the sparse prefill kernel.
-using prefill_tile::AccumulatePv;
 using prefill_tile::kKeys;
 using prefill_tile::kLog2e;
 using prefill_tile::kRows;
 using prefill_tile::kThreads;
-using prefill_tile::LoadKvRows;
-using prefill_tile::LoadQFragments;
-using prefill_tile::LoadQTile;
 using prefill_tile::ScoreKey;
-using prefill_tile::SmemBytes;
-using prefill_tile::SmemStride;
 using prefill_tile::SoftmaxStep;
 using prefill_tile::StoreRows;
-using prefill_tile::TileScores;
+using prefill_tile::TileMath;
 
-// Queues the copy of 64 key (or value) rows [first_key, first_key + 64), zeros from kv_end on.
-template <int D>
-__device__ __forceinline__ void LoadKvTile(__nv_bfloat16* dst, const __nv_bfloat16* kv,
-                                           const int32_t* table, int first_key, int kv_end,
-                                           const AttentionDims& dims, int64_t token_stride,
-                                           int kv_head, bool values) {
-  LoadKvRows<D>(
-      dst, kv, table,
+// Queues the copy of the 64 key and value rows [first_key, first_key + 64), zeros from kv_end on.
+template <class Math>
+__device__ __forceinline__ void LoadKvTile(unsigned char* k_dst, unsigned char* v_dst,
+                                           const __nv_bfloat16* kv, const int32_t* table,
+                                           int first_key, int kv_end, const AttentionDims& dims,
+                                           int64_t token_stride, int kv_head) {
+  Math::LoadKvPair(
+      k_dst, v_dst, kv, table,
       [&](int r) {
         const int pos = first_key + r;
         return pos < kv_end ? pos : -1;
       },
-      dims, token_stride, kv_head, values);
+      dims, token_stride, kv_head);
 }
 
 // kMasked: the variant for batches with masks or windows (kernels/attention_visibility.h per
 // score, windowed tiles skipped); the dense variant keeps only the causal bound, so dense
 // prefill pays nothing for the rule (its registers would otherwise cost ~15% here).
-template <int D, bool kMasked>
-__global__ void __launch_bounds__(kThreads)
+// kHeads: query heads of one KV head per CTA (2 or 4 on wgmma when they divide the GQA group),
+// one warpgroup each, sharing every K/V tile copied: 1 / kHeads of the copies per product, and
+// warpgroups whose softmax and tensor-core work interleave.
+// Several heads are held to 128 registers a thread (two CTAs of 2 heads, or one of 4, per SM).
+template <int D, bool kMasked, bool kWgmma, int kHeads>
+__global__ void __launch_bounds__(kThreads* kHeads, kHeads == 2 ? 2 : 1)
     PrefillAttentionKernel(const __nv_bfloat16* __restrict__ q,
                            const __nv_bfloat16* __restrict__ kv, AttentionSeqs seq_arrays,
                            const int2* tiles, AttentionDims dims, PrefillTileGates gates,
                            __nv_bfloat16* __restrict__ out) {
-  constexpr int kStride = SmemStride<D>();
+  using Math = TileMath<D, kWgmma, 2, kHeads>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  __nv_bfloat16* k_s = q_s + kRows * kStride;
-  __nv_bfloat16* v_s = k_s + kKeys * kStride;
+  const auto smem = Math::Carve(smem_raw);
+  const int group = threadIdx.x / kThreads;  // this warpgroup's head among the CTA's
+  unsigned char* q_s = smem.q + group * Math::kQBytes;
 
   const int2 tile = tiles[blockIdx.x];
-  const int head = blockIdx.y;
+  const int head = blockIdx.y * kHeads + group;
+  bool active = true;  // this warpgroup computes (uniform over it)
   if (gates.areas != nullptr) {
     // An MInference tile runs here only for heads its index switched to dense; the sparse heads
-    // are another kernel's. The whole CTA leaves together, before any barrier.
+    // are another kernel's. A CTA none of whose heads runs leaves at once (all together, before
+    // any barrier); a warpgroup whose head does not still copies and joins the barriers.
     const int2 area = gates.areas[blockIdx.x];
-    if (area.x >= 0 && gates.index[area.x + int64_t{head} * area.y] !=
-                           static_cast<int32_t>(HeadPatternKind::kDense)) {
-      return;
-    }
+    auto runs_here = [&](int h) {
+      return area.x < 0 || gates.index[area.x + int64_t{h} * area.y] ==
+                               static_cast<int32_t>(HeadPatternKind::kDense);
+    };
+    bool any = false;
+#pragma unroll
+    for (int g = 0; g < kHeads; ++g) any = any || runs_here(blockIdx.y * kHeads + g);
+    if (!any) return;
+    active = runs_here(head);
   }
   const AttentionSeqInfo seq = seq_arrays.seqs[tile.x];
   KeyVisibility vis;
@@ -85,7 +97,7 @@ __global__ void __launch_bounds__(kThreads)
   vis.mask = seq.mask_begin >= 0 ? seq_arrays.masks + seq.mask_begin : nullptr;
   const int q0 = tile.y;  // first query row of this tile within the sequence
   const int kv_head = head / (dims.heads / dims.kv_heads);
-  const int warp = threadIdx.x / 32;
+  const int warp = (threadIdx.x / 32) % 4;  // within the warpgroup
   const int lane = threadIdx.x % 32;
   const int rows = min(kRows, seq.q_len - q0);
   const int first_pos = seq.kv_len - seq.q_len + q0;  // absolute position of tile row 0
@@ -104,11 +116,11 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t token_stride = int64_t{dims.kv_heads} * D;
   const int32_t* table = seq_arrays.block_tables + seq.table_begin;
 
-  // Q tile (zero rows past the chunk) and the first K tile form group 0; the first V tile group 1.
-  LoadQTile<D>(q_s, q, seq.q_begin + q0, rows, dims.heads, head);
-  LoadKvTile<D>(k_s, kv, table, tile_at(0) * kKeys, kv_end, dims, token_stride, kv_head, false);
-  CpAsyncCommit();
-  LoadKvTile<D>(v_s, kv, table, tile_at(0) * kKeys, kv_end, dims, token_stride, kv_head, true);
+  // The Q tile and the first K and V tiles form one copy group; each iteration queues the next
+  // tile's into the other stage while it computes on this one.
+  Math::LoadQ(q_s, q, seq.q_begin + q0, rows, dims.heads, head);
+  LoadKvTile<Math>(smem.k(0), smem.v(0), kv, table, tile_at(0) * kKeys, kv_end, dims, token_stride,
+                   kv_head);
   CpAsyncCommit();
 
   uint32_t q_frag[D / 16][4];
@@ -127,18 +139,19 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int jj = 0; jj < tile_count; ++jj) {
     const int j = tile_at(jj);
-    CpAsyncWait<1>();  // Q and K_j have landed (V_j may still be in flight)
-    __syncthreads();
-    if (jj == 0) LoadQFragments<D>(q_frag, q_s, warp, lane);  // first visited tile
-    float s[8][4];
-    TileScores<D>(s, q_frag, k_s, lane);
-    __syncthreads();  // every warp is done with k_s
-    const bool more = jj + 1 < tile_count;
-    const int next_key = more ? tile_at(jj + 1) * kKeys : 0;
-    if (more) {
-      LoadKvTile<D>(k_s, kv, table, next_key, kv_end, dims, token_stride, kv_head, false);
+    const int stage = jj & 1;
+    CpAsyncWait<0>();  // tile j's K and V (the only group in flight) have landed
+    Math::Landed();
+    __syncthreads();  // ... for every warp, and every warp is done with the other stage
+    if (jj == 0) Math::QFragments(q_frag, q_s, warp, lane);  // first visited tile
+    if (jj + 1 < tile_count) {
+      LoadKvTile<Math>(smem.k(stage ^ 1), smem.v(stage ^ 1), kv, table, tile_at(jj + 1) * kKeys,
+                       kv_end, dims, token_stride, kv_head);
       CpAsyncCommit();
     }
+    if (!active) continue;
+    float s[8][4];
+    Math::Scores(s, q_frag, q_s, smem.k(stage), lane);
 
     // Scale, causal mask (only tiles reaching past this warp's first row need it), online softmax.
     const int tile_first_key = j * kKeys;
@@ -161,37 +174,25 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     SoftmaxStep<D>(s, o, row_max, row_sum);
-
-    if (more) {
-      CpAsyncWait<1>();  // V_j has landed; K_{j+1} may still be in flight
-    } else {
-      CpAsyncWait<0>();
-    }
-    __syncthreads();
-    AccumulatePv<D>(o, s, v_s, lane);
-    __syncthreads();  // every warp is done with v_s
-    if (more) {
-      LoadKvTile<D>(v_s, kv, table, next_key, kv_end, dims, token_stride, kv_head, true);
-      CpAsyncCommit();
-    }
+    Math::Pv(o, s, smem.v(stage), lane);
   }
 
-  StoreRows<D>(out, o, row_sum, seq.q_begin + q0, rows, dims.heads, head, warp, lane);
+  if (active) StoreRows<D>(out, o, row_sum, seq.q_begin + q0, rows, dims.heads, head, warp, lane);
 }
 
-template <int D, bool kMasked>
+template <int D, bool kMasked, bool kWgmma, int kHeads>
 cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqs& seqs,
                    const int2* tiles, int num_tiles, const AttentionDims& dims,
                    const PrefillTileGates& gates, bf16_t* out, cudaStream_t stream) {
-  constexpr size_t kSmem = SmemBytes<D>();
+  constexpr size_t kSmem = TileMath<D, kWgmma, 2, kHeads>::kSmemBytes;
   static std::atomic<uint64_t> configured{0};
   const cudaError_t attr = OncePerDevice(configured, [] {
-    return cudaFuncSetAttribute(PrefillAttentionKernel<D, kMasked>,
+    return cudaFuncSetAttribute(PrefillAttentionKernel<D, kMasked, kWgmma, kHeads>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   });
   if (attr != cudaSuccess) return attr;
-  const dim3 grid(num_tiles, dims.heads);
-  PrefillAttentionKernel<D, kMasked><<<grid, kThreads, kSmem, stream>>>(
+  const dim3 grid(num_tiles, dims.heads / kHeads);
+  PrefillAttentionKernel<D, kMasked, kWgmma, kHeads><<<grid, kThreads * kHeads, kSmem, stream>>>(
       reinterpret_cast<const __nv_bfloat16*>(q), reinterpret_cast<const __nv_bfloat16*>(kv_layer),
       seqs, tiles, dims, gates, reinterpret_cast<__nv_bfloat16*>(out));
   return cudaGetLastError();
@@ -205,17 +206,55 @@ cudaError_t LaunchPrefillAttention(const bf16_t* q, const bf16_t* kv_layer,
                                    const PrefillTileGates& gates, bf16_t* out,
                                    cudaStream_t stream) {
   if (num_tiles == 0) return cudaSuccess;
-  switch (dims.head_dim * 2 + (masked ? 1 : 0)) {
-    case 128:
-      return Launch<64, false>(q, kv_layer, seqs, tiles, num_tiles, dims, gates, out, stream);
-    case 129:
-      return Launch<64, true>(q, kv_layer, seqs, tiles, num_tiles, dims, gates, out, stream);
-    case 256:
-      return Launch<128, false>(q, kv_layer, seqs, tiles, num_tiles, dims, gates, out, stream);
-    case 257:
-      return Launch<128, true>(q, kv_layer, seqs, tiles, num_tiles, dims, gates, out, stream);
+  // wgmma: as many heads of a GQA group per CTA as divide it, up to PrefillHeadsPerCta();
+  // mma.sync: one.
+  int variant = 0;
+  if (PrefillTilesOnWgmma()) {
+    const int group = dims.heads / dims.kv_heads;
+    variant = 1;
+    while (variant * 2 <= PrefillHeadsPerCta() && group % (variant * 2) == 0) variant *= 2;
+  }
+  switch (dims.head_dim * 16 + (masked ? 8 : 0) + variant) {
+#define SPARSESERVE_PREFILL_CASE(d, m, v) \
+  case d * 16 + m * 8 + v:                \
+    return Launch < d, m, v != 0,         \
+           v == 0 ? 1 : v > (q, kv_layer, seqs, tiles, num_tiles, dims, gates, out, stream);
+    SPARSESERVE_PREFILL_CASE(64, false, 0)
+    SPARSESERVE_PREFILL_CASE(64, false, 1)
+    SPARSESERVE_PREFILL_CASE(64, false, 2)
+    SPARSESERVE_PREFILL_CASE(64, false, 4)
+    SPARSESERVE_PREFILL_CASE(64, true, 0)
+    SPARSESERVE_PREFILL_CASE(64, true, 1)
+    SPARSESERVE_PREFILL_CASE(64, true, 2)
+    SPARSESERVE_PREFILL_CASE(64, true, 4)
+    SPARSESERVE_PREFILL_CASE(128, false, 0)
+    SPARSESERVE_PREFILL_CASE(128, false, 1)
+    SPARSESERVE_PREFILL_CASE(128, false, 2)
+    SPARSESERVE_PREFILL_CASE(128, false, 4)
+    SPARSESERVE_PREFILL_CASE(128, true, 0)
+    SPARSESERVE_PREFILL_CASE(128, true, 1)
+    SPARSESERVE_PREFILL_CASE(128, true, 2)
+    SPARSESERVE_PREFILL_CASE(128, true, 4)
+#undef SPARSESERVE_PREFILL_CASE
     default: return cudaErrorInvalidValue;
   }
+}
+
+int PrefillHeadsPerCta() {
+  static const int heads = [] {
+    const char* env = std::getenv("SPARSESERVE_PREFILL_HEADS_PER_CTA");
+    const int n = env == nullptr ? 4 : std::atoi(env);
+    return n >= 4 ? 4 : n >= 2 ? 2 : 1;
+  }();
+  return heads;
+}
+
+bool PrefillTilesOnWgmma() {
+  static const bool wgmma = [] {
+    const char* env = std::getenv("SPARSESERVE_PREFILL_MMA");
+    return env == nullptr || std::strcmp(env, "sync") != 0;
+  }();
+  return wgmma;
 }
 
 }  // namespace sparseserve::kernels::cuda

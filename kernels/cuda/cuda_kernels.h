@@ -152,6 +152,12 @@ cudaError_t LaunchPrefillAttention(const bf16_t* q, const bf16_t* kv_layer,
                                    const AttentionDims& dims, bool masked,
                                    const PrefillTileGates& gates, bf16_t* out, cudaStream_t stream);
 inline constexpr int kPrefillTileRows = 64;
+// Whether the prefill kernels (dense and MInference tiles) run their products on Hopper's wgmma
+// (the default) or on mma.sync ($SPARSESERVE_PREFILL_MMA=sync, read once: an A/B switch).
+bool PrefillTilesOnWgmma();
+// With wgmma, the most query heads of a GQA group one dense prefill CTA computes over shared K/V
+// tiles: 4 by default, $SPARSESERVE_PREFILL_HEADS_PER_CTA (1, 2 or 4) for A/B runs.
+int PrefillHeadsPerCta();
 
 // The split-KV work lists of one decode attention call. Counts that change with the KV lengths
 // live on the device and the grid size depends only on the batch, so a captured step graph

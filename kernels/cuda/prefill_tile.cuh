@@ -1,8 +1,9 @@
 // Device building blocks of the tensor-core prefill kernels (attention_prefill.cu's dense kernel
-// and attention_minference_tiles.cu's sparse one): a CTA of 4 warps owns a 64-row query tile of
-// one head (16 rows per warp) and consumes 64-key tiles with mma.sync m16n8k16 (bf16 in, f32
-// accumulate) under an online softmax held in registers. The kernels differ only in which keys
-// fill a tile and which scores they mask, so those stay in the kernels; the math lives here once.
+// and attention_minference_tiles.cu's sparse one): 4 warps own a 64-row query tile of one head
+// (16 rows per warp) and consume 64-key tiles under an online softmax held in registers, the
+// products on mma.sync m16n8k16 (bf16 in, f32 accumulate; below) or on Hopper's wgmma
+// (wgmma_tile.cuh), both behind TileMath. The kernels differ only in which keys fill a tile and
+// which scores they mask, so those stay in the kernels; the math lives here once.
 #ifndef SPARSESERVE_KERNELS_CUDA_PREFILL_TILE_CUH_
 #define SPARSESERVE_KERNELS_CUDA_PREFILL_TILE_CUH_
 
@@ -13,6 +14,7 @@
 
 #include "kernels/cuda/cuda_async_copy.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/wgmma_tile.cuh"
 
 namespace sparseserve::kernels::cuda::prefill_tile {
 
@@ -24,12 +26,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 template <int D>
 __host__ __device__ constexpr int SmemStride() {
   return D + 8;  // +16 bytes per row: ldmatrix's 8 row addresses fall in distinct banks
-}
-
-// Q, K and V tiles of bf16 rows.
-template <int D>
-__host__ __device__ constexpr size_t SmemBytes() {
-  return size_t{3} * kRows * SmemStride<D>() * sizeof(__nv_bfloat16);
 }
 
 // Queues the copy of 64 key (or value) rows into `dst`: row r holds key position key_at(r), or
@@ -193,6 +189,119 @@ __device__ __forceinline__ void StoreRows(__nv_bfloat16* out, const float (&o)[D
     }
   }
 }
+
+// The two tile maths behind one interface: kWgmma (Hopper's warpgroup products over swizzled
+// Q/K/V tiles, wgmma_tile.cuh) or mma.sync (padded tiles, Q read once into fragments, above).
+// Shared memory holds the Q tile, then kStages (K tile, V tile) stages: with 2 a kernel copies
+// the next tile's keys and values while it computes on the current ones. kHeads (wgmma only):
+// query heads of one KV head per CTA, a warpgroup and a Q tile each, sharing the K/V tiles.
+template <int D, bool kWgmma, int kStages = 1, int kHeads = 1>
+struct TileMath {
+  static_assert(kHeads == 1 || kWgmma, "several heads per CTA only on wgmma");
+  static constexpr int kCtaThreads = kThreads * kHeads;
+  static constexpr int kKvBytes =
+      kWgmma ? wgmma_tile::TileBytes<D>() : kKeys * SmemStride<D>() * int{sizeof(__nv_bfloat16)};
+  static constexpr int kQBytes =
+      kWgmma ? wgmma_tile::TileBytes<D>() : kRows * SmemStride<D>() * int{sizeof(__nv_bfloat16)};
+  // The swizzled tiles need 1024-byte alignment; dynamic shared memory guarantees 16.
+  static constexpr int kSlack = kWgmma ? wgmma_tile::kAlign : 0;
+  static constexpr size_t kSmemBytes =
+      size_t{2} * kStages * kKvBytes + size_t{kHeads} * kQBytes + kSlack;
+
+  struct Tiles {
+    unsigned char* q;   // head h's Q tile at q + h * kQBytes
+    unsigned char* kv;  // stage i's K tile at kv + 2 * i * kKvBytes, its V tile kKvBytes on
+    __device__ __forceinline__ unsigned char* k(int stage) const {
+      return kv + 2 * stage * kKvBytes;
+    }
+    __device__ __forceinline__ unsigned char* v(int stage) const {
+      return kv + (2 * stage + 1) * kKvBytes;
+    }
+  };
+  static __device__ __forceinline__ Tiles Carve(unsigned char* smem) {
+    if constexpr (kWgmma) {
+      const uint32_t misalign = SharedAddress(smem) % wgmma_tile::kAlign;
+      smem += misalign == 0 ? 0 : wgmma_tile::kAlign - misalign;
+    }
+    return Tiles{smem, smem + kHeads * kQBytes};
+  }
+
+  // Queues the copy of the query tile: `rows` rows of `head` from packed row q_row0, by the
+  // (warpgroup's) 128 threads.
+  static __device__ __forceinline__ void LoadQ(unsigned char* q_tile, const __nv_bfloat16* q,
+                                               int q_row0, int rows, int heads, int head) {
+    if constexpr (kWgmma) {
+      wgmma_tile::LoadQTile<D>(q_tile, q, q_row0, rows, heads, head, threadIdx.x % kThreads);
+    } else {
+      LoadQTile<D>(reinterpret_cast<__nv_bfloat16*>(q_tile), q, q_row0, rows, heads, head);
+    }
+  }
+
+  // Once the Q tile has landed: this warp's fragments (mma.sync only; wgmma reads the tile).
+  static __device__ __forceinline__ void QFragments(uint32_t (&q_frag)[D / 16][4],
+                                                    const unsigned char* q_tile, int warp,
+                                                    int lane) {
+    if constexpr (!kWgmma) {
+      LoadQFragments<D>(q_frag, reinterpret_cast<const __nv_bfloat16*>(q_tile), warp, lane);
+    }
+  }
+
+  // Queues the copy of 64 key (or value) rows, row r from key position key_at(r) (< 0: zeros).
+  template <class KeyAt>
+  static __device__ __forceinline__ void LoadKv(unsigned char* dst, const __nv_bfloat16* kv,
+                                                const int32_t* table, KeyAt&& key_at,
+                                                const AttentionDims& dims, int64_t token_stride,
+                                                int kv_head, bool values) {
+    if constexpr (kWgmma) {
+      const int64_t shift = values ? int64_t{dims.block_tokens} * token_stride : 0;
+      wgmma_tile::LoadKvRows<D, kCtaThreads>(dst, nullptr, kv + shift, table, key_at, dims,
+                                             token_stride, kv_head);
+    } else {
+      LoadKvRows<D>(reinterpret_cast<__nv_bfloat16*>(dst), kv, table, key_at, dims, token_stride,
+                    kv_head, values);
+    }
+  }
+
+  // The same for the keys and the values of the same positions at once.
+  template <class KeyAt>
+  static __device__ __forceinline__ void LoadKvPair(unsigned char* k_dst, unsigned char* v_dst,
+                                                    const __nv_bfloat16* kv, const int32_t* table,
+                                                    KeyAt&& key_at, const AttentionDims& dims,
+                                                    int64_t token_stride, int kv_head) {
+    if constexpr (kWgmma) {
+      wgmma_tile::LoadKvRows<D, kCtaThreads>(k_dst, v_dst, kv, table, key_at, dims, token_stride,
+                                             kv_head);
+    } else {
+      LoadKv(k_dst, kv, table, key_at, dims, token_stride, kv_head, false);
+      LoadKv(v_dst, kv, table, key_at, dims, token_stride, kv_head, true);
+    }
+  }
+
+  // After a cp.async wait, before the barrier that hands the copied tiles to the products.
+  static __device__ __forceinline__ void Landed() {
+    if constexpr (kWgmma) wgmma_tile::FenceForTensorCores();
+  }
+
+  static __device__ __forceinline__ void Scores(float (&s)[8][4],
+                                                const uint32_t (&q_frag)[D / 16][4],
+                                                const unsigned char* q_tile,
+                                                const unsigned char* k_tile, int lane) {
+    if constexpr (kWgmma) {
+      wgmma_tile::TileScores<D>(s, q_tile, k_tile);
+    } else {
+      TileScores<D>(s, q_frag, reinterpret_cast<const __nv_bfloat16*>(k_tile), lane);
+    }
+  }
+
+  static __device__ __forceinline__ void Pv(float (&o)[D / 8][4], const float (&p)[8][4],
+                                            const unsigned char* v_tile, int lane) {
+    if constexpr (kWgmma) {
+      wgmma_tile::AccumulatePv<D>(o, p, v_tile);
+    } else {
+      AccumulatePv<D>(o, p, reinterpret_cast<const __nv_bfloat16*>(v_tile), lane);
+    }
+  }
+};
 
 }  // namespace sparseserve::kernels::cuda::prefill_tile
 
