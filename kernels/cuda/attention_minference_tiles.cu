@@ -4,9 +4,10 @@
 // (kernels/minference_index.h): vertical-slash's merged slash runs, then the gathered columns
 // outside them (PIT, papers/minference.md "Kernels"); block-sparse's selected key blocks; or
 // A-shape's sinks and window. Keys are packed across run boundaries, so a tile is full except
-// the last; each key row is loaded through the block table (runs start anywhere). The causal
-// bound (and A-shape's rule) apply per score. Heads the dense switch fired for leave at once:
-// the dense prefill kernel runs them.
+// the last; each key row is loaded through the block table (runs start anywhere), the next
+// tile's rows while this tile's products run (two K/V stages; warp 0 packs two tiles ahead). The
+// causal bound (and A-shape's rule) apply per score. Heads the dense switch fired for leave at
+// once: the dense prefill kernel runs them.
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/cuda_kernels.h"
@@ -168,14 +169,13 @@ __global__ void __launch_bounds__(kThreads)
                          const MInferenceSeqInfo* seqs, const int32_t* block_tables,
                          const int2* tiles, const int32_t* index, AttentionDims dims,
                          __nv_bfloat16* __restrict__ out) {
-  using Math = TileMath<D, kWgmma>;
+  using Math = TileMath<D, kWgmma, 2>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const auto smem = Math::Carve(smem_raw);
   unsigned char* q_s = smem.q;
-  unsigned char* k_s = smem.k(0);
-  unsigned char* v_s = smem.v(0);
-  __shared__ int32_t keys_s[2][kKeys];  // key positions of the current and the next tile
-  __shared__ int32_t count_s[2];
+  // Key positions of tiles jj, jj + 1 (being copied) and jj + 2 (being packed) in iteration jj.
+  __shared__ int32_t keys_s[3][kKeys];
+  __shared__ int32_t count_s[3];
 
   const int2 tile = tiles[blockIdx.x];
   const int head = blockIdx.y;
@@ -207,17 +207,17 @@ __global__ void __launch_bounds__(kThreads)
   packer.window = area[2];
 
   if (warp == 0) {
-    const int n = packer.Fill(keys_s[0], lane);
-    if (lane == 0) count_s[0] = n;
+    for (int t = 0; t < 2; ++t) {
+      const int n = packer.Fill(keys_s[t], lane);
+      if (lane == 0) count_s[t] = n;
+    }
   }
   __syncthreads();
-  const bool any_keys = count_s[0] > 0;  // read once: warp 0 rewrites count_s[0] in the loop
+  const bool any_keys = count_s[0] > 0;
   Math::LoadQ(q_s, q, seq.q_begin + q0, rows, dims.heads, head);
-  Math::LoadKv(
-      k_s, kv, table, [&](int r) { return keys_s[0][r]; }, dims, token_stride, kv_head, false);
-  CpAsyncCommit();
-  Math::LoadKv(
-      v_s, kv, table, [&](int r) { return keys_s[0][r]; }, dims, token_stride, kv_head, true);
+  Math::LoadKvPair(
+      smem.k(0), smem.v(0), kv, table, [&](int r) { return keys_s[0][r]; }, dims, token_stride,
+      kv_head);
   CpAsyncCommit();
 
   uint32_t q_frag[D / 16][4];
@@ -233,28 +233,29 @@ __global__ void __launch_bounds__(kThreads)
 
   // A block with no key at all (cannot happen with the forced lines, but stays safe) stores zeros.
   for (int jj = 0; any_keys; ++jj) {
-    const int cur = jj & 1;
-    const int nxt = cur ^ 1;
-    // keys_s[nxt] last served tile jj - 1, whose loads and masks all precede the previous
-    // iteration's final barrier; the barrier below publishes the new list.
-    if (warp == 0) {
-      const int n = packer.Fill(keys_s[nxt], lane);
-      if (lane == 0) count_s[nxt] = n;
-    }
-    CpAsyncWait<1>();  // Q and K_j have landed (V_j may still be in flight)
+    const int cur = jj % 3;
+    const int nxt = (jj + 1) % 3;
+    const int stage = jj & 1;
+    CpAsyncWait<0>();  // tile jj's keys and values (the only group in flight) have landed
     Math::Landed();
+    // ... for every warp; and every warp is done with tile jj - 1: its stage and its key list,
+    // which warp 0 refills below with tile jj + 2's.
     __syncthreads();
     const bool more = count_s[nxt] > 0;
     if (jj == 0) Math::QFragments(q_frag, q_s, warp, lane);
-    float s[8][4];
-    Math::Scores(s, q_frag, q_s, k_s, lane);
-    __syncthreads();  // every warp is done with k_s
     if (more) {
-      Math::LoadKv(
-          k_s, kv, table, [&](int r) { return keys_s[nxt][r]; }, dims, token_stride, kv_head,
-          false);
+      Math::LoadKvPair(
+          smem.k(stage ^ 1), smem.v(stage ^ 1), kv, table, [&](int r) { return keys_s[nxt][r]; },
+          dims, token_stride, kv_head);
       CpAsyncCommit();
+      if (warp == 0) {
+        const int after = (jj + 2) % 3;
+        const int n = packer.Fill(keys_s[after], lane);
+        if (lane == 0) count_s[after] = n;
+      }
     }
+    float s[8][4];
+    Math::Scores(s, q_frag, q_s, smem.k(stage), lane);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -267,19 +268,8 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     SoftmaxStep<D>(s, o, row_max, row_sum);
-    if (more) {
-      CpAsyncWait<1>();  // V_j has landed; K_{j+1} may still be in flight
-    } else {
-      CpAsyncWait<0>();
-    }
-    Math::Landed();
-    __syncthreads();
-    Math::Pv(o, s, v_s, lane);
-    __syncthreads();  // every warp is done with v_s
+    Math::Pv(o, s, smem.v(stage), lane);
     if (!more) break;
-    Math::LoadKv(
-        v_s, kv, table, [&](int r) { return keys_s[nxt][r]; }, dims, token_stride, kv_head, true);
-    CpAsyncCommit();
   }
   CpAsyncWait<0>();  // nothing stays in flight past the kernel (the empty-cover case)
   StoreRows<D>(out, o, row_sum, seq.q_begin + q0, rows, dims.heads, head, warp, lane);
@@ -290,7 +280,7 @@ cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const MInferenceSeqI
                    const int32_t* block_tables, const int2* tiles, int num_tiles,
                    const int32_t* index, const AttentionDims& dims, bf16_t* out,
                    cudaStream_t stream) {
-  constexpr size_t kSmem = TileMath<D, kWgmma>::kSmemBytes;
+  constexpr size_t kSmem = TileMath<D, kWgmma, 2>::kSmemBytes;
   static std::atomic<uint64_t> configured{0};
   const cudaError_t attr = OncePerDevice(configured, [] {
     return cudaFuncSetAttribute(MInferenceTileKernel<D, kWgmma>,
