@@ -264,10 +264,10 @@ __global__ void __launch_bounds__(kThreads)
         const int pos = e < 2 ? my_pos0 : my_pos1;
         bool visible = key >= 0 && key <= pos;
         if (ashape) visible = visible && (key < packer.sinks || key > pos - packer.window);
-        s[nt][e] = visible ? s[nt][e] * scale_log2 : -INFINITY;
+        s[nt][e] = visible ? s[nt][e] : -INFINITY;
       }
     }
-    SoftmaxStep<D>(s, o, row_max, row_sum);
+    SoftmaxStep<D>(s, o, row_max, row_sum, scale_log2);
     Math::Pv(o, s, smem.v(stage), lane);
     if (!more) break;
   }

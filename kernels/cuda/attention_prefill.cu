@@ -153,14 +153,14 @@ __global__ void __launch_bounds__(kThreads* kHeads, kHeads == 2 ? 2 : 1)
     float s[8][4];
     Math::Scores(s, q_frag, q_s, smem.k(stage), lane);
 
-    // Scale, causal mask (only tiles reaching past this warp's first row need it), online softmax.
+    // Causal mask (only tiles reaching past this warp's first row need it), online softmax.
     const int tile_first_key = j * kKeys;
     const bool needs_mask = per_key || tile_first_key + kKeys - 1 > warp_first_pos;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float v = s[nt][e] * scale_log2;
+        float v = s[nt][e];
         if (needs_mask) {
           const int key = tile_first_key + ScoreKey(nt, e, lane);
           if (per_key) {
@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(kThreads* kHeads, kHeads == 2 ? 2 : 1)
         s[nt][e] = v;
       }
     }
-    SoftmaxStep<D>(s, o, row_max, row_sum);
+    SoftmaxStep<D>(s, o, row_max, row_sum, scale_log2);
     Math::Pv(o, s, smem.v(stage), lane);
   }
 

@@ -104,11 +104,21 @@ __device__ __forceinline__ int ScoreKey(int nt, int e, int lane) {
   return nt * 8 + (lane % 4) * 2 + (e % 2);
 }
 
-// One online-softmax step over scores already scaled to log2 units and masked (-inf): updates
-// the running max and sum of the thread's two rows, rescales o, and turns s into probabilities.
+// 2^x on the special-function unit (flushes denormals; 2^-inf = 0).
+__device__ __forceinline__ float Exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// One online-softmax step over raw scores q·k, masked with -inf: updates the running max (raw
+// units) and sum of the thread's two rows, rescales o, and turns s into probabilities
+// 2^(s·scale_log2 - max·scale_log2), the scaling folded into one FFMA per score. o is rescaled
+// only when some row of the warp raised its max (after the first tiles of a row it rarely does).
 template <int D>
 __device__ __forceinline__ void SoftmaxStep(float (&s)[8][4], float (&o)[D / 8][4],
-                                            float (&row_max)[2], float (&row_sum)[2]) {
+                                            float (&row_max)[2], float (&row_sum)[2],
+                                            float scale_log2) {
   float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
@@ -123,24 +133,27 @@ __device__ __forceinline__ void SoftmaxStep(float (&s)[8][4], float (&o)[D / 8][
     const float new_max = fmaxf(row_max[h], tile_max[h]);
     // A row whose keys are all masked so far keeps max -inf; use 0 so exp2 gives 0, not NaN.
     const float safe_max = new_max == -INFINITY ? 0.0f : new_max;
-    correction[h] = exp2f(row_max[h] - safe_max);
+    correction[h] = new_max == row_max[h] ? 1.0f : Exp2((row_max[h] - safe_max) * scale_log2);
     row_max[h] = new_max;
     row_sum[h] *= correction[h];
+    const float offset = -safe_max * scale_log2;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
-      const float p0 = exp2f(s[nt][2 * h] - safe_max);
-      const float p1 = exp2f(s[nt][2 * h + 1] - safe_max);
+      const float p0 = Exp2(fmaf(s[nt][2 * h], scale_log2, offset));
+      const float p1 = Exp2(fmaf(s[nt][2 * h + 1], scale_log2, offset));
       s[nt][2 * h] = p0;
       s[nt][2 * h + 1] = p1;
       row_sum[h] += p0 + p1;
     }
   }
+  if (__any_sync(0xffffffffu, correction[0] != 1.0f || correction[1] != 1.0f)) {
 #pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt) {
-    o[dt][0] *= correction[0];
-    o[dt][1] *= correction[0];
-    o[dt][2] *= correction[1];
-    o[dt][3] *= correction[1];
+    for (int dt = 0; dt < D / 8; ++dt) {
+      o[dt][0] *= correction[0];
+      o[dt][1] *= correction[0];
+      o[dt][2] *= correction[1];
+      o[dt][3] *= correction[1];
+    }
   }
 }
 
