@@ -186,8 +186,14 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
       continue;
     }
     const bool decode_kernel = DecodeKernelRows(sa.q_len, sa.kv_len, group, grouped);
-    (decode_kernel ? plan.layout.decode_masked : plan.layout.prefill_masked) |=
-        window || !sa.mask.empty() || sa.q_len > 1;
+    // The decode kernel checks each row's causal bound only in its masked variant; the prefill
+    // kernel's plain variant keeps the causal bound itself, so chunks without a mask or window
+    // stay off the masked one (per-key visibility on every tile; 7% of a 32K prefill on wgmma).
+    if (decode_kernel) {
+      plan.layout.decode_masked |= window || !sa.mask.empty() || sa.q_len > 1;
+    } else {
+      plan.layout.prefill_masked |= window || !sa.mask.empty();
+    }
     if (decode_kernel) {
       decode_rows = std::max(decode_rows, std::min(sa.q_len, group_rows));
       const int groups = (sa.q_len + group_rows - 1) / group_rows;
