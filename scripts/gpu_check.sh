@@ -53,6 +53,13 @@ has() { [[ " $stages " == *" $1 "* ]]; }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$out/gpu.txt" 2>&1
 has tests && run tests cuda_backend_test
+# The prefill kernels' alternatives (the A/B switches of kernels/cuda/cuda_kernels.h): mma.sync
+# tiles, and wgmma with fewer query heads per CTA, against the CPU reference too.
+has tests && run tests_prefill_variants bash -c "
+  filter='*AttentionPrefill*:*AttentionMasks*:*AttentionLong*:*MInference*'
+  SPARSESERVE_PREFILL_MMA=sync cuda_backend_test --gtest_filter=\$filter &&
+  SPARSESERVE_PREFILL_HEADS_PER_CTA=2 cuda_backend_test --gtest_filter=\$filter &&
+  SPARSESERVE_PREFILL_HEADS_PER_CTA=1 cuda_backend_test --gtest_filter=\$filter"
 has sanitizer && run sanitizer compute-sanitizer --tool memcheck --error-exitcode 1 \
   cuda_backend_test --gtest_filter='*RmsNorm*:*Linear*:*Rope*:*SiluMul*:*FillUniform*:*Stories*:*StepGraph*:*SampleMatches*:*SampleRejects*:*ReadKv*:*FlipsAreRare*:*Shadow*:*RelativeL2Error*:*MInferenceSmall*:*TokenLogprobs*'
 if has golden; then
@@ -198,6 +205,10 @@ has kernels && [ -f bench/cuda/kernel_check.py ] &&
   run kernels python3 bench/cuda/kernel_check.py --lib "$lib" --out "$out/kernel_check.json"
 has attention && [ -f bench/cuda/attention_bench.py ] &&
   run attention python3 bench/cuda/attention_bench.py --lib "$lib" --out "$out/attention.json"
+# The wgmma prefill kernel against its mma.sync alternative, same call (bench/RESULTS.md).
+has attention && [ -f bench/cuda/attention_bench.py ] &&
+  run attention_mma_sync env SPARSESERVE_PREFILL_MMA=sync python3 bench/cuda/attention_bench.py \
+    --lib "$lib" --prefill-lengths 8192,32768 --decode-lengths '' --out "$out/attention_sync.json"
 has peer && [ -f bench/cuda/transformers_peer.py ] &&
   run peer python3 bench/cuda/transformers_peer.py --out "$out/transformers.json"
 has bench && run bench sparseserve bench model --synthetic llama3-8b --device cuda

@@ -413,6 +413,45 @@ TEST_F(CudaBackendTest, AttentionLongContexts) {
   RunAttentionCase(*this, cpu_, *gpu_, AttnCase{128, 32, 8, 64, {{300, 2000}}}, rng_);
 }
 
+// Which prefill/decode kernel variants a plan picks: plain causal prompt chunks stay on the
+// prefill kernel's plain variant (a rule for multi-row decode sequences once sent every chunk to
+// the masked one, ~7% of a 32K prefill); windows and masks pick the masked variants.
+TEST_F(CudaBackendTest, PlansPickTheMaskedKernelVariantsOnlyWhenNeeded) {
+  const kernels::AttentionShape shape{32, 8, 128, 300, 64};
+  auto plan_of = [&](int q_len, int kv_len, int window, bool mask) {
+    kernels::AttentionBatch batch;
+    batch.block_tokens = 64;
+    kernels::SequenceAttention sa;
+    sa.q_len = q_len;
+    sa.kv_len = kv_len;
+    for (int b = 0; b < (kv_len + 63) / 64; ++b) sa.block_table.push_back(b);
+    if (window > 0) {
+      sa.pattern.kind = kernels::AttentionMethodKind::kSlidingWindow;
+      sa.pattern.window = window;
+    }
+    if (mask) {  // a causal chain, given as an explicit mask
+      sa.mask.assign(static_cast<size_t>(q_len) * q_len, 0);
+      for (int r = 0; r < q_len; ++r) {
+        for (int c = 0; c <= r; ++c) sa.mask[static_cast<size_t>(r) * q_len + c] = 1;
+      }
+    }
+    batch.sequences.push_back(sa);
+    kernels::AttentionWorkspace ws;
+    absl::StatusOr<kernels::AttentionPlan> plan = gpu_->PlanAttention(batch, shape, ws);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return plan.ok() ? plan->layout : kernels::AttentionPlan::Layout{};
+  };
+  const auto chunk = plan_of(200, 1000, 0, false);
+  EXPECT_GT(chunk.num_prefill_tiles, 0);
+  EXPECT_FALSE(chunk.prefill_masked);
+  EXPECT_TRUE(plan_of(200, 1000, 256, false).prefill_masked);
+  EXPECT_TRUE(plan_of(40, 1000, 0, true).prefill_masked);
+  const auto verify = plan_of(4, 1000, 0, false);  // few rows: the decode kernel, masked
+  EXPECT_EQ(verify.num_prefill_tiles, 0);
+  EXPECT_TRUE(verify.decode_masked);
+  EXPECT_FALSE(plan_of(1, 1000, 0, false).decode_masked);
+}
+
 TEST_F(CudaBackendTest, BadInputsAreRejected) {
   Tensor host = Tensor::Zeros(DType::kF32, {4, 8});
   Tensor dev = ToGpu(host);
