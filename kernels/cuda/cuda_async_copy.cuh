@@ -1,7 +1,8 @@
 // Inline PTX wrappers shared by the attention kernels: 16-byte asynchronous global→shared copies
-// (cp.async, zero-filling when the source is out of range), warp-wide ldmatrix loads and the bf16
-// tensor-core MMA m16n8k16 with f32 accumulators (sm_80+ instructions; on sm_90a they are the
-// FlashAttention-2 style path, see papers/kernel-references.md).
+// (cp.async, zero-filling when the source is out of range) and the paged K/V row gather built on
+// them, warp-wide ldmatrix loads and the bf16 tensor-core MMA m16n8k16 with f32 accumulators
+// (sm_80+ instructions; on sm_90a they are the FlashAttention-2 style path, see
+// papers/kernel-references.md).
 #ifndef SPARSESERVE_KERNELS_CUDA_CUDA_ASYNC_COPY_CUH_
 #define SPARSESERVE_KERNELS_CUDA_CUDA_ASYNC_COPY_CUH_
 
@@ -69,6 +70,37 @@ __device__ __forceinline__ int64_t KeyRowOffset(const int32_t* table, int pos, i
   }
   const int64_t block = table[block_index];
   return ((2 * block) * block_tokens + offset) * token_stride;
+}
+
+// Queues the copy of 64 key rows of head_dim D into `k_dst` and, when `v_dst` is not null, their
+// value rows into `v_dst` (one block-table lookup for both): row r holds key position key_at(r),
+// or zeros where key_at(r) < 0. kCopiers consecutive threads copy consecutive 16-byte chunks of
+// a row (coalesced reads); chunk c of row r lands at byte offset_of(r, c) of the tile, the
+// tile math's layout.
+template <int D, int kCopiers, class KeyAt, class OffsetOf>
+__device__ __forceinline__ void GatherKvRows(unsigned char* k_dst, unsigned char* v_dst,
+                                             const __nv_bfloat16* kv, const int32_t* table,
+                                             KeyAt&& key_at, int block_tokens, int block_shift,
+                                             int64_t token_stride, int kv_head,
+                                             OffsetOf&& offset_of) {
+  constexpr int kKeys = 64;
+  constexpr int kChunks = D / 8;
+  constexpr int kRowsPerPass = kCopiers / kChunks;
+  const int chunk = threadIdx.x % kChunks;
+  const int64_t value_offset = int64_t{block_tokens} * token_stride;
+#pragma unroll
+  for (int r = threadIdx.x / kChunks; r < kKeys; r += kRowsPerPass) {
+    const int pos = key_at(r);
+    const bool valid = pos >= 0;
+    const __nv_bfloat16* src = kv;
+    if (valid) {
+      src = kv + KeyRowOffset(table, pos, block_tokens, block_shift, token_stride) +
+            int64_t{kv_head} * D + chunk * 8;
+    }
+    const int offset = offset_of(r, chunk);
+    CpAsync16(k_dst + offset, src, valid);
+    if (v_dst != nullptr) CpAsync16(v_dst + offset, valid ? src + value_offset : kv, valid);
+  }
 }
 
 }  // namespace sparseserve::kernels::cuda

@@ -28,29 +28,20 @@ __host__ __device__ constexpr int SmemStride() {
   return D + 8;  // +16 bytes per row: ldmatrix's 8 row addresses fall in distinct banks
 }
 
-// Queues the copy of 64 key (or value) rows into `dst`: row r holds key position key_at(r), or
-// zeros where key_at(r) < 0. Each thread copies one 16-byte column chunk of every
-// (kThreads / (D / 8))-th row: one block-table lookup per row, so the keys need not be contiguous.
+// Queues the copy of 64 key (or value) rows into `dst` (padded rows): row r holds key position
+// key_at(r), or zeros where key_at(r) < 0 (GatherKvRows: one block-table lookup per row, so the
+// keys need not be contiguous).
 template <int D, class KeyAt>
 __device__ __forceinline__ void LoadKvRows(__nv_bfloat16* dst, const __nv_bfloat16* kv,
                                            const int32_t* table, KeyAt&& key_at,
                                            const AttentionDims& dims, int64_t token_stride,
                                            int kv_head, bool values) {
-  constexpr int kChunks = D / 8;  // 16-byte chunks per row
-  constexpr int kRowsPerPass = kThreads / kChunks;
-  const int col = (threadIdx.x % kChunks) * 8;
-  const int64_t value_offset = values ? int64_t{dims.block_tokens} * token_stride : 0;
-#pragma unroll
-  for (int r = threadIdx.x / kChunks; r < kKeys; r += kRowsPerPass) {
-    const int pos = key_at(r);
-    const bool valid = pos >= 0;
-    const __nv_bfloat16* src = kv;
-    if (valid) {
-      src = kv + KeyRowOffset(table, pos, dims.block_tokens, dims.block_shift, token_stride) +
-            value_offset + int64_t{kv_head} * D + col;
-    }
-    CpAsync16(dst + r * SmemStride<D>() + col, src, valid);
-  }
+  const int64_t shift = values ? int64_t{dims.block_tokens} * token_stride : 0;
+  GatherKvRows<D, kThreads>(
+      reinterpret_cast<unsigned char*>(dst), nullptr, kv + shift, table, key_at, dims.block_tokens,
+      dims.block_shift, token_stride, kv_head, [](int r, int chunk) {
+        return (r * SmemStride<D>() + chunk * 8) * static_cast<int>(sizeof(__nv_bfloat16));
+      });
 }
 
 // Queues the copy of the Q tile's `rows` rows (zeros past them) of `head` from row q_row0.

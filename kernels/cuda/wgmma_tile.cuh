@@ -43,33 +43,17 @@ __device__ __forceinline__ int SwizzledOffset(int r, int chunk) {
 }
 
 // Queues the copy of 64 key rows into the swizzled tile at `k_dst` and, when `v_dst` is not
-// null, their value rows into `v_dst` (one block-table lookup for both): row r holds key position
-// key_at(r), or zeros where key_at(r) < 0. Consecutive threads copy consecutive 16-byte chunks
-// of a row (coalesced reads).
-// kCopiers: the CTA's threads that share the copy (128 or 256).
+// null, their value rows into `v_dst` (GatherKvRows: one block-table lookup for both; row r holds
+// key position key_at(r), zeros where it is < 0). kCopiers: the CTA's threads that share the
+// copy (128 or more).
 template <int D, int kCopiers, class KeyAt>
 __device__ __forceinline__ void LoadKvRows(unsigned char* k_dst, unsigned char* v_dst,
                                            const __nv_bfloat16* kv, const int32_t* table,
                                            KeyAt&& key_at, const AttentionDims& dims,
                                            int64_t token_stride, int kv_head) {
-  constexpr int kChunks = D / 8;
-  constexpr int kRowsPerPass = kCopiers / kChunks;
-  const int chunk = threadIdx.x % kChunks;
-  const int64_t value_offset = int64_t{dims.block_tokens} * token_stride;
-#pragma unroll
-  for (int r = threadIdx.x / kChunks; r < kKeys; r += kRowsPerPass) {
-    const int pos = key_at(r);
-    const bool valid = pos >= 0;
-    const __nv_bfloat16* src = kv;
-    if (valid) {
-      src = kv + KeyRowOffset(table, pos, dims.block_tokens, dims.block_shift, token_stride) +
-            int64_t{kv_head} * D + chunk * 8;
-    }
-    CpAsync16(k_dst + SwizzledOffset(r, chunk), src, valid);
-    if (v_dst != nullptr) {
-      CpAsync16(v_dst + SwizzledOffset(r, chunk), valid ? src + value_offset : kv, valid);
-    }
-  }
+  GatherKvRows<D, kCopiers>(k_dst, v_dst, kv, table, key_at, dims.block_tokens, dims.block_shift,
+                            token_stride, kv_head,
+                            [](int r, int chunk) { return SwizzledOffset(r, chunk); });
 }
 
 // Queues the copy of the query tile's `rows` rows of `head` from packed row q_row0 into the
