@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   const bool any_keys = count_s[0] > 0;
   Math::LoadQ(q_s, q, seq.q_begin + q0, rows, dims.heads, head);
-  Math::LoadKvPair(
+  Math::LoadKv(
       smem.k(0), smem.v(0), kv, table, [&](int r) { return keys_s[0][r]; }, dims, token_stride,
       kv_head);
   CpAsyncCommit();
@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(kThreads)
     const bool more = count_s[nxt] > 0;
     if (jj == 0) Math::QFragments(q_frag, q_s, warp, lane);
     if (more) {
-      Math::LoadKvPair(
+      Math::LoadKv(
           smem.k(stage ^ 1), smem.v(stage ^ 1), kv, table, [&](int r) { return keys_s[nxt][r]; },
           dims, token_stride, kv_head);
       CpAsyncCommit();
@@ -294,6 +294,12 @@ cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const MInferenceSeqI
   return cudaGetLastError();
 }
 
+// The tile math chosen at run time (PrefillTilesOnWgmma), the rest at compile time.
+template <int D, class... Args>
+cudaError_t LaunchMath(bool wgmma, Args... args) {
+  return wgmma ? Launch<D, true>(args...) : Launch<D, false>(args...);
+}
+
 }  // namespace
 
 cudaError_t LaunchMInferenceTileAttention(const bf16_t* q, const bf16_t* kv_layer,
@@ -303,17 +309,13 @@ cudaError_t LaunchMInferenceTileAttention(const bf16_t* q, const bf16_t* kv_laye
                                           const AttentionDims& dims, bf16_t* out,
                                           cudaStream_t stream) {
   if (num_tiles == 0) return cudaSuccess;
-  const bool wgmma = PrefillTilesOnWgmma();
-  switch (dims.head_dim * 2 + (wgmma ? 1 : 0)) {
-#define SPARSESERVE_MINFERENCE_CASE(d, w)                                                    \
-  case d * 2 + w:                                                                            \
-    return Launch<d, w>(q, kv_layer, seqs, block_tables, tiles, num_tiles, index, dims, out, \
-                        stream);
-    SPARSESERVE_MINFERENCE_CASE(64, false)
-    SPARSESERVE_MINFERENCE_CASE(64, true)
-    SPARSESERVE_MINFERENCE_CASE(128, false)
-    SPARSESERVE_MINFERENCE_CASE(128, true)
-#undef SPARSESERVE_MINFERENCE_CASE
+  switch (dims.head_dim) {
+    case 64:
+      return LaunchMath<64>(PrefillTilesOnWgmma(), q, kv_layer, seqs, block_tables, tiles,
+                            num_tiles, index, dims, out, stream);
+    case 128:
+      return LaunchMath<128>(PrefillTilesOnWgmma(), q, kv_layer, seqs, block_tables, tiles,
+                             num_tiles, index, dims, out, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -42,7 +42,7 @@ __device__ __forceinline__ void LoadKvTile(unsigned char* k_dst, unsigned char* 
                                            const __nv_bfloat16* kv, const int32_t* table,
                                            int first_key, int kv_end, const AttentionDims& dims,
                                            int64_t token_stride, int kv_head) {
-  Math::LoadKvPair(
+  Math::LoadKv(
       k_dst, v_dst, kv, table,
       [&](int r) {
         const int pos = first_key + r;
@@ -53,7 +53,7 @@ __device__ __forceinline__ void LoadKvTile(unsigned char* k_dst, unsigned char* 
 
 // kMasked: the variant for batches with masks or windows (kernels/attention_visibility.h per
 // score, windowed tiles skipped); the dense variant keeps only the causal bound, so dense
-// prefill pays nothing for the rule (its registers would otherwise cost ~15% here).
+// prefill pays nothing for the rule.
 // kHeads: query heads of one KV head per CTA (2 or 4 on wgmma when they divide the GQA group),
 // one warpgroup each, sharing every K/V tile copied: 1 / kHeads of the copies per product, and
 // warpgroups whose softmax and tensor-core work interleave.
@@ -84,9 +84,12 @@ __global__ void __launch_bounds__(kThreads* kHeads, kHeads == 2 ? 2 : 1)
     };
     bool any = false;
 #pragma unroll
-    for (int g = 0; g < kHeads; ++g) any = any || runs_here(blockIdx.y * kHeads + g);
+    for (int g = 0; g < kHeads; ++g) {
+      const bool runs = runs_here(blockIdx.y * kHeads + g);
+      any = any || runs;
+      if (g == group) active = runs;
+    }
     if (!any) return;
-    active = runs_here(head);
   }
   const AttentionSeqInfo seq = seq_arrays.seqs[tile.x];
   KeyVisibility vis;
@@ -111,7 +114,7 @@ __global__ void __launch_bounds__(kThreads* kHeads, kHeads == 2 ? 2 : 1)
       kMasked && vis.window > 0 ? min((vis.sink_tokens + kKeys - 1) / kKeys, start_tile) : 0;
   const int tile_count = lead + num_tiles - start_tile;
   auto tile_at = [&](int jj) { return jj < lead ? jj : start_tile + jj - lead; };
-  // beyond the causal bound
+  // Scores checked key by key (mask or window), not only against the causal bound.
   const bool per_key = kMasked && (vis.window > 0 || vis.mask != nullptr);
   const int64_t token_stride = int64_t{dims.kv_heads} * D;
   const int32_t* table = seq_arrays.block_tables + seq.table_begin;
@@ -198,6 +201,17 @@ cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqs&
   return cudaGetLastError();
 }
 
+// The tile math and the heads per CTA chosen at run time, the rest at compile time.
+template <int D, bool kMasked, class... Args>
+cudaError_t LaunchVariant(bool wgmma, int heads, Args... args) {
+  if (!wgmma) return Launch<D, kMasked, false, 1>(args...);
+  switch (heads) {
+    case 4: return Launch<D, kMasked, true, 4>(args...);
+    case 2: return Launch<D, kMasked, true, 2>(args...);
+    default: return Launch<D, kMasked, true, 1>(args...);
+  }
+}
+
 }  // namespace
 
 cudaError_t LaunchPrefillAttention(const bf16_t* q, const bf16_t* kv_layer,
@@ -208,34 +222,23 @@ cudaError_t LaunchPrefillAttention(const bf16_t* q, const bf16_t* kv_layer,
   if (num_tiles == 0) return cudaSuccess;
   // wgmma: as many heads of a GQA group per CTA as divide it, up to PrefillHeadsPerCta();
   // mma.sync: one.
-  int variant = 0;
-  if (PrefillTilesOnWgmma()) {
-    const int group = dims.heads / dims.kv_heads;
-    variant = 1;
-    while (variant * 2 <= PrefillHeadsPerCta() && group % (variant * 2) == 0) variant *= 2;
+  const bool wgmma = PrefillTilesOnWgmma();
+  int heads = 1;
+  while (wgmma && heads * 2 <= PrefillHeadsPerCta() &&
+         (dims.heads / dims.kv_heads) % (heads * 2) == 0) {
+    heads *= 2;
   }
-  switch (dims.head_dim * 16 + (masked ? 8 : 0) + variant) {
-#define SPARSESERVE_PREFILL_CASE(d, m, v) \
-  case d * 16 + m * 8 + v:                \
-    return Launch < d, m, v != 0,         \
-           v == 0 ? 1 : v > (q, kv_layer, seqs, tiles, num_tiles, dims, gates, out, stream);
-    SPARSESERVE_PREFILL_CASE(64, false, 0)
-    SPARSESERVE_PREFILL_CASE(64, false, 1)
-    SPARSESERVE_PREFILL_CASE(64, false, 2)
-    SPARSESERVE_PREFILL_CASE(64, false, 4)
-    SPARSESERVE_PREFILL_CASE(64, true, 0)
-    SPARSESERVE_PREFILL_CASE(64, true, 1)
-    SPARSESERVE_PREFILL_CASE(64, true, 2)
-    SPARSESERVE_PREFILL_CASE(64, true, 4)
-    SPARSESERVE_PREFILL_CASE(128, false, 0)
-    SPARSESERVE_PREFILL_CASE(128, false, 1)
-    SPARSESERVE_PREFILL_CASE(128, false, 2)
-    SPARSESERVE_PREFILL_CASE(128, false, 4)
-    SPARSESERVE_PREFILL_CASE(128, true, 0)
-    SPARSESERVE_PREFILL_CASE(128, true, 1)
-    SPARSESERVE_PREFILL_CASE(128, true, 2)
-    SPARSESERVE_PREFILL_CASE(128, true, 4)
-#undef SPARSESERVE_PREFILL_CASE
+  switch (dims.head_dim) {
+    case 64:
+      return masked ? LaunchVariant<64, true>(wgmma, heads, q, kv_layer, seqs, tiles, num_tiles,
+                                              dims, gates, out, stream)
+                    : LaunchVariant<64, false>(wgmma, heads, q, kv_layer, seqs, tiles, num_tiles,
+                                               dims, gates, out, stream);
+    case 128:
+      return masked ? LaunchVariant<128, true>(wgmma, heads, q, kv_layer, seqs, tiles, num_tiles,
+                                               dims, gates, out, stream)
+                    : LaunchVariant<128, false>(wgmma, heads, q, kv_layer, seqs, tiles, num_tiles,
+                                                dims, gates, out, stream);
     default: return cudaErrorInvalidValue;
   }
 }

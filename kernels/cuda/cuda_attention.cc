@@ -191,10 +191,6 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
     // stay off the masked one (per-key visibility on every tile; 7% of a 32K prefill on wgmma).
     if (decode_kernel) {
       plan.layout.decode_masked |= window || !sa.mask.empty() || sa.q_len > 1;
-    } else {
-      plan.layout.prefill_masked |= window || !sa.mask.empty();
-    }
-    if (decode_kernel) {
       decode_rows = std::max(decode_rows, std::min(sa.q_len, group_rows));
       const int groups = (sa.q_len + group_rows - 1) / group_rows;
       VisibleRanges(sa, &ranges);
@@ -204,6 +200,7 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
       }
       decode_groups += groups;
     } else {
+      plan.layout.prefill_masked |= window || !sa.mask.empty();
       for (int q0 = 0; q0 < sa.q_len; q0 += cuda::kPrefillTileRows) {
         const int keys = sa.kv_len - sa.q_len + std::min(sa.q_len, q0 + cuda::kPrefillTileRows);
         tile_work.push_back({keys, make_int2(s, q0), make_int2(-1, 0)});

@@ -28,20 +28,19 @@ __host__ __device__ constexpr int SmemStride() {
   return D + 8;  // +16 bytes per row: ldmatrix's 8 row addresses fall in distinct banks
 }
 
-// Queues the copy of 64 key (or value) rows into `dst` (padded rows): row r holds key position
-// key_at(r), or zeros where key_at(r) < 0 (GatherKvRows: one block-table lookup per row, so the
-// keys need not be contiguous).
+// Queues the copy of 64 key rows into `k_dst` and, when `v_dst` is not null, their value rows
+// into `v_dst` (padded rows): row r holds key position key_at(r), or zeros where key_at(r) < 0
+// (GatherKvRows: one block-table lookup per row for both, so the keys need not be contiguous).
 template <int D, class KeyAt>
-__device__ __forceinline__ void LoadKvRows(__nv_bfloat16* dst, const __nv_bfloat16* kv,
-                                           const int32_t* table, KeyAt&& key_at,
-                                           const AttentionDims& dims, int64_t token_stride,
-                                           int kv_head, bool values) {
-  const int64_t shift = values ? int64_t{dims.block_tokens} * token_stride : 0;
-  GatherKvRows<D, kThreads>(
-      reinterpret_cast<unsigned char*>(dst), nullptr, kv + shift, table, key_at, dims.block_tokens,
-      dims.block_shift, token_stride, kv_head, [](int r, int chunk) {
-        return (r * SmemStride<D>() + chunk * 8) * static_cast<int>(sizeof(__nv_bfloat16));
-      });
+__device__ __forceinline__ void LoadKvRows(unsigned char* k_dst, unsigned char* v_dst,
+                                           const __nv_bfloat16* kv, const int32_t* table,
+                                           KeyAt&& key_at, const AttentionDims& dims,
+                                           int64_t token_stride, int kv_head) {
+  GatherKvRows<D, kThreads>(k_dst, v_dst, kv, table, key_at, dims.block_tokens, dims.block_shift,
+                            token_stride, kv_head, [](int r, int chunk) {
+                              return (r * SmemStride<D>() + chunk * 8) *
+                                     static_cast<int>(sizeof(__nv_bfloat16));
+                            });
 }
 
 // Queues the copy of the Q tile's `rows` rows (zeros past them) of `head` from row q_row0.
@@ -250,34 +249,18 @@ struct TileMath {
     }
   }
 
-  // Queues the copy of 64 key (or value) rows, row r from key position key_at(r) (< 0: zeros).
+  // Queues the copy of 64 key rows into `k_dst` and their value rows into `v_dst`, row r from
+  // key position key_at(r) (< 0: zeros).
   template <class KeyAt>
-  static __device__ __forceinline__ void LoadKv(unsigned char* dst, const __nv_bfloat16* kv,
-                                                const int32_t* table, KeyAt&& key_at,
-                                                const AttentionDims& dims, int64_t token_stride,
-                                                int kv_head, bool values) {
-    if constexpr (kWgmma) {
-      const int64_t shift = values ? int64_t{dims.block_tokens} * token_stride : 0;
-      wgmma_tile::LoadKvRows<D, kCtaThreads>(dst, nullptr, kv + shift, table, key_at, dims,
-                                             token_stride, kv_head);
-    } else {
-      LoadKvRows<D>(reinterpret_cast<__nv_bfloat16*>(dst), kv, table, key_at, dims, token_stride,
-                    kv_head, values);
-    }
-  }
-
-  // The same for the keys and the values of the same positions at once.
-  template <class KeyAt>
-  static __device__ __forceinline__ void LoadKvPair(unsigned char* k_dst, unsigned char* v_dst,
-                                                    const __nv_bfloat16* kv, const int32_t* table,
-                                                    KeyAt&& key_at, const AttentionDims& dims,
-                                                    int64_t token_stride, int kv_head) {
+  static __device__ __forceinline__ void LoadKv(unsigned char* k_dst, unsigned char* v_dst,
+                                                const __nv_bfloat16* kv, const int32_t* table,
+                                                KeyAt&& key_at, const AttentionDims& dims,
+                                                int64_t token_stride, int kv_head) {
     if constexpr (kWgmma) {
       wgmma_tile::LoadKvRows<D, kCtaThreads>(k_dst, v_dst, kv, table, key_at, dims, token_stride,
                                              kv_head);
     } else {
-      LoadKv(k_dst, kv, table, key_at, dims, token_stride, kv_head, false);
-      LoadKv(v_dst, kv, table, key_at, dims, token_stride, kv_head, true);
+      LoadKvRows<D>(k_dst, v_dst, kv, table, key_at, dims, token_stride, kv_head);
     }
   }
 

@@ -109,19 +109,19 @@ __device__ __forceinline__ void FenceAccumulators(float (&d)[N][4]) {
 
 #define SPARSESERVE_WGMMA_ACC(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
 
-// d[64 x 64] += a[64 x 16] (registers, this warp's 16 rows) · B[16 x 64] (shared, by descriptor);
-// kTransB = 1 when B is stored N-major (V), 0 when K-major (K).
-template <int kTransB>
-__device__ __forceinline__ void WgmmaN64(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
+// d[64 x 64] += a[64 x 16] (registers, this warp's 16 rows) · B[16 x 64] (shared, by descriptor),
+// B stored N-major (V of head_dim 64).
+__device__ __forceinline__ void WgmmaN64TransB(float (&d)[8][4], const uint32_t (&a)[4],
+                                               uint64_t b) {
   asm volatile(
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, 1, 1, 1, %37;\n"
+      "{%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
       : SPARSESERVE_WGMMA_ACC(0), SPARSESERVE_WGMMA_ACC(1), SPARSESERVE_WGMMA_ACC(2),
         SPARSESERVE_WGMMA_ACC(3), SPARSESERVE_WGMMA_ACC(4), SPARSESERVE_WGMMA_ACC(5),
         SPARSESERVE_WGMMA_ACC(6), SPARSESERVE_WGMMA_ACC(7)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(kTransB));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
 
 // d[64 x 64] += A[64 x 16] · B[16 x 64], both from shared memory, both K-major (Q Kᵀ).
@@ -206,7 +206,7 @@ __device__ __forceinline__ void AccumulatePv(float (&o)[D / 8][4], const float (
       WgmmaN128TransB(o, a[kk], desc);
     } else {
       static_assert(D == 64, "head_dim 64 or 128");
-      WgmmaN64<1>(o, a[kk], desc);
+      WgmmaN64TransB(o, a[kk], desc);
     }
   }
   WgmmaCommitAndWait();
