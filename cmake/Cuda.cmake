@@ -15,6 +15,23 @@ if(SPARSESERVE_WITH_CUDA)
   find_library(SPARSESERVE_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR}
                ${CUDAToolkit_LIBRARY_ROOT}/lib REQUIRED)
   find_path(SPARSESERVE_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} REQUIRED)
+  # cuDNN's fused SDPA for dense prefill (kernels/cuda/cudnn_prefill.cc, issue 16): cudnn.h from
+  # the toolkit, cudnn-frontend's headers from PyPI's nvidia-cudnn-frontend (scripts/deps.sh puts
+  # them in site-packages/include). libcudnn is opened at run time, never linked. Without the
+  # headers the file builds as a stub that says so, and the project's kernel runs.
+  execute_process(
+    COMMAND python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    OUTPUT_VARIABLE _sparseserve_site OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  find_path(SPARSESERVE_CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h
+            HINTS "${_sparseserve_site}/include" NO_DEFAULT_PATH)
+  find_path(SPARSESERVE_CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  if(SPARSESERVE_CUDNN_FRONTEND_INCLUDE_DIR AND SPARSESERVE_CUDNN_INCLUDE_DIR)
+    set(SPARSESERVE_WITH_CUDNN_FRONTEND ON)
+    message(STATUS "sparseserve: cuDNN prefill path ON (${SPARSESERVE_CUDNN_FRONTEND_INCLUDE_DIR})")
+  else()
+    set(SPARSESERVE_WITH_CUDNN_FRONTEND OFF)
+    message(STATUS "sparseserve: cuDNN prefill path OFF (no cudnn-frontend or cudnn.h headers)")
+  endif()
   message(STATUS "sparseserve: CUDA backend ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, sm_90a)")
 else()
   message(STATUS "sparseserve: CUDA backend OFF (CPU reference backend only)")

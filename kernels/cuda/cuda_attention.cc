@@ -16,14 +16,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
+#include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/core/logging.h"
 #include "common/core/status.h"
 #include "kernels/attention_plan_check.h"
 #include "kernels/attention_visibility.h"
 #include "kernels/cuda/cuda_backend_state.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/cudnn_prefill.h"
 
 namespace sparseserve::kernels {
 namespace {
@@ -160,6 +164,19 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   const int group_rows = DecodeGroupRows(group);
   const bool grouped = !generic && GroupVerifyRows(batch, shape, sm_count_);
   int64_t decode_tiles = 0;
+  const float scale =
+      batch.scale > 0 ? batch.scale : 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
+  // Dense prefill sequences go to cuDNN where it runs (not inside graph captures: its graphs are
+  // built and its workspace grown at plan time), the rest to the prefill kernel's 64-row tiles.
+  cuda::CudnnPrefill* cudnn = generic || capturing_ ? nullptr : Cudnn();
+  std::vector<int> cudnn_seqs;
+  auto add_prefill_tiles = [&](int s) {
+    const SequenceAttention& sa = batch.sequences[s];
+    for (int q0 = 0; q0 < sa.q_len; q0 += cuda::kPrefillTileRows) {
+      const int keys = sa.kv_len - sa.q_len + std::min(sa.q_len, q0 + cuda::kPrefillTileRows);
+      tile_work.push_back({keys, make_int2(s, q0), make_int2(-1, 0)});
+    }
+  };
   for (int s = 0; s < num_seqs; ++s) {
     const SequenceAttention& sa = batch.sequences[s];
     const int table_begin = static_cast<int>(tables.size());
@@ -168,7 +185,11 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
       mask_begin = static_cast<int>(masks.size());
       masks.insert(masks.end(), sa.mask.begin(), sa.mask.end());
     }
-    const bool window = sa.pattern.kind == AttentionMethodKind::kSlidingWindow;
+    // A window covering every key (kv_len <= window: row kv_len - 1 still sees key 0) is dense
+    // attention and runs as such: on cuDNN or the plain variants, bit-identical to a dense
+    // sequence (the shadow-dense monitor's zero at covering windows).
+    const bool window =
+        sa.pattern.kind == AttentionMethodKind::kSlidingWindow && sa.kv_len > sa.pattern.window;
     seqs.insert(seqs.end(),
                 {sa.q_begin, sa.q_len, sa.kv_len, table_begin, window ? sa.pattern.window : 0,
                  window ? sa.pattern.sink_tokens : 0, mask_begin, sa.state_slot});
@@ -199,12 +220,62 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
             int64_t{groups} * ((e - b + cuda::kDecodeTileTokens - 1) / cuda::kDecodeTileTokens);
       }
       decode_groups += groups;
+    } else if (cudnn != nullptr && !window && sa.mask.empty()) {
+      cudnn_seqs.push_back(s);
     } else {
       plan.layout.prefill_masked |= window || !sa.mask.empty();
-      for (int q0 = 0; q0 < sa.q_len; q0 += cuda::kPrefillTileRows) {
-        const int keys = sa.kv_len - sa.q_len + std::min(sa.q_len, q0 + cuda::kPrefillTileRows);
-        tile_work.push_back({keys, make_int2(s, q0), make_int2(-1, 0)});
+      add_prefill_tiles(s);
+    }
+  }
+  // Dense prefill sequences on cuDNN: one graph for the batch's bucketed shape. A shape cuDNN has
+  // no engine for, or element offsets past int32, sends them back to the prefill kernel.
+  cuda::CudnnPrefillShape cudnn_shape;
+  std::vector<int32_t> cudnn_q, cudnn_kv, cudnn_offsets, cudnn_tables;
+  if (!cudnn_seqs.empty()) {
+    const int64_t row_elems = int64_t{shape.num_heads} * shape.head_dim;
+    int max_q = 0, max_kv = 0;
+    int64_t end_row = 0;
+    for (const int s : cudnn_seqs) {
+      const SequenceAttention& sa = batch.sequences[s];
+      max_q = std::max(max_q, sa.q_len);
+      max_kv = std::max(max_kv, sa.kv_len);
+      end_row = std::max<int64_t>(end_row, sa.q_begin + sa.q_len);
+    }
+    cudnn_shape.batch = static_cast<int>(cudnn_seqs.size());
+    cudnn_shape.max_q = cuda::CudnnPrefillBucket(max_q);
+    cudnn_shape.max_kv = (cuda::CudnnPrefillBucket(max_kv) + bt - 1) / bt * bt;
+    cudnn_shape.heads = shape.num_heads;
+    cudnn_shape.kv_heads = kv_heads;
+    cudnn_shape.head_dim = shape.head_dim;
+    cudnn_shape.block_tokens = bt;
+    cudnn_shape.num_blocks = shape.num_blocks;
+    cudnn_shape.scale = scale;
+    bool on_cudnn = end_row * row_elems <= std::numeric_limits<int32_t>::max();
+    if (on_cudnn) {
+      absl::StatusOr<int64_t> workspace_bytes = cudnn->Prepare(cudnn_shape);
+      on_cudnn = workspace_bytes.ok();
+      const int64_t words = on_cudnn ? (*workspace_bytes + 3) / 4 : 0;
+      if (words > cudnn_workspace_.numel()) {
+        cudnn_workspace_ = Tensor();
+        SS_ASSIGN_OR_RETURN(cudnn_workspace_, Allocate(DType::kI32, {words}));
       }
+    }
+    if (on_cudnn) {
+      const int table_size = cudnn_shape.table_size();
+      cudnn_tables.assign(size_t{cudnn_seqs.size()} * table_size, 0);
+      for (size_t i = 0; i < cudnn_seqs.size(); ++i) {
+        const SequenceAttention& sa = batch.sequences[cudnn_seqs[i]];
+        cudnn_q.push_back(sa.q_len);
+        cudnn_kv.push_back(sa.kv_len);
+        cudnn_offsets.push_back(static_cast<int32_t>(sa.q_begin * row_elems));
+        const int blocks = (sa.kv_len + bt - 1) / bt;
+        std::copy(sa.block_table.begin(), sa.block_table.begin() + blocks,
+                  cudnn_tables.begin() + static_cast<int64_t>(i) * table_size);
+      }
+      cudnn_offsets.push_back(static_cast<int32_t>(end_row * row_elems));
+    } else {
+      for (const int s : cudnn_seqs) add_prefill_tiles(s);
+      cudnn_seqs.clear();
     }
   }
   CudaMInferencePlan minference;
@@ -312,7 +383,7 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   plan.batch = &batch;
   plan.workspace = &workspace;
   plan.shape = shape;
-  plan.scale = batch.scale > 0 ? batch.scale : 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
+  plan.scale = scale;
   AttentionPlan::Layout& l = plan.layout;
   const int32_t header[1] = {num_items};
   append(header, 1);  // offset 0: the decode item count (read on the device)
@@ -338,6 +409,13 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   std::copy(masks.begin(), masks.end(), reinterpret_cast<uint8_t*>(mask_words.data()));
   l.masks = append_vec(mask_words);
   l.tables = append_vec(tables);
+  l.cudnn_seq_q = append_vec(cudnn_q);
+  l.cudnn_seq_kv = append_vec(cudnn_kv);
+  l.cudnn_offsets = append_vec(cudnn_offsets);
+  l.cudnn_tables = append_vec(cudnn_tables);
+  l.cudnn_batch = static_cast<int>(cudnn_seqs.size());
+  l.cudnn_max_q = cudnn_shape.max_q;
+  l.cudnn_max_kv = cudnn_shape.max_kv;
   l.num_decode_items = num_items;
   l.max_decode_items = max_items;
   l.decode_rows = decode_rows;
@@ -465,7 +543,40 @@ cuda::AttentionDims DimsOf(const AttentionPlan& plan) {
   return dims;
 }
 
+// The cuDNN graph shape PlanAttention prepared for the plan's dense prefill sequences.
+cuda::CudnnPrefillShape CudnnShapeOf(const AttentionPlan& plan) {
+  const AttentionPlan::Layout& l = plan.layout;
+  cuda::CudnnPrefillShape shape;
+  shape.batch = l.cudnn_batch;
+  shape.max_q = l.cudnn_max_q;
+  shape.max_kv = l.cudnn_max_kv;
+  shape.heads = plan.shape.num_heads;
+  shape.kv_heads = plan.shape.num_kv_heads;
+  shape.head_dim = plan.shape.head_dim;
+  shape.block_tokens = plan.batch->block_tokens;
+  shape.num_blocks = plan.shape.num_blocks;
+  shape.scale = plan.scale;
+  return shape;
+}
+
 }  // namespace
+
+cuda::CudnnPrefill* CudaBackend::Cudnn() {
+  if (!cudnn_tried_) {
+    cudnn_tried_ = true;
+    if (cuda::PrefillOnCudnnRequested()) {
+      absl::StatusOr<std::unique_ptr<cuda::CudnnPrefill>> cudnn = cuda::CudnnPrefill::Create();
+      if (cudnn.ok()) {
+        cudnn_ = *std::move(cudnn);
+        SS_LOG_INFO("CUDA backend: dense prefill attention on cuDNN's fused SDPA");
+      } else {
+        SS_LOG_WARNING("CUDA backend: dense prefill attention on the project's kernel ({})",
+                       std::string(cudnn.status().message()));
+      }
+    }
+  }
+  return cudnn_.get();
+}
 
 absl::Status CudaBackend::BuildTokenSelectIndex(const AttentionPlan& plan, const Tensor& q,
                                                 const Tensor& kv_layer, int layer) {
@@ -563,6 +674,21 @@ absl::Status CudaBackend::Attention(const AttentionPlan& plan, const Tensor& q,
       }
       gates.areas = reinterpret_cast<const int2*>(base + l.prefill_tile_areas);
       gates.index = ws.sparse_index.data<int32_t>();
+    }
+    if (l.cudnn_batch > 0) {
+      if (cudnn_ == nullptr) {
+        return absl::FailedPreconditionError("Attention: the plan's cuDNN runner is gone");
+      }
+      cuda::CudnnPrefillArgs args;
+      args.q = q_ptr;
+      args.kv_layer = kv_ptr;
+      args.out = out_ptr;
+      args.seq_q = base + l.cudnn_seq_q;
+      args.seq_kv = base + l.cudnn_seq_kv;
+      args.row_offsets = base + l.cudnn_offsets;
+      args.tables = base + l.cudnn_tables;
+      SS_RETURN_IF_ERROR(
+          cudnn_->Run(CudnnShapeOf(plan), args, cudnn_workspace_.raw_data(), stream()));
     }
     SS_RETURN_IF_ERROR(
         CudaStatus(cuda::LaunchPrefillAttention(

@@ -20,6 +20,9 @@
 
 namespace sparseserve::kernels {
 
+namespace cuda {
+class CudnnPrefill;
+}  // namespace cuda
 struct CudaMInferencePlan;
 
 class CudaBackend final : public Backend {
@@ -107,6 +110,9 @@ class CudaBackend final : public Backend {
   // selecting sequence's state slot is too small for the layer.
   absl::Status BuildTokenSelectIndex(const AttentionPlan& plan, const Tensor& q,
                                      const Tensor& kv_layer, int layer);
+  // The cuDNN runner of dense prefill chunks (cudnn_prefill.h), created on first use; null when
+  // $SPARSESERVE_PREFILL_ATTENTION=kernel or cuDNN cannot run here (logged once).
+  cuda::CudnnPrefill* Cudnn();
 
   std::shared_ptr<StreamHolder> stream_;
   std::unique_ptr<GemmCache> gemm_;
@@ -121,6 +127,9 @@ class CudaBackend final : public Backend {
   bool capturing_ = false;                       // inside CaptureGraph's `record`
   std::unique_ptr<SamplingState> sampling_;      // created by the first Sample call
   std::unique_ptr<MInferenceState> minference_;  // created by the first MInference plan
+  std::unique_ptr<cuda::CudnnPrefill> cudnn_;
+  bool cudnn_tried_ = false;
+  Tensor cudnn_workspace_;  // i32 words: the largest prepared cuDNN graph's workspace
 };
 
 // The backend on GPU `ordinal` (kernels::CreateBackend(kCuda, ordinal) calls this).

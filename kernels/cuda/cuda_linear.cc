@@ -12,6 +12,7 @@
 #include "kernels/cuda/cuda_backend_state.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/cudnn_prefill.h"
 
 namespace sparseserve::kernels {
 namespace {

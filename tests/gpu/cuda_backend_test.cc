@@ -4,10 +4,12 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 #include <tuple>
 #include <vector>
 
+#include "kernels/cuda/cudnn_prefill.h"
 #include "kernels/rope_frequencies.h"
 #include "kernels/sampling_plan.h"
 #include "tests/gpu/cuda_test_util.h"
@@ -413,9 +415,22 @@ TEST_F(CudaBackendTest, AttentionLongContexts) {
   RunAttentionCase(*this, cpu_, *gpu_, AttnCase{128, 32, 8, 64, {{300, 2000}}}, rng_);
 }
 
-// Which prefill/decode kernel variants a plan picks: plain causal prompt chunks stay on the
-// prefill kernel's plain variant (a rule for multi-row decode sequences once sent every chunk to
-// the masked one, ~7% of a 32K prefill); windows and masks pick the masked variants.
+// Whether dense prefill chunks run on cuDNN here. gpu_check.sh sets SPARSESERVE_EXPECT_CUDNN=1
+// on the GPU machine, where cuDNN must load: a run that silently fell back to the kernel would
+// leave the cuDNN path untested.
+bool OnCudnn() {
+  const absl::Status available = kernels::cuda::CudnnPrefill::Available();
+  const char* expect = std::getenv("SPARSESERVE_EXPECT_CUDNN");
+  if (expect != nullptr && std::string(expect) == "1") {
+    EXPECT_TRUE(available.ok()) << available;
+  }
+  return available.ok() && kernels::cuda::PrefillOnCudnnRequested();
+}
+
+// Which prefill/decode kernel variants a plan picks: plain causal prompt chunks go to cuDNN where
+// it loads, else stay on the prefill kernel's plain variant (a rule for multi-row decode sequences
+// once sent every chunk to the masked one, ~7% of a 32K prefill); windows and masks pick the masked
+// variants, except windows that cover every key.
 TEST_F(CudaBackendTest, PlansPickTheMaskedKernelVariantsOnlyWhenNeeded) {
   const kernels::AttentionShape shape{32, 8, 128, 300, 64};
   auto plan_of = [&](int q_len, int kv_len, int window, bool mask) {
@@ -442,10 +457,27 @@ TEST_F(CudaBackendTest, PlansPickTheMaskedKernelVariantsOnlyWhenNeeded) {
     return plan.ok() ? plan->layout : kernels::AttentionPlan::Layout{};
   };
   const auto chunk = plan_of(200, 1000, 0, false);
-  EXPECT_GT(chunk.num_prefill_tiles, 0);
   EXPECT_FALSE(chunk.prefill_masked);
-  EXPECT_TRUE(plan_of(200, 1000, 256, false).prefill_masked);
-  EXPECT_TRUE(plan_of(40, 1000, 0, true).prefill_masked);
+  if (OnCudnn()) {  // the dense chunk runs on cuDNN, in a graph built for 256 rows and 1024 keys
+    EXPECT_EQ(chunk.num_prefill_tiles, 0);
+    EXPECT_EQ(chunk.cudnn_batch, 1);
+    EXPECT_EQ(chunk.cudnn_max_q, 256);
+    EXPECT_EQ(chunk.cudnn_max_kv, 1024);
+  } else {
+    EXPECT_GT(chunk.num_prefill_tiles, 0);
+    EXPECT_EQ(chunk.cudnn_batch, 0);
+  }
+  // A window covering every key is dense attention: the same plan as the plain chunk.
+  const auto covering = plan_of(200, 1000, 1000, false);
+  EXPECT_FALSE(covering.prefill_masked);
+  EXPECT_EQ(covering.cudnn_batch, chunk.cudnn_batch);
+  EXPECT_EQ(covering.num_prefill_tiles, chunk.num_prefill_tiles);
+  EXPECT_TRUE(plan_of(200, 1000, 999, false).prefill_masked);  // key 0 hidden from the last row
+  for (const auto& masked : {plan_of(200, 1000, 256, false), plan_of(40, 1000, 0, true)}) {
+    EXPECT_TRUE(masked.prefill_masked);  // windows and masks: the kernel's masked variant
+    EXPECT_GT(masked.num_prefill_tiles, 0);
+    EXPECT_EQ(masked.cudnn_batch, 0);
+  }
   const auto verify = plan_of(4, 1000, 0, false);  // few rows: the decode kernel, masked
   EXPECT_EQ(verify.num_prefill_tiles, 0);
   EXPECT_TRUE(verify.decode_masked);
