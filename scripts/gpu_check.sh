@@ -64,14 +64,17 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"
 has tests && run tests cuda_backend_test
 # The prefill kernel itself with dense chunks kept off cuDNN (SPARSESERVE_PREFILL_ATTENTION=kernel),
 # and its alternatives (the A/B switches of kernels/cuda/cuda_kernels.h): mma.sync tiles, and
-# wgmma with fewer query heads per CTA, against the CPU reference too.
+# wgmma with fewer query heads per CTA; and dense decode on the CUDA-core kernel instead of the
+# tensor-core one (SPARSESERVE_DECODE_TENSOR_CORES=0), against the CPU reference too.
 has tests && run tests_prefill_variants bash -c "
   filter='*AttentionPrefill*:*AttentionMasks*:*AttentionLong*:*MInference*'
   export SPARSESERVE_PREFILL_ATTENTION=kernel
   cuda_backend_test --gtest_filter=\$filter &&
   SPARSESERVE_PREFILL_MMA=sync cuda_backend_test --gtest_filter=\$filter &&
   SPARSESERVE_PREFILL_HEADS_PER_CTA=2 cuda_backend_test --gtest_filter=\$filter &&
-  SPARSESERVE_PREFILL_HEADS_PER_CTA=1 cuda_backend_test --gtest_filter=\$filter"
+  SPARSESERVE_PREFILL_HEADS_PER_CTA=1 cuda_backend_test --gtest_filter=\$filter &&
+  SPARSESERVE_DECODE_TENSOR_CORES=0 cuda_backend_test \
+    --gtest_filter='*AttentionPrefillChunkDecode*:*AttentionLong*:*Shadow*'"
 has sanitizer && run sanitizer compute-sanitizer --tool memcheck --error-exitcode 1 \
   cuda_backend_test --gtest_filter='*RmsNorm*:*Linear*:*Rope*:*SiluMul*:*FillUniform*:*Stories*:*StepGraph*:*SampleMatches*:*SampleRejects*:*ReadKv*:*FlipsAreRare*:*Shadow*:*RelativeL2Error*:*MInferenceSmall*:*TokenLogprobs*:*AttentionLongContexts*:*PlansPick*'
 if has golden; then
@@ -220,6 +223,10 @@ has kernels && [ -f bench/cuda/kernel_check.py ] &&
   run kernels python3 bench/cuda/kernel_check.py --lib "$lib" --out "$out/kernel_check.json"
 has attention && [ -f bench/cuda/attention_bench.py ] &&
   run attention python3 bench/cuda/attention_bench.py --lib "$lib" --out "$out/attention.json"
+# Decode attention on the CUDA-core kernel beside the tensor-core one (issue 16 item 2).
+has attention && [ -f bench/cuda/attention_bench.py ] &&
+  run attention_decode_cuda_cores env SPARSESERVE_DECODE_TENSOR_CORES=0 python3 \
+    bench/cuda/attention_bench.py --lib "$lib" --prefill-lengths '' --out "$out/attention_dc.json"
 # Our prefill kernel beside cuDNN's (the default dense path, issue 16), same call.
 has attention && [ -f bench/cuda/attention_bench.py ] &&
   run attention_kernel env SPARSESERVE_PREFILL_ATTENTION=kernel python3 \

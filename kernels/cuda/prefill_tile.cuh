@@ -68,17 +68,20 @@ __device__ __forceinline__ void LoadQFragments(uint32_t (&q_frag)[D / 16][4],
   }
 }
 
-// S = Q Kᵀ for this warp's 16 rows x 64 keys (8 n-tiles of 8 keys). Thread element (nt, e)
-// holds row lane / 4 + (e / 2) * 8, key nt * 8 + (lane % 4) * 2 + e % 2 (ScoreKey).
-template <int D>
-__device__ __forceinline__ void TileScores(float (&s)[8][4], const uint32_t (&q_frag)[D / 16][4],
+// S = Q Kᵀ for this warp's 16 rows x kTileKeys keys from k_s's first row (kTileKeys / 8
+// n-tiles of 8 keys; 64 for a prefill tile, 16 for one warp's slice of a decode tile). Thread
+// element (nt, e) holds row lane / 4 + (e / 2) * 8, key nt * 8 + (lane % 4) * 2 + e % 2
+// (ScoreKey).
+template <int D, int kTileKeys = kKeys>
+__device__ __forceinline__ void TileScores(float (&s)[kTileKeys / 8][4],
+                                           const uint32_t (&q_frag)[D / 16][4],
                                            const __nv_bfloat16* k_s, int lane) {
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+  for (int nt = 0; nt < kTileKeys / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
 #pragma unroll
-    for (int np = 0; np < 4; ++np) {
+    for (int np = 0; np < kTileKeys / 16; ++np) {
       uint32_t b[4];
       const int key = np * 16 + (lane % 8) + (lane / 16) * 8;
       const int col = kk * 16 + ((lane / 8) % 2) * 8;
@@ -105,13 +108,13 @@ __device__ __forceinline__ float Exp2(float x) {
 // units) and sum of the thread's two rows, rescales o, and turns s into probabilities
 // 2^(s·scale_log2 - max·scale_log2), the scaling folded into one FFMA per score. o is rescaled
 // only when some row of the warp raised its max (after the first tiles of a row it rarely does).
-template <int D>
-__device__ __forceinline__ void SoftmaxStep(float (&s)[8][4], float (&o)[D / 8][4],
+template <int D, int kTileKeys = kKeys>
+__device__ __forceinline__ void SoftmaxStep(float (&s)[kTileKeys / 8][4], float (&o)[D / 8][4],
                                             float (&row_max)[2], float (&row_sum)[2],
                                             float scale_log2) {
   float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
+  for (int nt = 0; nt < kTileKeys / 8; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);
   }
@@ -128,7 +131,7 @@ __device__ __forceinline__ void SoftmaxStep(float (&s)[8][4], float (&o)[D / 8][
     row_sum[h] *= correction[h];
     const float offset = -safe_max * scale_log2;
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
+    for (int nt = 0; nt < kTileKeys / 8; ++nt) {
       const float p0 = Exp2(fmaf(s[nt][2 * h], scale_log2, offset));
       const float p1 = Exp2(fmaf(s[nt][2 * h + 1], scale_log2, offset));
       s[nt][2 * h] = p0;
@@ -147,12 +150,14 @@ __device__ __forceinline__ void SoftmaxStep(float (&s)[8][4], float (&o)[D / 8][
   }
 }
 
-// O += P V: P's accumulator layout is the A-fragment layout of the next MMA.
-template <int D>
-__device__ __forceinline__ void AccumulatePv(float (&o)[D / 8][4], const float (&p)[8][4],
+// O += P V over kTileKeys value rows from v_s's first: P's accumulator layout is the A-fragment
+// layout of the next MMA.
+template <int D, int kTileKeys = kKeys>
+__device__ __forceinline__ void AccumulatePv(float (&o)[D / 8][4],
+                                             const float (&p)[kTileKeys / 8][4],
                                              const __nv_bfloat16* v_s, int lane) {
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
+  for (int kk = 0; kk < kTileKeys / 16; ++kk) {
     uint32_t a[4];
     a[0] = PackBf16x2(p[2 * kk][0], p[2 * kk][1]);
     a[1] = PackBf16x2(p[2 * kk][2], p[2 * kk][3]);

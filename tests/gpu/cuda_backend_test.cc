@@ -413,6 +413,8 @@ TEST_F(CudaBackendTest, AttentionLongContexts) {
   RunAttentionCase(*this, cpu_, *gpu_, AttnCase{128, 28, 4, 64, {{1, 4097}, {1, 9000}}}, rng_);
   RunAttentionCase(*this, cpu_, *gpu_, AttnCase{64, 8, 8, 16, {{1000, 1000}}}, rng_);
   RunAttentionCase(*this, cpu_, *gpu_, AttnCase{128, 32, 8, 64, {{300, 2000}}}, rng_);
+  // GQA group 16: the tensor-core decode kernel's full 16-row tile.
+  RunAttentionCase(*this, cpu_, *gpu_, AttnCase{128, 32, 2, 64, {{1, 5000}, {1, 70}}}, rng_);
 }
 
 // Whether dense prefill chunks run on cuDNN here. gpu_check.sh sets SPARSESERVE_EXPECT_CUDNN=1
