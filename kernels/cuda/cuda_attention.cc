@@ -46,6 +46,16 @@ int DecodeGroupRows(int group) {
 // The most rows a sequence may bring to the decode kernel in several row groups (each group its
 // own split-KV items over the same keys): $SPARSESERVE_DECODE_KERNEL_MAX_ROWS, default 64; 0 or
 // at most one group's rows turns grouping off (an A/B switch for the benchmarks).
+// Split-KV decode chunks are sized for this many CTAs per SM over all KV heads:
+// $SPARSESERVE_DECODE_CTAS_PER_SM, default 4 (an A/B switch for the benchmarks).
+int DecodeCtasPerSm() {
+  static const int ctas = [] {
+    const char* env = std::getenv("SPARSESERVE_DECODE_CTAS_PER_SM");
+    return env == nullptr ? 4 : std::max(1, std::atoi(env));
+  }();
+  return ctas;
+}
+
 int MaxDecodeKernelRows() {
   static const int rows = [] {
     const char* env = std::getenv("SPARSESERVE_DECODE_KERNEL_MAX_ROWS");
@@ -316,15 +326,22 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
     if (gated) tile_areas.insert(tile_areas.end(), {w.area.x, w.area.y});
   }
 
-  // Split-KV: chunks of whole 64-key tiles, as many as give ~4 CTAs per SM over all KV heads.
+  // Split-KV: chunks of whole 64-key tiles, as many as give ~4 CTAs per SM over all KV heads,
+  // but chunks of at least kMinChunkTiles where that still leaves 2 CTAs per SM: a short chunk
+  // spends its time starting the K/V pipeline (H100, tensor-core kernel, B=1 at 32K: 65.6 us at
+  // 8 tiles per chunk, 56.1 at 16; B=8 keeps ~4 per SM).
   // With per_chunk tiles per chunk, a range of t tiles gets ceil(t / per_chunk) chunks, so the
   // total is at most target / kv_heads + (ranges) whatever the lengths; a row group (a sequence,
   // or one group of a many-row sequence's rows) has at most two ranges (sinks, window), so
-  // target / kv_heads + 2 * decode_groups bounds the items. That bound is the grid, which then
+  // max_target / kv_heads + 2 * decode_groups bounds the items. That bound is the grid, which then
   // stays fixed while a batch's contexts grow (step graphs replay it).
-  const int64_t target = int64_t{4} * std::max(sm_count_, 1);
+  constexpr int64_t kMinChunkTiles = 16;
+  const int64_t sms = std::max(sm_count_, 1);
+  const int64_t max_target = int64_t{DecodeCtasPerSm()} * sms;
+  const int64_t target = std::clamp(decode_tiles * kv_heads / kMinChunkTiles,
+                                    std::min(2 * sms, max_target), max_target);
   const int max_items =
-      decode_groups == 0 ? 0 : static_cast<int>(target / kv_heads) + 2 * decode_groups;
+      decode_groups == 0 ? 0 : static_cast<int>(max_target / kv_heads) + 2 * decode_groups;
   if (decode_groups > 0) {
     const int64_t per_chunk = std::max<int64_t>(1, (decode_tiles * kv_heads + target - 1) / target);
     const int chunk_tokens = static_cast<int>(per_chunk * cuda::kDecodeTileTokens);
