@@ -21,10 +21,10 @@
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_async_copy.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/decode_tensor_core.cuh"
 #include "kernels/cuda/decode_tile.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/per_device_once.cuh"
-#include "kernels/cuda/prefill_tile.cuh"
 
 namespace sparseserve::kernels::cuda {
 namespace {
@@ -224,205 +224,74 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // The tensor-core variant of the kernel above for GQA groups of at least 4 query heads and at
-// most 16 (row, query head) pairs per item (issue 16 item 2): the pairs are the rows of one
-// m16n8k16 tile (padded to 16 with zeros), each of the 4 warps takes a 16-key slice of every
-// 64-key tile and keeps its own online softmax in registers (prefill_tile.cuh's mma.sync steps at
-// 16 keys: no shared scores and no per-tile reductions across warps), and the warps' states merge
-// once per item into the same partial slots as the CUDA-core kernel. K/V tiles stream through
-// kTcStages shared stages, one CTA barrier per tile. A pair's result depends only on its own
-// query and keys, so the masked variant gives a dense sequence bit for bit what the plain one
+// most 16 (row, head) pairs per item (decode_tensor_core.cuh): a pair's result depends only on its
+// own query and keys, so the masked variant gives a dense sequence bit for bit what the plain one
 // does (the shadow-dense monitor's zero at covering windows).
-constexpr int kTcWarps = 4;
-constexpr int kTcThreads = 32 * kTcWarps;
-static_assert(kTcThreads == prefill_tile::kThreads, "LoadKvRows copies with the CTA's threads");
-constexpr int kTcSliceKeys = kTile / kTcWarps;  // a warp's keys of each tile
-constexpr int kTcRows = 16;                     // (query head) rows of the MMA tile
-constexpr int kTcStages = 3;                    // 2 CTAs per SM at head_dim 128
-
-template <int D>
-__host__ __device__ constexpr int TcTileBytes() {
-  return kTile * prefill_tile::SmemStride<D>() * int{sizeof(__nv_bfloat16)};
-}
-
-template <int D>
-__host__ __device__ constexpr size_t TcSmemBytes() {
-  return size_t{2} * kTcStages * TcTileBytes<D>() +
-         size_t{kTcRows} * prefill_tile::SmemStride<D>() * sizeof(__nv_bfloat16);
-}
-// The merge reuses the stages: per warp and row the max, the sum and D output values.
-static_assert(size_t{kTcWarps} * kTcRows * (128 + 2) * sizeof(float) <=
-                  size_t{2} * kTcStages * TcTileBytes<128>(),
-              "merge scratch fits the K/V stages");
-static_assert(size_t{kTcWarps} * kTcRows * (64 + 2) * sizeof(float) <=
-                  size_t{2} * kTcStages * TcTileBytes<64>(),
-              "merge scratch fits the K/V stages");
+template <bool kMasked>
+struct DecodeItemChunk {
+  const __nv_bfloat16* q;
+  KeyVisibility vis;
+  int q_begin, row0, group, kv_head, heads, head_dim, grid_items, item;
+  // Pair p is row row0 + p / group of the sequence, head kv_head * group + p % group.
+  __device__ __forceinline__ int RowOf(int pair) const {
+    return min(row0 + pair / group, vis.q_len - 1);
+  }
+  __device__ __forceinline__ const __nv_bfloat16* Query(int pair) const {
+    return q + (int64_t{q_begin + RowOf(pair)} * heads + kv_head * group + pair % group) * head_dim;
+  }
+  __device__ __forceinline__ int32_t KeyAt(int pos) const { return pos; }
+  __device__ __forceinline__ bool Visible(int pair, int key) const {
+    return KeyVisible(vis, RowOf(pair), key);
+  }
+  // Plane pair / group of this item (DecodeWork's partial layout).
+  __device__ __forceinline__ int64_t Slot(int pair) const {
+    return (int64_t{item} + int64_t{pair / group} * grid_items) * heads + kv_head * group +
+           pair % group;
+  }
+};
 
 template <int D, bool kMasked>
-__global__ void __launch_bounds__(kTcThreads, 2)
+__global__ void __launch_bounds__(decode_tc::kThreads, 2)
     DecodeAttentionTensorCoreKernel(const __nv_bfloat16* __restrict__ q,
                                     const __nv_bfloat16* __restrict__ kv, AttentionSeqs seq_arrays,
                                     const int32_t* num_items, const int4* items, int group_rows,
                                     AttentionDims dims, float* __restrict__ partial_out,
                                     float* __restrict__ partial_lse) {
-  constexpr int kStride = prefill_tile::SmemStride<D>();
-  constexpr int kTileBytes = TcTileBytes<D>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  unsigned char* kv_s = smem_raw;  // stage i: K tile at 2i, V tile at 2i + 1 (padded rows)
-  auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw + 2 * kTcStages * kTileBytes);
-
   WaitForPrecedingKernels();  // q and this step's K/V come from the kernels ahead
   AllowNextKernelLaunch();
   const int item = blockIdx.x;
   if (item >= *num_items) return;  // the grid is sized for the most items this batch can have
-  const int kv_head = blockIdx.y;
   const int4 it = items[item];
   const AttentionSeqInfo seq = seq_arrays.seqs[it.x];
-  KeyVisibility vis;
-  vis.q_len = seq.q_len;
-  vis.kv_len = seq.kv_len;
-  vis.window = seq.window;
-  vis.sink_tokens = seq.sink_tokens;
-  vis.mask = seq.mask_begin >= 0 ? seq_arrays.masks + seq.mask_begin : nullptr;
-  const bool per_key = kMasked && (vis.window > 0 || vis.mask != nullptr || vis.q_len > 1);
-  const int group = dims.heads / dims.kv_heads;
-  const int row0 = it.w;                                          // the item's first row
-  const int queries = min(seq.q_len - row0, group_rows) * group;  // (row, head) pairs stored
-  const int key_begin = it.y;
-  const int key_end = min(seq.kv_len, it.z);
-  const int num_tiles = (key_end - key_begin + kTile - 1) / kTile;
-  const int64_t token_stride = int64_t{dims.kv_heads} * D;
-  const int32_t* table = seq_arrays.block_tables + seq.table_begin;
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  // Tile row (pair) p is row row0 + p / group of the sequence, head kv_head * group + p % group.
-  auto row_of = [&](int pair) { return min(row0 + pair / group, vis.q_len - 1); };
-
-  // Tile t's copies into stage t % kTcStages; a commit even past the last tile keeps every
-  // thread's group count in step with the loop's waits.
-  auto load_tile = [&](int t) {
-    if (t < num_tiles) {
-      const int stage = t % kTcStages;
-      const int first = key_begin + t * kTile;
-      prefill_tile::LoadKvRows<D>(
-          kv_s + 2 * stage * kTileBytes, kv_s + (2 * stage + 1) * kTileBytes, kv, table,
-          [&](int r) { return first + r < key_end ? first + r : -1; }, dims, token_stride, kv_head);
-    }
-    CpAsyncCommit();
-  };
-  // The pairs' queries land with tile 0 (zeros past the stored pairs).
-  for (int c = threadIdx.x; c < kTcRows * (D / 8); c += kTcThreads) {
-    const int p = c / (D / 8);
-    const int col = (c % (D / 8)) * 8;
-    const bool valid = p < queries;
-    const __nv_bfloat16* src =
-        q + (int64_t{seq.q_begin + row_of(p)} * dims.heads + kv_head * group + p % group) * D + col;
-    CpAsync16(q_s + p * kStride + col, valid ? src : q, valid);
-  }
-  for (int t = 0; t < kTcStages - 1; ++t) load_tile(t);
-
-  uint32_t q_frag[D / 16][4];
-  float o[D / 8][4];
-#pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
-  float row_max[2] = {-INFINITY, -INFINITY};
-  float row_sum[2] = {0.0f, 0.0f};
-  const float scale_log2 = dims.scale * prefill_tile::kLog2e;
-  for (int t = 0; t < num_tiles; ++t) {
-    CpAsyncWait<kTcStages - 2>();  // this thread's copies of tile t (and of Q) are done
-    __syncthreads();               // everyone's; and tile t - 1's stage is free again
-    if (t == 0) prefill_tile::LoadQFragments<D>(q_frag, q_s, /*warp=*/0, lane);
-    load_tile(t + kTcStages - 1);
-    const int stage = t % kTcStages;
-    const auto* k_s = reinterpret_cast<const __nv_bfloat16*>(kv_s + 2 * stage * kTileBytes) +
-                      warp * kTcSliceKeys * kStride;
-    const auto* v_s = reinterpret_cast<const __nv_bfloat16*>(kv_s + (2 * stage + 1) * kTileBytes) +
-                      warp * kTcSliceKeys * kStride;
-    float s[kTcSliceKeys / 8][4];
-    prefill_tile::TileScores<D, kTcSliceKeys>(s, q_frag, k_s, lane);
-    const int slice_first = key_begin + t * kTile + warp * kTcSliceKeys;
-    if (per_key || slice_first + kTcSliceKeys > key_end) {  // masks, or the chunk's end
-#pragma unroll
-      for (int nt = 0; nt < kTcSliceKeys / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = slice_first + prefill_tile::ScoreKey(nt, e, lane);
-          const int pair = lane / 4 + (e / 2) * 8;
-          if (key >= key_end || (per_key && !KeyVisible(vis, row_of(pair), key))) {
-            s[nt][e] = -INFINITY;
-          }
-        }
-      }
-    }
-    prefill_tile::SoftmaxStep<D, kTcSliceKeys>(s, o, row_max, row_sum, scale_log2);
-    prefill_tile::AccumulatePv<D, kTcSliceKeys>(o, s, v_s, lane);
-  }
-
-  // Merge the warps' states (max in raw score units, sum, unnormalised output) per row.
-  CpAsyncWait<0>();
-  __syncthreads();  // every warp is done with the stages, which now hold the merge scratch
-  auto* max_s = reinterpret_cast<float*>(smem_raw);  // [warp][row]
-  float* sum_s = max_s + kTcWarps * kTcRows;         // [warp][row]
-  float* out_s = sum_s + kTcWarps * kTcRows;         // [warp][row][D]
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float sum = row_sum[h];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const int r = lane / 4 + h * 8;
-    const int at = warp * kTcRows + r;
-    if (lane % 4 == 0) {
-      max_s[at] = row_max[h];
-      sum_s[at] = sum;
-    }
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      const int col = dt * 8 + (lane % 4) * 2;
-      out_s[at * D + col] = o[dt][2 * h];
-      out_s[at * D + col + 1] = o[dt][2 * h + 1];
-    }
-  }
-  __syncthreads();
-  // A warp that saw no key of a row has max -inf and weight 0; a row that saw none at all (only
-  // in the masked variant: a dense chunk starts at a key its row sees) stores zeros with weight
-  // exp(-inf) = 0 for the merge. The partial slot of pair p: plane p / group, this item.
-  for (int i = threadIdx.x; i < queries * D; i += kTcThreads) {
-    const int p = i / D;
-    const int d = i % D;
-    float m = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kTcWarps; ++w) m = fmaxf(m, max_s[w * kTcRows + p]);
-    const float safe_m = m == -INFINITY ? 0.0f : m;
-    float sum = 0.0f;
-    float acc = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kTcWarps; ++w) {
-      const float f = prefill_tile::Exp2((max_s[w * kTcRows + p] - safe_m) * scale_log2);
-      sum += sum_s[w * kTcRows + p] * f;
-      acc += out_s[(w * kTcRows + p) * D + d] * f;
-    }
-    const int64_t slot = (int64_t{item} + int64_t{p / group} * gridDim.x) * dims.heads +
-                         int64_t{kv_head} * group + p % group;
-    partial_out[slot * D + d] = sum > 0.0f ? acc / sum : 0.0f;
-    if (d == 0) partial_lse[slot] = sum > 0.0f ? m * dims.scale + __logf(sum) : -INFINITY;
-  }
-}
-
-// Whether decode items of GQA groups of at least 4 with at most 16 (row, head) pairs run the
-// tensor-core variant (the default) or the CUDA-core kernel ($SPARSESERVE_DECODE_TENSOR_CORES=0,
-// read once: an A/B switch).
-bool DecodeOnTensorCores() {
-  static const bool on = [] {
-    const char* env = std::getenv("SPARSESERVE_DECODE_TENSOR_CORES");
-    return env == nullptr || std::string_view(env) != "0";
-  }();
-  return on;
+  DecodeItemChunk<kMasked> chunk;
+  chunk.q = q;
+  chunk.vis.q_len = seq.q_len;
+  chunk.vis.kv_len = seq.kv_len;
+  chunk.vis.window = seq.window;
+  chunk.vis.sink_tokens = seq.sink_tokens;
+  chunk.vis.mask = seq.mask_begin >= 0 ? seq_arrays.masks + seq.mask_begin : nullptr;
+  chunk.q_begin = seq.q_begin;
+  chunk.row0 = it.w;
+  chunk.group = dims.heads / dims.kv_heads;
+  chunk.kv_head = blockIdx.y;
+  chunk.heads = dims.heads;
+  chunk.head_dim = D;
+  chunk.grid_items = gridDim.x;
+  chunk.item = item;
+  const bool per_key =
+      kMasked && (chunk.vis.window > 0 || chunk.vis.mask != nullptr || chunk.vis.q_len > 1);
+  const int pairs = min(seq.q_len - it.w, group_rows) * chunk.group;
+  decode_tc::RunChunk<D>(smem_raw, kv, seq_arrays.block_tables + seq.table_begin, dims, blockIdx.y,
+                         it.y, min(seq.kv_len, it.z), pairs, per_key, chunk, partial_out,
+                         partial_lse);
 }
 
 template <int D, bool kMasked>
 cudaError_t LaunchTensorCore(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqs& seqs,
                              const DecodeWork& work, const AttentionDims& dims, bf16_t* out,
                              cudaStream_t stream) {
-  constexpr size_t kSmem = TcSmemBytes<D>();
+  constexpr size_t kSmem = decode_tc::SmemBytes<D>();
   static std::atomic<uint64_t> configured{0};
   const cudaError_t attr = OncePerDevice(configured, [] {
     return cudaFuncSetAttribute(DecodeAttentionTensorCoreKernel<D, kMasked>,
@@ -431,7 +300,7 @@ cudaError_t LaunchTensorCore(const bf16_t* q, const bf16_t* kv_layer, const Atte
   if (attr != cudaSuccess) return attr;
   if (cudaError_t err = LaunchOverlapping(
           DecodeAttentionTensorCoreKernel<D, kMasked>, dim3(work.max_items, dims.kv_heads),
-          kTcThreads, kSmem, stream, reinterpret_cast<const __nv_bfloat16*>(q),
+          decode_tc::kThreads, kSmem, stream, reinterpret_cast<const __nv_bfloat16*>(q),
           reinterpret_cast<const __nv_bfloat16*>(kv_layer), seqs, work.num_items, work.items,
           work.rows, dims, work.partial_out, work.partial_lse);
       err != cudaSuccess) {
@@ -534,6 +403,14 @@ cudaError_t LaunchForGroup(int queries, const bf16_t* q, const bf16_t* kv_layer,
 
 }  // namespace
 
+bool DecodeOnTensorCores() {
+  static const bool on = [] {
+    const char* env = std::getenv("SPARSESERVE_DECODE_TENSOR_CORES");
+    return env == nullptr || std::string_view(env) != "0";
+  }();
+  return on;
+}
+
 cudaError_t LaunchSplitKvMerge(const SplitKvMerge& merge, const AttentionDims& dims, bf16_t* out,
                                cudaStream_t stream) {
   if (merge.num_merges == 0) return cudaSuccess;
@@ -550,7 +427,7 @@ cudaError_t LaunchDecodeAttention(const bf16_t* q, const bf16_t* kv_layer,
   if (work.max_items == 0 || work.num_merges == 0) return cudaSuccess;
   const int queries = dims.heads / dims.kv_heads * work.rows;
   if (queries > kMaxGroup || (work.rows > 1 && !work.masked)) return cudaErrorInvalidValue;
-  if (dims.heads / dims.kv_heads >= 4 && queries <= kTcRows && DecodeOnTensorCores()) {
+  if (dims.heads / dims.kv_heads >= 4 && queries <= decode_tc::kRows && DecodeOnTensorCores()) {
     switch (dims.head_dim * 2 + (work.masked ? 1 : 0)) {
       case 128: return LaunchTensorCore<64, false>(q, kv_layer, seqs, work, dims, out, stream);
       case 129: return LaunchTensorCore<64, true>(q, kv_layer, seqs, work, dims, out, stream);

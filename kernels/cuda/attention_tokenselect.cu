@@ -16,6 +16,7 @@
 #include "kernels/attention_visibility.h"
 #include "kernels/cuda/cuda_async_copy.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/decode_tensor_core.cuh"
 #include "kernels/cuda/decode_tile.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/per_device_once.cuh"
@@ -64,26 +65,13 @@ struct TokenList {
   }
 };
 
-template <int D, int G>
-__global__ void __launch_bounds__(kThreads)
-    TokenSelectAttentionKernel(const __grid_constant__ TokenSelectAttentionParams p) {
-  constexpr int kStride = Stride<D>();
-  constexpr int kChunks = D / 8;
-  constexpr int kRowsPerPass = kThreads / kChunks;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto* kv_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [stage][K|V][kTile][kStride]
-  auto* keys_s = reinterpret_cast<int32_t*>(kv_s + 4 * kTile * kStride);  // [stage][kTile]
-  auto* q_s = reinterpret_cast<float*>(keys_s + 2 * kTile);
-  float* p_s = q_s + G * D;
-  float* max_s = p_s + G * kTile;
-  float* sum_s = max_s + G;
-  float* corr_s = sum_s + G;
-
-  WaitForPrecedingKernels();  // q, K/V and the selection come from the kernels ahead
-  AllowNextKernelLaunch();
+// The token list of this CTA's (row, item) for KV head kv_head, and the item's positions
+// [begin, end) of it.
+template <int D>
+__device__ __forceinline__ TokenList ChunkList(const TokenSelectAttentionParams& p, int kv_head,
+                                               int32_t* begin, int32_t* end) {
   const int row_index = blockIdx.x / p.items_per_row;
   const int item = blockIdx.x % p.items_per_row;
-  const int kv_head = blockIdx.y;
   const int2 rr = p.rows[row_index];
   const TokenSelectSeqInfo seq = p.seqs[rr.x];
   TokenSelectParams params;
@@ -107,8 +95,32 @@ __global__ void __launch_bounds__(kThreads)
   list.selected = state + tokenselect::ListOffset(width, seq.k, seq.lists, kv_head);
   list.local_begin = tokenselect::LocalBegin(params, state, regions.initial_end);
   list.length = list.selected_end + max(0, KeyEnd(list.vis, list.row) - list.local_begin);
-  const int32_t begin = item * p.item_tokens;
-  const int32_t end = min(list.length, begin + p.item_tokens);
+  *begin = item * p.item_tokens;
+  *end = min(list.length, *begin + p.item_tokens);
+  return list;
+}
+
+template <int D, int G>
+__global__ void __launch_bounds__(kThreads)
+    TokenSelectAttentionKernel(const __grid_constant__ TokenSelectAttentionParams p) {
+  constexpr int kStride = Stride<D>();
+  constexpr int kChunks = D / 8;
+  constexpr int kRowsPerPass = kThreads / kChunks;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto* kv_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [stage][K|V][kTile][kStride]
+  auto* keys_s = reinterpret_cast<int32_t*>(kv_s + 4 * kTile * kStride);  // [stage][kTile]
+  auto* q_s = reinterpret_cast<float*>(keys_s + 2 * kTile);
+  float* p_s = q_s + G * D;
+  float* max_s = p_s + G * kTile;
+  float* sum_s = max_s + G;
+  float* corr_s = sum_s + G;
+
+  WaitForPrecedingKernels();  // q, K/V and the selection come from the kernels ahead
+  AllowNextKernelLaunch();
+  const int kv_head = blockIdx.y;
+  const TokenSelectSeqInfo seq = p.seqs[p.rows[blockIdx.x / p.items_per_row].x];
+  int32_t begin = 0, end = 0;
+  const TokenList list = ChunkList<D>(p, kv_head, &begin, &end);
   const int num_tiles = end > begin ? (end - begin + kTile - 1) / kTile : 0;
   const int group = p.dims.heads / p.dims.kv_heads;
   const int64_t token_stride = int64_t{p.dims.kv_heads} * D;
@@ -219,6 +231,56 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The tensor-core variant (decode_tensor_core.cuh) for GQA groups of 4 to 16: the group's query
+// heads of the row are the tile's pairs; the list's positions map to keys (-1: not seen).
+struct TokenListChunk {
+  TokenList list;
+  const __nv_bfloat16* q_group;  // the row's queries of this KV head's group
+  int64_t slot0;                 // the partial slot of the group's first head
+  int head_dim;
+  __device__ __forceinline__ const __nv_bfloat16* Query(int pair) const {
+    return q_group + pair * head_dim;
+  }
+  __device__ __forceinline__ int32_t KeyAt(int pos) const { return list.KeyAt(pos); }
+  __device__ __forceinline__ bool Visible(int, int) const { return true; }  // in KeyAt already
+  __device__ __forceinline__ int64_t Slot(int pair) const { return slot0 + pair; }
+};
+
+template <int D>
+__global__ void __launch_bounds__(decode_tc::kThreads, 2)
+    TokenSelectAttentionTensorCoreKernel(const __grid_constant__ TokenSelectAttentionParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  WaitForPrecedingKernels();  // q, K/V and the selection come from the kernels ahead
+  AllowNextKernelLaunch();
+  const int kv_head = blockIdx.y;
+  const TokenSelectSeqInfo seq = p.seqs[p.rows[blockIdx.x / p.items_per_row].x];
+  const int group = p.dims.heads / p.dims.kv_heads;
+  TokenListChunk chunk;
+  int32_t begin = 0, end = 0;
+  chunk.list = ChunkList<D>(p, kv_head, &begin, &end);
+  chunk.q_group = reinterpret_cast<const __nv_bfloat16*>(p.q) +
+                  ((seq.q_begin + int64_t{chunk.list.row}) * p.dims.heads + kv_head * group) * D;
+  chunk.slot0 = int64_t{blockIdx.x} * p.dims.heads + kv_head * group;
+  chunk.head_dim = D;
+  decode_tc::RunChunk<D>(smem_raw, reinterpret_cast<const __nv_bfloat16*>(p.kv_layer),
+                         p.block_tables + seq.table_begin, p.dims, kv_head, begin, end, group,
+                         /*per_key=*/false, chunk, p.partial_out, p.partial_lse);
+}
+
+template <int D>
+cudaError_t LaunchTensorCore(const TokenSelectAttentionParams& p, cudaStream_t stream) {
+  constexpr size_t kSmem = decode_tc::SmemBytes<D>();
+  static std::atomic<uint64_t> configured{0};
+  const cudaError_t attr = OncePerDevice(configured, [] {
+    return cudaFuncSetAttribute(TokenSelectAttentionTensorCoreKernel<D>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  });
+  if (attr != cudaSuccess) return attr;
+  const dim3 grid(static_cast<unsigned>(int64_t{p.num_rows} * p.items_per_row), p.dims.kv_heads);
+  return LaunchOverlapping(TokenSelectAttentionTensorCoreKernel<D>, grid, decode_tc::kThreads,
+                           kSmem, stream, p);
+}
+
 template <int D, int G>
 cudaError_t Launch(const TokenSelectAttentionParams& p, cudaStream_t stream) {
   constexpr size_t kSmem = SmemBytes<D, G>();
@@ -234,6 +296,9 @@ cudaError_t Launch(const TokenSelectAttentionParams& p, cudaStream_t stream) {
 
 template <int D>
 cudaError_t LaunchForGroup(int group, const TokenSelectAttentionParams& p, cudaStream_t stream) {
+  if (group >= 4 && group <= decode_tc::kRows && DecodeOnTensorCores()) {
+    return LaunchTensorCore<D>(p, stream);
+  }
   if (group <= 1) return Launch<D, 1>(p, stream);
   if (group <= 2) return Launch<D, 2>(p, stream);
   if (group <= 4) return Launch<D, 4>(p, stream);

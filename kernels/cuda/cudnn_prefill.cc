@@ -112,14 +112,14 @@ absl::StatusOr<std::shared_ptr<fe::graph::Graph>> BuildGraph(const CudnnPrefillS
   graph->set_io_data_type(fe::DataType_t::BFLOAT16)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
-  auto int_tensor = [&graph](const char* name, Uid uid, std::vector<int64_t> dim,
-                             std::vector<int64_t> stride) {
+  auto int_tensor = [&graph](const char* name, Uid uid, const std::vector<int64_t>& dim,
+                             const std::vector<int64_t>& stride) {
     return graph->tensor(fe::graph::Tensor_attributes()
                              .set_name(name)
                              .set_uid(uid)
                              .set_data_type(fe::DataType_t::INT32)
-                             .set_dim(std::move(dim))
-                             .set_stride(std::move(stride)));
+                             .set_dim(dim)
+                             .set_stride(stride));
   };
   // Packed rows: sequence i's rows start at element offsets[i]; rows are heads * d apart.
   auto offsets = int_tensor("row_offsets", kOffsets, {b + 1, 1, 1, 1}, {1, 1, 1, 1});
@@ -211,8 +211,12 @@ CudnnPrefill::CudnnPrefill(std::unique_ptr<State> state) : state_(std::move(stat
 
 CudnnPrefill::~CudnnPrefill() {
   if (state_ == nullptr) return;
-  state_->graphs.clear();
-  if (state_->handle != nullptr) fe::detail::destroy_handle(state_->handle);
+  try {  // the frontend's symbol lookups may throw; a destructor must not
+    state_->graphs.clear();
+    if (state_->handle != nullptr) fe::detail::destroy_handle(state_->handle);
+  } catch (const std::exception& e) {
+    SS_LOG_WARNING("cuDNN SDPA: releasing the handle failed: {}", e.what());
+  }
 }
 
 absl::StatusOr<int64_t> CudnnPrefill::Prepare(const CudnnPrefillShape& shape) {
