@@ -37,15 +37,18 @@ bool HasTensorCoreKernel(int head_dim, int group) {
 }
 
 // The rows of a sequence one decode-kernel CTA takes: as many as keep its (row, query head) pairs
-// per KV head within one CTA, at most 8; 0 when even one row's do not fit.
+// per KV head within one CTA, at most 8; 0 when even one row's do not fit. With GQA groups of 4
+// or more on tensor cores, as many as fill the tensor-core tile (16 pairs): more row groups, each
+// on tensor cores instead of a CUDA-core CTA of up to 32 pairs.
 int DecodeGroupRows(int group) {
   constexpr int kMaxRows = 8;
+  constexpr int kTensorCorePairs = 16;
+  if (group >= 4 && group <= kTensorCorePairs && cuda::DecodeOnTensorCores()) {
+    return kTensorCorePairs / group;
+  }
   return std::min(kMaxRows, cuda::kMaxDecodeQueries / group);
 }
 
-// The most rows a sequence may bring to the decode kernel in several row groups (each group its
-// own split-KV items over the same keys): $SPARSESERVE_DECODE_KERNEL_MAX_ROWS, default 64; 0 or
-// at most one group's rows turns grouping off (an A/B switch for the benchmarks).
 // Split-KV decode chunks are sized for this many CTAs per SM over all KV heads:
 // $SPARSESERVE_DECODE_CTAS_PER_SM, default 4 (an A/B switch for the benchmarks).
 int DecodeCtasPerSm() {
@@ -56,6 +59,9 @@ int DecodeCtasPerSm() {
   return ctas;
 }
 
+// The most rows a sequence may bring to the decode kernel in several row groups (each group its
+// own split-KV items over the same keys): $SPARSESERVE_DECODE_KERNEL_MAX_ROWS, default 64; 0 or
+// at most one group's rows turns grouping off (an A/B switch for the benchmarks).
 int MaxDecodeKernelRows() {
   static const int rows = [] {
     const char* env = std::getenv("SPARSESERVE_DECODE_KERNEL_MAX_ROWS");
