@@ -223,8 +223,8 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The tensor-core variant of the kernel above for GQA groups of at least 4 query heads and at
-// most 16 (row, head) pairs per item (decode_tensor_core.cuh): a pair's result depends only on its
+// The tensor-core variant of the kernel above for GQA groups of at least 4 query heads, one or two
+// 16-pair tiles per item (decode_tensor_core.cuh): a pair's result depends only on its
 // own query and keys, so the masked variant gives a dense sequence bit for bit what the plain one
 // does (the shadow-dense monitor's zero at covering windows).
 template <bool kMasked>
@@ -250,8 +250,8 @@ struct DecodeItemChunk {
   }
 };
 
-template <int D, bool kMasked>
-__global__ void __launch_bounds__(decode_tc::kThreads, 2)
+template <int D, bool kMasked, int kTiles>
+__global__ void __launch_bounds__(decode_tc::kThreads<kTiles>, kTiles == 1 ? 2 : 1)
     DecodeAttentionTensorCoreKernel(const __nv_bfloat16* __restrict__ q,
                                     const __nv_bfloat16* __restrict__ kv, AttentionSeqs seq_arrays,
                                     const int32_t* num_items, const int4* items, int group_rows,
@@ -282,25 +282,25 @@ __global__ void __launch_bounds__(decode_tc::kThreads, 2)
   const bool per_key =
       kMasked && (chunk.vis.window > 0 || chunk.vis.mask != nullptr || chunk.vis.q_len > 1);
   const int pairs = min(seq.q_len - it.w, group_rows) * chunk.group;
-  decode_tc::RunChunk<D>(smem_raw, kv, seq_arrays.block_tables + seq.table_begin, dims, blockIdx.y,
-                         it.y, min(seq.kv_len, it.z), pairs, per_key, chunk, partial_out,
-                         partial_lse);
+  decode_tc::RunChunk<D, kTiles>(smem_raw, kv, seq_arrays.block_tables + seq.table_begin, dims,
+                                 blockIdx.y, it.y, min(seq.kv_len, it.z), pairs, per_key, chunk,
+                                 partial_out, partial_lse);
 }
 
-template <int D, bool kMasked>
+template <int D, bool kMasked, int kTiles>
 cudaError_t LaunchTensorCore(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqs& seqs,
                              const DecodeWork& work, const AttentionDims& dims, bf16_t* out,
                              cudaStream_t stream) {
-  constexpr size_t kSmem = decode_tc::SmemBytes<D>();
+  constexpr size_t kSmem = decode_tc::SmemBytes<D, kTiles>();
   static std::atomic<uint64_t> configured{0};
   const cudaError_t attr = OncePerDevice(configured, [] {
-    return cudaFuncSetAttribute(DecodeAttentionTensorCoreKernel<D, kMasked>,
+    return cudaFuncSetAttribute(DecodeAttentionTensorCoreKernel<D, kMasked, kTiles>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   });
   if (attr != cudaSuccess) return attr;
   if (cudaError_t err = LaunchOverlapping(
-          DecodeAttentionTensorCoreKernel<D, kMasked>, dim3(work.max_items, dims.kv_heads),
-          decode_tc::kThreads, kSmem, stream, reinterpret_cast<const __nv_bfloat16*>(q),
+          DecodeAttentionTensorCoreKernel<D, kMasked, kTiles>, dim3(work.max_items, dims.kv_heads),
+          decode_tc::kThreads<kTiles>, kSmem, stream, reinterpret_cast<const __nv_bfloat16*>(q),
           reinterpret_cast<const __nv_bfloat16*>(kv_layer), seqs, work.num_items, work.items,
           work.rows, dims, work.partial_out, work.partial_lse);
       err != cudaSuccess) {
@@ -427,12 +427,16 @@ cudaError_t LaunchDecodeAttention(const bf16_t* q, const bf16_t* kv_layer,
   if (work.max_items == 0 || work.num_merges == 0) return cudaSuccess;
   const int queries = dims.heads / dims.kv_heads * work.rows;
   if (queries > kMaxGroup || (work.rows > 1 && !work.masked)) return cudaErrorInvalidValue;
-  if (dims.heads / dims.kv_heads >= 4 && queries <= decode_tc::kRows && DecodeOnTensorCores()) {
-    switch (dims.head_dim * 2 + (work.masked ? 1 : 0)) {
-      case 128: return LaunchTensorCore<64, false>(q, kv_layer, seqs, work, dims, out, stream);
-      case 129: return LaunchTensorCore<64, true>(q, kv_layer, seqs, work, dims, out, stream);
-      case 256: return LaunchTensorCore<128, false>(q, kv_layer, seqs, work, dims, out, stream);
-      case 257: return LaunchTensorCore<128, true>(q, kv_layer, seqs, work, dims, out, stream);
+  // Tensor cores: one 16-pair tile, or two for verify items of up to 32 pairs (masked only).
+  if (dims.heads / dims.kv_heads >= 4 && DecodeOnTensorCores()) {
+    const bool two = queries > decode_tc::kRows;
+    switch (dims.head_dim * 4 + (work.masked ? 2 : 0) + (two ? 1 : 0)) {
+      case 256: return LaunchTensorCore<64, false, 1>(q, kv_layer, seqs, work, dims, out, stream);
+      case 258: return LaunchTensorCore<64, true, 1>(q, kv_layer, seqs, work, dims, out, stream);
+      case 259: return LaunchTensorCore<64, true, 2>(q, kv_layer, seqs, work, dims, out, stream);
+      case 512: return LaunchTensorCore<128, false, 1>(q, kv_layer, seqs, work, dims, out, stream);
+      case 514: return LaunchTensorCore<128, true, 1>(q, kv_layer, seqs, work, dims, out, stream);
+      case 515: return LaunchTensorCore<128, true, 2>(q, kv_layer, seqs, work, dims, out, stream);
       default: break;
     }
   }

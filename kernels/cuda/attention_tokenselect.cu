@@ -247,7 +247,7 @@ struct TokenListChunk {
 };
 
 template <int D>
-__global__ void __launch_bounds__(decode_tc::kThreads, 2)
+__global__ void __launch_bounds__(decode_tc::kThreads<1>, 2)
     TokenSelectAttentionTensorCoreKernel(const __grid_constant__ TokenSelectAttentionParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   WaitForPrecedingKernels();  // q, K/V and the selection come from the kernels ahead
@@ -262,14 +262,14 @@ __global__ void __launch_bounds__(decode_tc::kThreads, 2)
                   ((seq.q_begin + int64_t{chunk.list.row}) * p.dims.heads + kv_head * group) * D;
   chunk.slot0 = int64_t{blockIdx.x} * p.dims.heads + kv_head * group;
   chunk.head_dim = D;
-  decode_tc::RunChunk<D>(smem_raw, reinterpret_cast<const __nv_bfloat16*>(p.kv_layer),
-                         p.block_tables + seq.table_begin, p.dims, kv_head, begin, end, group,
-                         /*per_key=*/false, chunk, p.partial_out, p.partial_lse);
+  decode_tc::RunChunk<D, 1>(smem_raw, reinterpret_cast<const __nv_bfloat16*>(p.kv_layer),
+                            p.block_tables + seq.table_begin, p.dims, kv_head, begin, end, group,
+                            /*per_key=*/false, chunk, p.partial_out, p.partial_lse);
 }
 
 template <int D>
 cudaError_t LaunchTensorCore(const TokenSelectAttentionParams& p, cudaStream_t stream) {
-  constexpr size_t kSmem = decode_tc::SmemBytes<D>();
+  constexpr size_t kSmem = decode_tc::SmemBytes<D, 1>();
   static std::atomic<uint64_t> configured{0};
   const cudaError_t attr = OncePerDevice(configured, [] {
     return cudaFuncSetAttribute(TokenSelectAttentionTensorCoreKernel<D>,
@@ -277,7 +277,7 @@ cudaError_t LaunchTensorCore(const TokenSelectAttentionParams& p, cudaStream_t s
   });
   if (attr != cudaSuccess) return attr;
   const dim3 grid(static_cast<unsigned>(int64_t{p.num_rows} * p.items_per_row), p.dims.kv_heads);
-  return LaunchOverlapping(TokenSelectAttentionTensorCoreKernel<D>, grid, decode_tc::kThreads,
+  return LaunchOverlapping(TokenSelectAttentionTensorCoreKernel<D>, grid, decode_tc::kThreads<1>,
                            kSmem, stream, p);
 }
 

@@ -37,15 +37,9 @@ bool HasTensorCoreKernel(int head_dim, int group) {
 }
 
 // The rows of a sequence one decode-kernel CTA takes: as many as keep its (row, query head) pairs
-// per KV head within one CTA, at most 8; 0 when even one row's do not fit. With GQA groups of 4
-// or more on tensor cores, as many as fill the tensor-core tile (16 pairs): more row groups, each
-// on tensor cores instead of a CUDA-core CTA of up to 32 pairs.
+// per KV head within one CTA, at most 8; 0 when even one row's do not fit.
 int DecodeGroupRows(int group) {
   constexpr int kMaxRows = 8;
-  constexpr int kTensorCorePairs = 16;
-  if (group >= 4 && group <= kTensorCorePairs && cuda::DecodeOnTensorCores()) {
-    return kTensorCorePairs / group;
-  }
   return std::min(kMaxRows, cuda::kMaxDecodeQueries / group);
 }
 

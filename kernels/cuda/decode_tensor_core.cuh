@@ -3,14 +3,15 @@
 // chunks differ only in which keys fill a tile, which queries they hold and where results go
 // (issue 16 item 2: one decode family).
 //
-// The chunk's (row, query head) pairs of one KV head — at most 16 — are the rows of one m16n8k16
-// tile (padded with zero queries); each of the 4 warps takes a 16-key slice of every 64-key tile
-// and keeps its own online softmax in registers (prefill_tile.cuh's mma.sync steps at 16 keys: no
-// shared scores, no per-tile reductions across warps); the warps' states merge once at the end
-// into a partial (output, log-sum-exp) per pair for the split-KV merge. K/V rows are gathered
-// through the block table into kStages shared stages with cp.async, one CTA barrier per tile. A
-// pair's result depends only on its own query and keys, never on the other pairs or on the
-// masking of keys it sees, so a dense sequence gets the same bits whatever batch it is in.
+// The chunk's (row, query head) pairs of one KV head — at most 16 per m16n8k16 tile, kTiles tiles
+// (1 or 2) — are the rows of the tiles (padded with zero queries); 4 warps per tile each take a
+// 16-key slice of every 64-key tile and keep their own online softmax in registers
+// (prefill_tile.cuh's mma.sync steps at 16 keys: no shared scores, no per-tile reductions across
+// warps); the warps' states merge once at the end into a partial (output, log-sum-exp) per pair for
+// the split-KV merge. K/V rows are gathered through the block table into kStages shared stages with
+// cp.async, one CTA barrier per tile. A pair's result depends only on its own query and keys, never
+// on the other pairs or on the masking of keys it sees, so a dense sequence gets the same bits
+// whatever batch it is in.
 #ifndef SPARSESERVE_KERNELS_CUDA_DECODE_TENSOR_CORE_CUH_
 #define SPARSESERVE_KERNELS_CUDA_DECODE_TENSOR_CORE_CUH_
 
@@ -24,31 +25,31 @@
 
 namespace sparseserve::kernels::cuda::decode_tc {
 
-constexpr int kTile = kDecodeTileTokens;  // list positions per tile
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
-static_assert(kThreads == prefill_tile::kThreads, "LoadKvRows copies with the CTA's threads");
-constexpr int kSliceKeys = kTile / kWarps;  // a warp's keys of each tile
-constexpr int kRows = 16;                   // (row, head) pairs of the MMA tile
-constexpr int kStages = 3;                  // 2 CTAs per SM at head_dim 128
+constexpr int kTile = kDecodeTileTokens;     // list positions per tile
+constexpr int kSlices = 4;                   // warps per pair tile, a key slice each
+constexpr int kSliceKeys = kTile / kSlices;  // a warp's keys of each tile
+constexpr int kRows = 16;                    // (row, head) pairs of one MMA tile
+constexpr int kStages = 3;                   // 2 CTAs per SM at head_dim 128 with one pair tile
+template <int kTiles>
+inline constexpr int kThreads = 32 * kSlices* kTiles;
 
 template <int D>
 __host__ __device__ constexpr int TileBytes() {
   return kTile * prefill_tile::SmemStride<D>() * int{sizeof(__nv_bfloat16)};
 }
 
-// K/V stages, then the queries' tile, then each stage's key indices.
-template <int D>
+// K/V stages, then the queries' tiles, then each stage's key indices.
+template <int D, int kTiles>
 __host__ __device__ constexpr size_t SmemBytes() {
   return size_t{2} * kStages * TileBytes<D>() +
-         size_t{kRows} * prefill_tile::SmemStride<D>() * sizeof(__nv_bfloat16) +
+         size_t{kRows} * kTiles * prefill_tile::SmemStride<D>() * sizeof(__nv_bfloat16) +
          size_t{kStages} * kTile * sizeof(int32_t);
 }
 
-// The merge reuses the K/V stages: per warp and pair the max, the sum and D output values.
-static_assert(size_t{kWarps} * kRows * (128 + 2) * sizeof(float) <=
+// The merge reuses the K/V stages: per warp and pair row the max, the sum and D output values.
+static_assert(size_t{2 * kSlices} * kRows * (128 + 2) * sizeof(float) <=
               size_t{2} * kStages * TileBytes<128>());
-static_assert(size_t{kWarps} * kRows * (64 + 2) * sizeof(float) <=
+static_assert(size_t{2 * kSlices} * kRows * (64 + 2) * sizeof(float) <=
               size_t{2} * kStages * TileBytes<64>());
 
 // Runs list positions [begin, end) for `pairs` pairs of KV head kv_head. `chunk` says what the
@@ -58,7 +59,7 @@ static_assert(size_t{kWarps} * kRows * (64 + 2) * sizeof(float) <=
 //   bool Visible(int pair, int key) const       — asked only when `per_key`
 //   int64_t Slot(int pair) const                — the pair's partial slot
 // A pair that sees no key of the chunk stores zeros with log-sum-exp -inf (weight 0 in the merge).
-template <int D, class Chunk>
+template <int D, int kTiles, class Chunk>
 __device__ __forceinline__ void RunChunk(unsigned char* smem, const __nv_bfloat16* kv,
                                          const int32_t* table, const AttentionDims& dims,
                                          int kv_head, int begin, int end, int pairs, bool per_key,
@@ -68,10 +69,13 @@ __device__ __forceinline__ void RunChunk(unsigned char* smem, const __nv_bfloat1
   constexpr int kTileBytes = TileBytes<D>();
   unsigned char* kv_s = smem;  // stage i: K tile at 2i, V tile at 2i + 1 (padded rows)
   auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem + 2 * kStages * kTileBytes);
-  auto* keys_s = reinterpret_cast<int32_t*>(q_s + kRows * kStride);  // [stage][kTile]
+  auto* keys_s = reinterpret_cast<int32_t*>(q_s + kRows * kTiles * kStride);  // [stage][kTile]
+  constexpr int kCtaThreads = kThreads<kTiles>;
   const int num_tiles = end > begin ? (end - begin + kTile - 1) / kTile : 0;
   const int64_t token_stride = int64_t{dims.kv_heads} * D;
   const int warp = threadIdx.x / 32;
+  const int pair_tile = warp / kSlices;  // the warp's 16 pairs
+  const int slice = warp % kSlices;      // and its 16 keys of each tile
   const int lane = threadIdx.x % 32;
   auto key_at = [&](int pos) { return pos < end ? chunk.KeyAt(pos) : -1; };
 
@@ -81,15 +85,19 @@ __device__ __forceinline__ void RunChunk(unsigned char* smem, const __nv_bfloat1
     if (t < num_tiles) {
       const int stage = t % kStages;
       const int first = begin + t * kTile;
-      prefill_tile::LoadKvRows<D>(
+      GatherKvRows<D, kCtaThreads>(
           kv_s + 2 * stage * kTileBytes, kv_s + (2 * stage + 1) * kTileBytes, kv, table,
-          [&](int r) { return key_at(first + r); }, dims, token_stride, kv_head);
+          [&](int r) { return key_at(first + r); }, dims.block_tokens, dims.block_shift,
+          token_stride, kv_head,
+          [](int r, int piece) {
+            return (r * kStride + piece * 8) * static_cast<int>(sizeof(__nv_bfloat16));
+          });
       if (threadIdx.x < kTile) keys_s[stage * kTile + threadIdx.x] = key_at(first + threadIdx.x);
     }
     CpAsyncCommit();
   };
   // The pairs' queries land with tile 0 (zeros past the stored pairs).
-  for (int c = threadIdx.x; c < kRows * (D / 8); c += kThreads) {
+  for (int c = threadIdx.x; c < kRows * kTiles * (D / 8); c += kCtaThreads) {
     const int p = c / (D / 8);
     const int col = (c % (D / 8)) * 8;
     const bool valid = p < pairs;
@@ -107,14 +115,14 @@ __device__ __forceinline__ void RunChunk(unsigned char* smem, const __nv_bfloat1
   for (int t = 0; t < num_tiles; ++t) {
     CpAsyncWait<kStages - 2>();  // this thread's copies of tile t (and of the queries) are done
     __syncthreads();             // everyone's; and tile t - 1's stage is free again
-    if (t == 0) prefill_tile::LoadQFragments<D>(q_frag, q_s, /*warp=*/0, lane);
+    if (t == 0) prefill_tile::LoadQFragments<D>(q_frag, q_s, pair_tile, lane);
     load_tile(t + kStages - 1);
     const int stage = t % kStages;
     const auto* k_s = reinterpret_cast<const __nv_bfloat16*>(kv_s + 2 * stage * kTileBytes) +
-                      warp * kSliceKeys * kStride;
+                      slice * kSliceKeys * kStride;
     const auto* v_s = reinterpret_cast<const __nv_bfloat16*>(kv_s + (2 * stage + 1) * kTileBytes) +
-                      warp * kSliceKeys * kStride;
-    const int32_t* keys = keys_s + stage * kTile + warp * kSliceKeys;
+                      slice * kSliceKeys * kStride;
+    const int32_t* keys = keys_s + stage * kTile + slice * kSliceKeys;
     float s[kSliceKeys / 8][4];
     prefill_tile::TileScores<D, kSliceKeys>(s, q_frag, k_s, lane);
 #pragma unroll
@@ -122,7 +130,7 @@ __device__ __forceinline__ void RunChunk(unsigned char* smem, const __nv_bfloat1
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = keys[prefill_tile::ScoreKey(nt, e, lane)];
-        const int pair = lane / 4 + (e / 2) * 8;
+        const int pair = pair_tile * kRows + lane / 4 + (e / 2) * 8;
         if (key < 0 || (per_key && !chunk.Visible(pair, key))) s[nt][e] = -INFINITY;
       }
     }
@@ -133,9 +141,10 @@ __device__ __forceinline__ void RunChunk(unsigned char* smem, const __nv_bfloat1
   // Merge the warps' states (max in raw score units, sum, unnormalised output) per pair.
   CpAsyncWait<0>();
   __syncthreads();  // every warp is done with the stages, which now hold the merge scratch
-  auto* max_s = reinterpret_cast<float*>(smem);  // [warp][pair]
-  float* sum_s = max_s + kWarps * kRows;         // [warp][pair]
-  float* out_s = sum_s + kWarps * kRows;         // [warp][pair][D]
+  constexpr int kWarps = kSlices * kTiles;
+  auto* max_s = reinterpret_cast<float*>(smem);  // [warp][row of its pair tile]
+  float* sum_s = max_s + kWarps * kRows;         // [warp][row]
+  float* out_s = sum_s + kWarps * kRows;         // [warp][row][D]
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float sum = row_sum[h];
@@ -154,21 +163,23 @@ __device__ __forceinline__ void RunChunk(unsigned char* smem, const __nv_bfloat1
     }
   }
   __syncthreads();
-  // A warp that saw no key of a pair has max -inf and weight 0.
-  for (int i = threadIdx.x; i < pairs * D; i += kThreads) {
+  // Pair p's warps are those of its tile, row p % kRows; a warp that saw no key of a pair has
+  // max -inf and weight 0.
+  for (int i = threadIdx.x; i < pairs * D; i += kCtaThreads) {
     const int p = i / D;
     const int d = i % D;
+    const int first = (p / kRows) * kSlices * kRows + p % kRows;  // its first warp's entry
     float m = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, max_s[w * kRows + p]);
+    for (int w = 0; w < kSlices; ++w) m = fmaxf(m, max_s[first + w * kRows]);
     const float safe_m = m == -INFINITY ? 0.0f : m;
     float sum = 0.0f;
     float acc = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float f = prefill_tile::Exp2((max_s[w * kRows + p] - safe_m) * scale_log2);
-      sum += sum_s[w * kRows + p] * f;
-      acc += out_s[(w * kRows + p) * D + d] * f;
+    for (int w = 0; w < kSlices; ++w) {
+      const float f = prefill_tile::Exp2((max_s[first + w * kRows] - safe_m) * scale_log2);
+      sum += sum_s[first + w * kRows] * f;
+      acc += out_s[(first + w * kRows) * D + d] * f;
     }
     const int64_t slot = chunk.Slot(p);
     partial_out[slot * D + d] = sum > 0.0f ? acc / sum : 0.0f;
