@@ -190,9 +190,10 @@ cudaError_t LaunchDecodeAttention(const bf16_t* q, const bf16_t* kv_layer,
                                   const AttentionSeqs& seqs, const DecodeWork& work,
                                   const AttentionDims& dims, bf16_t* out, cudaStream_t stream);
 inline constexpr int kDecodeTileTokens = 64;
-// Whether decode items of GQA groups of at least 4 with at most 16 (row, head) pairs (and
-// TokenSelect's lists of such groups) run on tensor cores (decode_tensor_core.cuh, the default) or
-// on the CUDA-core kernels ($SPARSESERVE_DECODE_TENSOR_CORES=0, read once: an A/B switch).
+// Whether decode items of GQA groups of at least 4 (one or two 16-pair tiles of (row, head)
+// pairs) and TokenSelect's lists of such groups run on tensor cores (decode_tensor_core.cuh, the
+// default) or on the CUDA-core kernels ($SPARSESERVE_DECODE_TENSOR_CORES=0, read once: an A/B
+// switch).
 bool DecodeOnTensorCores();
 
 // The second half of split-KV attention: each merge combines the partial softmax states of its
