@@ -287,6 +287,31 @@ __global__ void __launch_bounds__(decode_tc::kThreads<kTiles>, kTiles == 1 ? 2 :
                                  partial_out, partial_lse);
 }
 
+// Launches one of the decode kernels (they share their parameters) over the work's items, then
+// the split-KV merge of their partial states.
+template <class Kernel>
+cudaError_t LaunchItemsAndMerge(Kernel kernel, int threads, size_t smem, const bf16_t* q,
+                                const bf16_t* kv_layer, const AttentionSeqs& seqs,
+                                const DecodeWork& work, const AttentionDims& dims, bf16_t* out,
+                                cudaStream_t stream) {
+  if (cudaError_t err =
+          LaunchOverlapping(kernel, dim3(work.max_items, dims.kv_heads), threads, smem, stream,
+                            reinterpret_cast<const __nv_bfloat16*>(q),
+                            reinterpret_cast<const __nv_bfloat16*>(kv_layer), seqs, work.num_items,
+                            work.items, work.rows, dims, work.partial_out, work.partial_lse);
+      err != cudaSuccess) {
+    return err;
+  }
+  SplitKvMerge merge;
+  merge.partial_out = work.partial_out;
+  merge.partial_lse = work.partial_lse;
+  merge.merges = work.merges;
+  merge.merge_rows = work.merge_rows;
+  merge.num_merges = work.num_merges;
+  merge.max_chunks = work.max_items;  // a row has at most max_items chunks
+  return LaunchSplitKvMerge(merge, dims, out, stream);
+}
+
 template <int D, bool kMasked, int kTiles>
 cudaError_t LaunchTensorCore(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqs& seqs,
                              const DecodeWork& work, const AttentionDims& dims, bf16_t* out,
@@ -298,22 +323,9 @@ cudaError_t LaunchTensorCore(const bf16_t* q, const bf16_t* kv_layer, const Atte
                                 cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   });
   if (attr != cudaSuccess) return attr;
-  if (cudaError_t err = LaunchOverlapping(
-          DecodeAttentionTensorCoreKernel<D, kMasked, kTiles>, dim3(work.max_items, dims.kv_heads),
-          decode_tc::kThreads<kTiles>, kSmem, stream, reinterpret_cast<const __nv_bfloat16*>(q),
-          reinterpret_cast<const __nv_bfloat16*>(kv_layer), seqs, work.num_items, work.items,
-          work.rows, dims, work.partial_out, work.partial_lse);
-      err != cudaSuccess) {
-    return err;
-  }
-  SplitKvMerge merge;
-  merge.partial_out = work.partial_out;
-  merge.partial_lse = work.partial_lse;
-  merge.merges = work.merges;
-  merge.merge_rows = work.merge_rows;
-  merge.num_merges = work.num_merges;
-  merge.max_chunks = work.max_items;
-  return LaunchSplitKvMerge(merge, dims, out, stream);
+  return LaunchItemsAndMerge(DecodeAttentionTensorCoreKernel<D, kMasked, kTiles>,
+                             decode_tc::kThreads<kTiles>, kSmem, q, kv_layer, seqs, work, dims, out,
+                             stream);
 }
 
 // out[row][head] = Σ_i w_i o_i / Σ_i w_i with w_i = exp(lse_i - max lse) over the row's chunks.
@@ -364,22 +376,8 @@ cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqs&
                                 cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   });
   if (attr != cudaSuccess) return attr;
-  if (cudaError_t err = LaunchOverlapping(
-          DecodeAttentionKernel<D, G, kMasked>, dim3(work.max_items, dims.kv_heads), kThreads,
-          kSmem, stream, reinterpret_cast<const __nv_bfloat16*>(q),
-          reinterpret_cast<const __nv_bfloat16*>(kv_layer), seqs, work.num_items, work.items,
-          work.rows, dims, work.partial_out, work.partial_lse);
-      err != cudaSuccess) {
-    return err;
-  }
-  SplitKvMerge merge;
-  merge.partial_out = work.partial_out;
-  merge.partial_lse = work.partial_lse;
-  merge.merges = work.merges;
-  merge.merge_rows = work.merge_rows;
-  merge.num_merges = work.num_merges;
-  merge.max_chunks = work.max_items;  // a row has at most max_items chunks
-  return LaunchSplitKvMerge(merge, dims, out, stream);
+  return LaunchItemsAndMerge(DecodeAttentionKernel<D, G, kMasked>, kThreads, kSmem, q, kv_layer,
+                             seqs, work, dims, out, stream);
 }
 
 // `queries`: (row, head) pairs per KV head. More than 16 only come with several rows, which
