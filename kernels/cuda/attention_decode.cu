@@ -73,6 +73,22 @@ __device__ __forceinline__ void LoadTile(__nv_bfloat16* k_dst, __nv_bfloat16* v_
   }
 }
 
+// The visibility rule of a sequence record (kernels/attention_visibility.h), and whether its keys
+// need checking one by one (masks, windows, several rows) in a masked variant.
+__device__ __forceinline__ KeyVisibility VisibilityOf(const AttentionSeqInfo& seq,
+                                                      const uint8_t* masks) {
+  KeyVisibility vis;
+  vis.q_len = seq.q_len;
+  vis.kv_len = seq.kv_len;
+  vis.window = seq.window;
+  vis.sink_tokens = seq.sink_tokens;
+  vis.mask = seq.mask_begin >= 0 ? masks + seq.mask_begin : nullptr;
+  return vis;
+}
+__device__ __forceinline__ bool ChecksEveryKey(const KeyVisibility& vis) {
+  return vis.window > 0 || vis.mask != nullptr || vis.q_len > 1;
+}
+
 // G: the (row, query head) pairs per KV head — rows x GQA group — rounded up to a power of two;
 // the padding pairs compute on zero queries and are never stored. A compile-time G keeps every
 // per-head loop unrolled and unpredicated. kMasked: the variant for batches with masks, windows or
@@ -102,13 +118,8 @@ __global__ void __launch_bounds__(kThreads)
   const int kv_head = blockIdx.y;
   const int4 it = items[item];
   const AttentionSeqInfo seq = seq_arrays.seqs[it.x];
-  KeyVisibility vis;
-  vis.q_len = seq.q_len;
-  vis.kv_len = seq.kv_len;
-  vis.window = seq.window;
-  vis.sink_tokens = seq.sink_tokens;
-  vis.mask = seq.mask_begin >= 0 ? seq_arrays.masks + seq.mask_begin : nullptr;
-  const bool per_key = kMasked && (vis.window > 0 || vis.mask != nullptr || vis.q_len > 1);
+  const KeyVisibility vis = VisibilityOf(seq, seq_arrays.masks);
+  const bool per_key = kMasked && ChecksEveryKey(vis);
   const int group = dims.heads / dims.kv_heads;
   const int row0 = it.w;                               // the item's first row
   const int rows = min(seq.q_len - row0, group_rows);  // and its row count
@@ -227,17 +238,17 @@ __global__ void __launch_bounds__(kThreads)
 // 16-pair tiles per item (decode_tensor_core.cuh): a pair's result depends only on its
 // own query and keys, so the masked variant gives a dense sequence bit for bit what the plain one
 // does (the shadow-dense monitor's zero at covering windows).
-template <bool kMasked>
+template <int D>
 struct DecodeItemChunk {
   const __nv_bfloat16* q;
   KeyVisibility vis;
-  int q_begin, row0, group, kv_head, heads, head_dim, grid_items, item;
+  int q_begin, row0, group, kv_head, heads, grid_items, item;
   // Pair p is row row0 + p / group of the sequence, head kv_head * group + p % group.
   __device__ __forceinline__ int RowOf(int pair) const {
     return min(row0 + pair / group, vis.q_len - 1);
   }
   __device__ __forceinline__ const __nv_bfloat16* Query(int pair) const {
-    return q + (int64_t{q_begin + RowOf(pair)} * heads + kv_head * group + pair % group) * head_dim;
+    return q + (int64_t{q_begin + RowOf(pair)} * heads + kv_head * group + pair % group) * D;
   }
   __device__ __forceinline__ int32_t KeyAt(int pos) const { return pos; }
   __device__ __forceinline__ bool Visible(int pair, int key) const {
@@ -264,23 +275,17 @@ __global__ void __launch_bounds__(decode_tc::kThreads<kTiles>, kTiles == 1 ? 2 :
   if (item >= *num_items) return;  // the grid is sized for the most items this batch can have
   const int4 it = items[item];
   const AttentionSeqInfo seq = seq_arrays.seqs[it.x];
-  DecodeItemChunk<kMasked> chunk;
+  DecodeItemChunk<D> chunk;
   chunk.q = q;
-  chunk.vis.q_len = seq.q_len;
-  chunk.vis.kv_len = seq.kv_len;
-  chunk.vis.window = seq.window;
-  chunk.vis.sink_tokens = seq.sink_tokens;
-  chunk.vis.mask = seq.mask_begin >= 0 ? seq_arrays.masks + seq.mask_begin : nullptr;
+  chunk.vis = VisibilityOf(seq, seq_arrays.masks);
   chunk.q_begin = seq.q_begin;
   chunk.row0 = it.w;
   chunk.group = dims.heads / dims.kv_heads;
   chunk.kv_head = blockIdx.y;
   chunk.heads = dims.heads;
-  chunk.head_dim = D;
   chunk.grid_items = gridDim.x;
   chunk.item = item;
-  const bool per_key =
-      kMasked && (chunk.vis.window > 0 || chunk.vis.mask != nullptr || chunk.vis.q_len > 1);
+  const bool per_key = kMasked && ChecksEveryKey(chunk.vis);
   const int pairs = min(seq.q_len - it.w, group_rows) * chunk.group;
   decode_tc::RunChunk<D, kTiles>(smem_raw, kv, seq_arrays.block_tables + seq.table_begin, dims,
                                  blockIdx.y, it.y, min(seq.kv_len, it.z), pairs, per_key, chunk,

@@ -233,13 +233,13 @@ __global__ void __launch_bounds__(kThreads)
 
 // The tensor-core variant (decode_tensor_core.cuh) for GQA groups of 4 to 16: the group's query
 // heads of the row are the tile's pairs; the list's positions map to keys (-1: not seen).
+template <int D>
 struct TokenListChunk {
   TokenList list;
   const __nv_bfloat16* q_group;  // the row's queries of this KV head's group
   int64_t slot0;                 // the partial slot of the group's first head
-  int head_dim;
   __device__ __forceinline__ const __nv_bfloat16* Query(int pair) const {
-    return q_group + pair * head_dim;
+    return q_group + pair * D;
   }
   __device__ __forceinline__ int32_t KeyAt(int pos) const { return list.KeyAt(pos); }
   __device__ __forceinline__ bool Visible(int, int) const { return true; }  // in KeyAt already
@@ -255,13 +255,12 @@ __global__ void __launch_bounds__(decode_tc::kThreads<1>, 2)
   const int kv_head = blockIdx.y;
   const TokenSelectSeqInfo seq = p.seqs[p.rows[blockIdx.x / p.items_per_row].x];
   const int group = p.dims.heads / p.dims.kv_heads;
-  TokenListChunk chunk;
+  TokenListChunk<D> chunk;
   int32_t begin = 0, end = 0;
   chunk.list = ChunkList<D>(p, kv_head, &begin, &end);
   chunk.q_group = reinterpret_cast<const __nv_bfloat16*>(p.q) +
                   ((seq.q_begin + int64_t{chunk.list.row}) * p.dims.heads + kv_head * group) * D;
   chunk.slot0 = int64_t{blockIdx.x} * p.dims.heads + kv_head * group;
-  chunk.head_dim = D;
   decode_tc::RunChunk<D, 1>(smem_raw, reinterpret_cast<const __nv_bfloat16*>(p.kv_layer),
                             p.block_tables + seq.table_begin, p.dims, kv_head, begin, end, group,
                             /*per_key=*/false, chunk, p.partial_out, p.partial_lse);
