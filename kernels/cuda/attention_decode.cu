@@ -8,8 +8,9 @@
 // than one CTA holds — a speculative verify tree — is split into row groups, each with its own
 // items over the same chunks: one read per group);
 // 64-token tiles stream through shared memory with cp.async, double-buffered. Chunks are sized so
-// that the grid covers the GPU even at batch 1 (split-KV); a second kernel merges the chunks'
-// partial softmax states (log-sum-exp weighting). Items carry explicit key ranges, so a sliding
+// that the grid covers the GPU even at batch 1 (split-KV); the chunks' partial softmax states are
+// merged (log-sum-exp weighting) by the last chunk of each row group on the tensor-core kernel
+// (decode_tc::MergeIfLast), by a second kernel after the CUDA-core one. Items carry explicit key ranges, so a sliding
 // window's sequence gets items over its sinks and its window only; keys a range holds but the row
 // cannot see score -inf, and a tile, chunk or row with no visible key yields zeros, not NaN.
 #include <cuda_bf16.h>
@@ -99,9 +100,13 @@ __device__ __forceinline__ bool ChecksEveryKey(const KeyVisibility& vis) {
 template <int D, int G, bool kMasked>
 __global__ void __launch_bounds__(kThreads)
     DecodeAttentionKernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv,
-                          AttentionSeqs seq_arrays, const int32_t* num_items, const int4* items,
-                          int group_rows, AttentionDims dims, float* __restrict__ partial_out,
-                          float* __restrict__ partial_lse) {
+                          AttentionSeqs seq_arrays, DecodeWork work, AttentionDims dims,
+                          __nv_bfloat16* /*out: MergeKernel writes it*/) {
+  const int32_t* num_items = work.num_items;
+  const int4* items = work.items;
+  const int group_rows = work.rows;
+  float* __restrict__ partial_out = work.partial_out;
+  float* __restrict__ partial_lse = work.partial_lse;
   constexpr int kStride = Stride<D>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* kv_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [stage][K|V][kTile][kStride]
@@ -111,10 +116,12 @@ __global__ void __launch_bounds__(kThreads)
   float* sum_s = max_s + G;
   float* corr_s = sum_s + G;
 
-  WaitForPrecedingKernels();  // q and this step's K/V come from the kernels ahead
-  AllowNextKernelLaunch();
+  // The grid is sized for the most items this batch can have; the plan's arrays were uploaded
+  // before the step, so idle CTAs leave before waiting on the kernels ahead (q, this step's K/V).
   const int item = blockIdx.x;
-  if (item >= *num_items) return;  // the grid is sized for the most items this batch can have
+  if (item >= *num_items) return;
+  WaitForPrecedingKernels();
+  AllowNextKernelLaunch();
   const int kv_head = blockIdx.y;
   const int4 it = items[item];
   const AttentionSeqInfo seq = seq_arrays.seqs[it.x];
@@ -265,15 +272,13 @@ template <int D, bool kMasked, int kTiles>
 __global__ void __launch_bounds__(decode_tc::kThreads<kTiles>, kTiles == 1 ? 2 : 1)
     DecodeAttentionTensorCoreKernel(const __nv_bfloat16* __restrict__ q,
                                     const __nv_bfloat16* __restrict__ kv, AttentionSeqs seq_arrays,
-                                    const int32_t* num_items, const int4* items, int group_rows,
-                                    AttentionDims dims, float* __restrict__ partial_out,
-                                    float* __restrict__ partial_lse) {
+                                    DecodeWork work, AttentionDims dims, __nv_bfloat16* out) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  WaitForPrecedingKernels();  // q and this step's K/V come from the kernels ahead
-  AllowNextKernelLaunch();
   const int item = blockIdx.x;
-  if (item >= *num_items) return;  // the grid is sized for the most items this batch can have
-  const int4 it = items[item];
+  if (item >= *work.num_items) return;  // idle, as in the kernel above
+  WaitForPrecedingKernels();
+  AllowNextKernelLaunch();
+  const int4 it = work.items[item];
   const AttentionSeqInfo seq = seq_arrays.seqs[it.x];
   DecodeItemChunk<D> chunk;
   chunk.q = q;
@@ -286,25 +291,30 @@ __global__ void __launch_bounds__(decode_tc::kThreads<kTiles>, kTiles == 1 ? 2 :
   chunk.grid_items = gridDim.x;
   chunk.item = item;
   const bool per_key = kMasked && ChecksEveryKey(chunk.vis);
-  const int pairs = min(seq.q_len - it.w, group_rows) * chunk.group;
+  const int rows = min(seq.q_len - it.w, work.rows);
   decode_tc::RunChunk<D, kTiles>(smem_raw, kv, seq_arrays.block_tables + seq.table_begin, dims,
-                                 blockIdx.y, it.y, min(seq.kv_len, it.z), pairs, per_key, chunk,
-                                 partial_out, partial_lse);
+                                 blockIdx.y, it.y, min(seq.kv_len, it.z), rows * chunk.group,
+                                 per_key, chunk, work.partial_out, work.partial_lse);
+  if (work.merge_counters == nullptr) return;  // MergeKernel merges (the A/B switch)
+  const int first_merge = work.item_merges[item];
+  decode_tc::MergeIfLast<D, kTiles>(
+      smem_raw, work.merge_counters + int64_t{first_merge} * dims.kv_heads + blockIdx.y,
+      work.merges, work.merge_rows, first_merge, rows, blockIdx.y * chunk.group, chunk.group,
+      dims.heads, work.partial_out, work.partial_lse, out);
 }
 
 // Launches one of the decode kernels (they share their parameters) over the work's items, then
-// the split-KV merge of their partial states.
+// the split-KV merge of their partial states unless the kernel merges in its last chunks.
 template <class Kernel>
-cudaError_t LaunchItemsAndMerge(Kernel kernel, int threads, size_t smem, const bf16_t* q,
-                                const bf16_t* kv_layer, const AttentionSeqs& seqs,
+cudaError_t LaunchItemsAndMerge(Kernel kernel, bool merges_itself, int threads, size_t smem,
+                                const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqs& seqs,
                                 const DecodeWork& work, const AttentionDims& dims, bf16_t* out,
                                 cudaStream_t stream) {
-  if (cudaError_t err =
-          LaunchOverlapping(kernel, dim3(work.max_items, dims.kv_heads), threads, smem, stream,
-                            reinterpret_cast<const __nv_bfloat16*>(q),
-                            reinterpret_cast<const __nv_bfloat16*>(kv_layer), seqs, work.num_items,
-                            work.items, work.rows, dims, work.partial_out, work.partial_lse);
-      err != cudaSuccess) {
+  if (cudaError_t err = LaunchOverlapping(kernel, dim3(work.max_items, dims.kv_heads), threads,
+                                          smem, stream, reinterpret_cast<const __nv_bfloat16*>(q),
+                                          reinterpret_cast<const __nv_bfloat16*>(kv_layer), seqs,
+                                          work, dims, reinterpret_cast<__nv_bfloat16*>(out));
+      err != cudaSuccess || merges_itself) {
     return err;
   }
   SplitKvMerge merge;
@@ -328,9 +338,16 @@ cudaError_t LaunchTensorCore(const bf16_t* q, const bf16_t* kv_layer, const Atte
                                 cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   });
   if (attr != cudaSuccess) return attr;
+  DecodeWork tc_work = work;
+  if (!DecodeMergesInKernel()) tc_work.merge_counters = nullptr;
+  if (tc_work.merge_counters != nullptr &&
+      (work.item_merges == nullptr || work.max_items + 1 > decode_tc::MergeScratchFloats<D>())) {
+    return cudaErrorInvalidValue;
+  }
   return LaunchItemsAndMerge(DecodeAttentionTensorCoreKernel<D, kMasked, kTiles>,
-                             decode_tc::kThreads<kTiles>, kSmem, q, kv_layer, seqs, work, dims, out,
-                             stream);
+                             /*merges_itself=*/tc_work.merge_counters != nullptr,
+                             decode_tc::kThreads<kTiles>, kSmem, q, kv_layer, seqs, tc_work, dims,
+                             out, stream);
 }
 
 // out[row][head] = Σ_i w_i o_i / Σ_i w_i with w_i = exp(lse_i - max lse) over the row's chunks.
@@ -381,8 +398,8 @@ cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqs&
                                 cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   });
   if (attr != cudaSuccess) return attr;
-  return LaunchItemsAndMerge(DecodeAttentionKernel<D, G, kMasked>, kThreads, kSmem, q, kv_layer,
-                             seqs, work, dims, out, stream);
+  return LaunchItemsAndMerge(DecodeAttentionKernel<D, G, kMasked>, /*merges_itself=*/false,
+                             kThreads, kSmem, q, kv_layer, seqs, work, dims, out, stream);
 }
 
 // `queries`: (row, head) pairs per KV head. More than 16 only come with several rows, which
@@ -405,6 +422,14 @@ cudaError_t LaunchForGroup(int queries, const bf16_t* q, const bf16_t* kv_layer,
 }
 
 }  // namespace
+
+bool DecodeMergesInKernel() {
+  static const bool on = [] {
+    const char* env = std::getenv("SPARSESERVE_DECODE_MERGE_KERNEL");
+    return env == nullptr || std::string_view(env) != "1";
+  }();
+  return on;
+}
 
 bool DecodeOnTensorCores() {
   static const bool on = [] {

@@ -264,6 +264,12 @@ __global__ void __launch_bounds__(decode_tc::kThreads<1>, 2)
   decode_tc::RunChunk<D, 1>(smem_raw, reinterpret_cast<const __nv_bfloat16*>(p.kv_layer),
                             p.block_tables + seq.table_begin, p.dims, kv_head, begin, end, group,
                             /*per_key=*/false, chunk, p.partial_out, p.partial_lse);
+  if (p.merge_counters == nullptr) return;  // MergeKernel merges (the A/B switch)
+  const int row = static_cast<int>(blockIdx.x) / p.items_per_row;
+  decode_tc::MergeIfLast<D, 1>(
+      smem_raw, p.merge_counters + int64_t{row} * p.dims.kv_heads + kv_head, p.merges, p.merge_rows,
+      row, /*rows=*/1, kv_head * group, group, p.dims.heads, p.partial_out, p.partial_lse,
+      reinterpret_cast<__nv_bfloat16*>(p.out));
 }
 
 template <int D>
@@ -293,10 +299,24 @@ cudaError_t Launch(const TokenSelectAttentionParams& p, cudaStream_t stream) {
   return LaunchOverlapping(TokenSelectAttentionKernel<D, G>, grid, kThreads, kSmem, stream, p);
 }
 
+// Whether the tensor-core kernel runs a group, and whether it merges its chunks itself.
+bool OnTensorCores(int group) {
+  return group >= 4 && group <= decode_tc::kRows && DecodeOnTensorCores();
+}
+bool MergesItself(int group) {
+  return OnTensorCores(group) && DecodeMergesInKernel();
+}
+
 template <int D>
 cudaError_t LaunchForGroup(int group, const TokenSelectAttentionParams& p, cudaStream_t stream) {
-  if (group >= 4 && group <= decode_tc::kRows && DecodeOnTensorCores()) {
-    return LaunchTensorCore<D>(p, stream);
+  if (OnTensorCores(group)) {
+    TokenSelectAttentionParams tc = p;
+    if (!MergesItself(group)) tc.merge_counters = nullptr;
+    if (tc.merge_counters != nullptr &&
+        (p.out == nullptr || p.items_per_row + 1 > decode_tc::MergeScratchFloats<D>())) {
+      return cudaErrorInvalidValue;
+    }
+    return LaunchTensorCore<D>(tc, stream);
   }
   if (group <= 1) return Launch<D, 1>(p, stream);
   if (group <= 2) return Launch<D, 2>(p, stream);
@@ -312,10 +332,12 @@ cudaError_t LaunchTokenSelectAttention(const TokenSelectAttentionParams& p, bf16
   if (p.num_rows == 0) return cudaSuccess;
   const int group = p.dims.heads / p.dims.kv_heads;
   if (group > 16 || p.items_per_row < 1 || p.item_tokens < 1) return cudaErrorInvalidValue;
+  TokenSelectAttentionParams with_out = p;
+  with_out.out = out;
   cudaError_t e = cudaErrorInvalidValue;
-  if (p.dims.head_dim == 64) e = LaunchForGroup<64>(group, p, stream);
-  if (p.dims.head_dim == 128) e = LaunchForGroup<128>(group, p, stream);
-  if (e != cudaSuccess) return e;
+  if (p.dims.head_dim == 64) e = LaunchForGroup<64>(group, with_out, stream);
+  if (p.dims.head_dim == 128) e = LaunchForGroup<128>(group, with_out, stream);
+  if (e != cudaSuccess || MergesItself(group)) return e;
   SplitKvMerge merge;
   merge.partial_out = p.partial_out;
   merge.partial_lse = p.partial_lse;

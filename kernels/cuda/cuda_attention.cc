@@ -43,8 +43,8 @@ int DecodeGroupRows(int group) {
   return std::min(kMaxRows, cuda::kMaxDecodeQueries / group);
 }
 
-// Split-KV decode chunks are sized for this many CTAs per SM over all KV heads:
-// $SPARSESERVE_DECODE_CTAS_PER_SM, default 4 (an A/B switch for the benchmarks).
+// Split-KV decode chunks are sized for this many CTAs per SM over all KV heads (twice as many for
+// long chunks): $SPARSESERVE_DECODE_CTAS_PER_SM, default 4 (an A/B switch for the benchmarks).
 int DecodeCtasPerSm() {
   static const int ctas = [] {
     const char* env = std::getenv("SPARSESERVE_DECODE_CTAS_PER_SM");
@@ -158,7 +158,7 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   const bool generic = !HasTensorCoreKernel(shape.head_dim, group);
 
   AttentionPlan plan;  // its layout's variant flags are set while the sequences are flattened
-  std::vector<int32_t> seqs, tables, tiles, items, merges, merge_rows, row_seq;
+  std::vector<int32_t> seqs, tables, tiles, items, item_merges, merges, merge_rows, row_seq;
   std::vector<uint8_t> masks;
   // A prefill tile: (sequence, first row) plus the MInference index area that gates it.
   struct TileWork {
@@ -335,15 +335,24 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   // or one group of a many-row sequence's rows) has at most two ranges (sinks, window), so
   // max_target / kv_heads + 2 * decode_groups bounds the items. That bound is the grid, which then
   // stays fixed while a batch's contexts grow (step graphs replay it).
-  constexpr int64_t kMinChunkTiles = 16;
+  // Chunks longer than kMaxChunkTiles get up to twice as many CTAs instead (2 are resident per
+  // SM, so that is 8 waves, not 4): the last wave's stragglers then hold less of the step (H100,
+  // B=8 at 128K: 1573 -> 1528 us at 8 CTAs per SM, while B=1 at 32K lost with it, 56 -> 78 us).
+  // Idle CTAs of the bound leave before waiting on the kernels ahead.
+  constexpr int64_t kMinChunkTiles = 16, kMaxChunkTiles = 64;
   const int64_t sms = std::max(sm_count_, 1);
-  const int64_t max_target = int64_t{DecodeCtasPerSm()} * sms;
-  const int64_t target = std::clamp(decode_tiles * kv_heads / kMinChunkTiles,
-                                    std::min(2 * sms, max_target), max_target);
+  const int64_t work_tiles = decode_tiles * kv_heads;
+  const int64_t base_target = int64_t{DecodeCtasPerSm()} * sms;
+  const int64_t max_target = 2 * base_target;
+  int64_t target =
+      std::clamp(work_tiles / kMinChunkTiles, std::min(2 * sms, base_target), base_target);
+  if (work_tiles > target * kMaxChunkTiles) {
+    target = std::min(max_target, (work_tiles + kMaxChunkTiles - 1) / kMaxChunkTiles);
+  }
   const int max_items =
       decode_groups == 0 ? 0 : static_cast<int>(max_target / kv_heads) + 2 * decode_groups;
   if (decode_groups > 0) {
-    const int64_t per_chunk = std::max<int64_t>(1, (decode_tiles * kv_heads + target - 1) / target);
+    const int64_t per_chunk = std::max<int64_t>(1, (work_tiles + target - 1) / target);
     const int chunk_tokens = static_cast<int>(per_chunk * cuda::kDecodeTileTokens);
     for (int s = 0; s < num_seqs; ++s) {
       const SequenceAttention& sa = batch.sequences[s];
@@ -361,10 +370,12 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
       VisibleRanges(sa, &ranges);
       for (int r0 = 0; r0 < sa.q_len; r0 += group_rows) {
         const int first = static_cast<int>(items.size() / 4);
+        const int first_merge = static_cast<int>(merges.size() / 2);
         int count = 0;
         for (const auto& [b, e] : ranges) {
           for (int k0 = b; k0 < e; k0 += chunk_tokens, ++count) {
             items.insert(items.end(), {s, k0, std::min(e, k0 + chunk_tokens), r0});
+            item_merges.push_back(first_merge);
           }
         }
         for (int r = r0; r < std::min(sa.q_len, r0 + group_rows); ++r) {
@@ -380,6 +391,7 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   }
   const int num_items = static_cast<int>(items.size() / 4);
   items.resize(size_t{4} * max_items, 0);  // fixed size, so the sections after it do not move
+  item_merges.resize(max_items, 0);
   if (generic) {
     row_seq.assign(total_q, -1);
     for (int s = 0; s < num_seqs; ++s) {
@@ -408,6 +420,12 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   l.decode_items = append_vec(items);
   l.merges = append_vec(merges);
   l.merge_rows = append_vec(merge_rows);
+  l.decode_item_merges = append_vec(item_merges);
+  // The merge counters of the decode kernels' last chunks (decode_tc::MergeIfLast): zero here,
+  // and left zero by every call.
+  const std::vector<int32_t> counters(
+      (merge_rows.size() + tokenselect.merge_rows.size()) * static_cast<size_t>(kv_heads), 0);
+  l.merge_counters = append_vec(counters);
   l.prefill_tiles = append_vec(tiles);
   l.prefill_tile_areas = append_vec(tile_areas);
   l.row_seq = append_vec(row_seq);
@@ -457,7 +475,9 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   // The decode partials (then TokenSelect's) and the MInference estimation scratch share
   // `partial`: the scratch is dead once BuildAttentionIndex's kernels are done, before
   // Attention's decode kernels run.
-  l.tokenselect_partial = int64_t{max_items} * decode_rows * shape.num_heads * (shape.head_dim + 1);
+  // (16-byte aligned: the merge reads partial outputs as float4.)
+  l.tokenselect_partial =
+      (int64_t{max_items} * decode_rows * shape.num_heads * (shape.head_dim + 1) + 3) / 4 * 4;
   const int64_t partial_floats = l.tokenselect_partial + tokenselect.partial_floats;
   const int64_t stats_floats = 2 * std::max<int64_t>(1, num_seqs);
   const bool grow_metadata = workspace.metadata.numel() < static_cast<int64_t>(host.size());
@@ -719,6 +739,8 @@ absl::Status CudaBackend::Attention(const AttentionPlan& plan, const Tensor& q,
     work.merges = reinterpret_cast<const int2*>(base + l.merges);
     work.merge_rows = base + l.merge_rows;
     work.num_merges = l.num_merges;
+    work.item_merges = base + l.decode_item_merges;
+    work.merge_counters = ws.metadata.data<int32_t>() + l.merge_counters;
     work.masked = l.decode_masked;
     work.rows = l.decode_rows;
     work.partial_out = ws.partial.data<float>();
@@ -748,6 +770,8 @@ absl::Status CudaBackend::Attention(const AttentionPlan& plan, const Tensor& q,
                                         dims.heads * dims.head_dim;
     p.merges = reinterpret_cast<const int2*>(base + l.tokenselect_merges);
     p.merge_rows = base + l.tokenselect_merge_rows;
+    p.merge_counters =
+        ws.metadata.data<int32_t>() + l.merge_counters + int64_t{l.num_merges} * dims.kv_heads;
     SS_RETURN_IF_ERROR(CudaStatus(cuda::LaunchTokenSelectAttention(p, out_ptr, stream()),
                                   "Attention (TokenSelect)"));
   }

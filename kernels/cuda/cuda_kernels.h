@@ -169,6 +169,11 @@ struct DecodeWork {
   const int2* merges = nullptr;         // device [num_merges]: (first item, item count)
   const int32_t* merge_rows = nullptr;  // device [num_merges]: output row (q_begin) of each merge
   int num_merges = 0;
+  // The tensor-core kernel merges in its last chunk (decode_tc::MergeIfLast): per item the first
+  // merge of its row group, and per (row group's first merge, KV head) a counter of finished
+  // chunks, zero before the call (and left zero by it).
+  const int32_t* item_merges = nullptr;  // device [max_items]
+  int32_t* merge_counters = nullptr;     // device [num_merges * kv_heads]
   // Row r of an item (counted from its first row) writes its partial state at slot
   // item + r * max_items.
   float* partial_out = nullptr;  // [rows * max_items, heads, head_dim]
@@ -195,6 +200,10 @@ inline constexpr int kDecodeTileTokens = 64;
 // default) or on the CUDA-core kernels ($SPARSESERVE_DECODE_TENSOR_CORES=0, read once: an A/B
 // switch).
 bool DecodeOnTensorCores();
+// Whether the tensor-core kernels merge their split-KV chunks in the last chunk of each group
+// (decode_tc::MergeIfLast, the default) or leave it to MergeKernel
+// ($SPARSESERVE_DECODE_MERGE_KERNEL=1, read once: an A/B switch).
+bool DecodeMergesInKernel();
 
 // The second half of split-KV attention: each merge combines the partial softmax states of its
 // chunks (log-sum-exp weighting) into one output row. Used by the decode kernel and by the
@@ -371,6 +380,9 @@ struct TokenSelectAttentionParams {
   float* partial_lse = nullptr;         // f32 [num_rows * items_per_row, heads]
   const int2* merges = nullptr;         // device [num_rows]: (row * items_per_row, items_per_row)
   const int32_t* merge_rows = nullptr;  // device [num_rows]: the packed query row
+  // The tensor-core kernel's merge in the last chunk of each (row, KV head), as DecodeWork's.
+  int32_t* merge_counters = nullptr;  // device [num_rows * kv_heads], zero
+  bf16_t* out = nullptr;              // set by LaunchTokenSelectAttention
 };
 cudaError_t LaunchTokenSelectAttention(const TokenSelectAttentionParams& p, bf16_t* out,
                                        cudaStream_t stream);

@@ -187,6 +187,100 @@ __device__ __forceinline__ void RunChunk(unsigned char* smem, const __nv_bfloat1
   }
 }
 
+// Floats of the merge's weights scratch (the K/V stages): a merge group's chunks + 1 at most.
+template <int D>
+__host__ __device__ constexpr int MergeScratchFloats() {
+  return static_cast<int>(size_t{2} * kStages * TileBytes<D>() / sizeof(float));
+}
+
+// The split-KV merge without a second kernel: the chunk that completes a merge group last
+// combines its partials (a merge kernel's launch and its wait cost more than the merge at short
+// contexts: B=1 at 1K, TokenSelect's lists). A group is the items of one row group for one KV head;
+// its rows are merges[first_merge, first_merge + rows), each (first slot, chunks) as MergeKernel
+// reads them, all with the same chunks. `counter` (zero before the group's first chunk) counts
+// the chunks in; the last one resets it for the next layer, then writes
+// out[merge_rows[m]][head] = Σ_i w_i o_i / Σ_i w_i, w_i = exp(lse_i - max lse), for the group's
+// rows and the KV head's query heads [head0, head0 + group). Call after RunChunk, from every
+// thread of the CTA.
+template <int D, int kTiles>
+__device__ __forceinline__ void MergeIfLast(unsigned char* smem, int* counter, const int2* merges,
+                                            const int32_t* merge_rows, int first_merge, int rows,
+                                            int head0, int group, int heads,
+                                            const float* partial_out, const float* partial_lse,
+                                            __nv_bfloat16* out) {
+  constexpr int kCtaThreads = kThreads<kTiles>;
+  constexpr int kWarps = kCtaThreads / 32;
+  // The K/V stages hold the weights now: [pair of this pass][chunk], then 1 / Σ w per pair.
+  constexpr int kScratchFloats = MergeScratchFloats<D>();
+  __shared__ int last;
+  __threadfence();  // this thread's partials are visible to every SM before the count below
+  __syncthreads();  // and everyone's; the stages are free again
+  if (threadIdx.x == 0) {
+    const int2 m = merges[first_merge];
+    last = atomicAdd(counter, 1) + 1 == m.y;
+    if (last) {
+      *counter = 0;
+      __threadfence();  // the other chunks' partials are read after their counts
+    }
+  }
+  __syncthreads();
+  if (!last) return;
+  const int chunks = merges[first_merge].y;
+  const int pairs = rows * group;
+  const int per_pass = max(1, min(pairs, kScratchFloats / (chunks + 1)));
+  float* w_s = reinterpret_cast<float*>(smem);
+  float* inv_s = w_s + per_pass * chunks;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int p0 = 0; p0 < pairs; p0 += per_pass) {
+    const int np = min(per_pass, pairs - p0);
+    for (int pp = warp; pp < np; pp += kWarps) {  // a warp per pair: its chunks' weights
+      const int p = p0 + pp;
+      const int64_t first = merges[first_merge + p / group].x;
+      const int head = head0 + p % group;
+      float m = -INFINITY;
+      for (int i = lane; i < chunks; i += 32) {
+        const float lse = __ldcg(partial_lse + (first + i) * heads + head);
+        w_s[pp * chunks + i] = lse;
+        m = fmaxf(m, lse);
+      }
+      for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+      const float safe_m = m == -INFINITY ? 0.0f : m;  // no chunk saw a key: zeros
+      float sum = 0.0f;
+      for (int i = lane; i < chunks; i += 32) {
+        const float w = __expf(w_s[pp * chunks + i] - safe_m);
+        w_s[pp * chunks + i] = w;
+        sum += w;
+      }
+      for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+      if (lane == 0) inv_s[pp] = sum > 0.0f ? 1.0f / sum : 0.0f;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < np * (D / 4); e += kCtaThreads) {
+      const int pp = e / (D / 4), d4 = e % (D / 4);
+      const int p = p0 + pp;
+      const int64_t first = merges[first_merge + p / group].x;
+      const int head = head0 + p % group;
+      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+      for (int i = 0; i < chunks; ++i) {
+        const float w = w_s[pp * chunks + i];
+        const float4 v = __ldcg(
+            reinterpret_cast<const float4*>(partial_out + ((first + i) * heads + head) * D) + d4);
+        acc.x += w * v.x;
+        acc.y += w * v.y;
+        acc.z += w * v.z;
+        acc.w += w * v.w;
+      }
+      const float inv = inv_s[pp];
+      const int64_t row = merge_rows[first_merge + p / group];
+      auto* dst = reinterpret_cast<__nv_bfloat162*>(out + (row * heads + head) * D + d4 * 4);
+      dst[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+      dst[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+    }
+    __syncthreads();  // the next pass rewrites the weights
+  }
+}
+
 }  // namespace sparseserve::kernels::cuda::decode_tc
 
 #endif  // SPARSESERVE_KERNELS_CUDA_DECODE_TENSOR_CORE_CUH_

@@ -145,10 +145,17 @@ __device__ __forceinline__ void Store8(void* p, bool f32, int64_t chunk, const f
 // row held in registers between them (at most kNormMaxChunks chunks per thread).
 __global__ void RmsNormVecKernel(void* residual, bool res_f32, const void* x, bool x_f32,
                                  const bf16_t* w, int64_t d, float eps, bf16_t* out) {
-  WaitForPrecedingKernels();
-  AllowNextKernelLaunch();
   __shared__ float scratch[32];
   const int64_t chunks = d / 8;
+  // The norm weights are never written by a kernel: read while the kernel ahead finishes.
+  float wv[kNormMaxChunks][8];
+#pragma unroll
+  for (int j = 0; j < kNormMaxChunks; ++j) {
+    const int64_t c = threadIdx.x + int64_t{j} * blockDim.x;
+    if (c < chunks) Load8(w, false, c, wv[j]);
+  }
+  WaitForPrecedingKernels();
+  AllowNextKernelLaunch();
   const int64_t base = blockIdx.x * chunks;  // in chunks
   float v[kNormMaxChunks][8];
   float sum = 0.0f;
@@ -173,10 +180,8 @@ __global__ void RmsNormVecKernel(void* residual, bool res_f32, const void* x, bo
   for (int j = 0; j < kNormMaxChunks; ++j) {
     const int64_t c = threadIdx.x + int64_t{j} * blockDim.x;
     if (c >= chunks) break;
-    float wv[8];
-    Load8(w, false, c, wv);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) v[j][i] *= inv_rms * wv[i];
+    for (int i = 0; i < 8; ++i) v[j][i] *= inv_rms * wv[j][i];
     Store8(out, false, base + c, v[j]);
   }
 }
