@@ -10,9 +10,10 @@
 // 64-token tiles stream through shared memory with cp.async, double-buffered. Chunks are sized so
 // that the grid covers the GPU even at batch 1 (split-KV); the chunks' partial softmax states are
 // merged (log-sum-exp weighting) by the last chunk of each row group on the tensor-core kernel
-// (decode_tc::MergeIfLast), by a second kernel after the CUDA-core one. Items carry explicit key ranges, so a sliding
-// window's sequence gets items over its sinks and its window only; keys a range holds but the row
-// cannot see score -inf, and a tile, chunk or row with no visible key yields zeros, not NaN.
+// (decode_tc::MergeIfLast), by a second kernel after the CUDA-core one. Items carry explicit key
+// ranges, so a sliding window's sequence gets items over its sinks and its window only; keys a
+// range holds but the row cannot see score -inf, and a tile, chunk or row with no visible key
+// yields zeros, not NaN.
 #include <cuda_bf16.h>
 
 #include <cstdlib>
