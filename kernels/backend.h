@@ -13,6 +13,8 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "common/core/status.h"
 #include "common/tensor/tensor.h"
 #include "kernels/attention_plan.h"
 #include "kernels/sampling_plan.h"
@@ -99,6 +101,33 @@ class Backend {
   // ranges of a wider tensor (rows strided, columns contiguous): the model reads them from the
   // fused gate/up projection's output.
   virtual absl::Status SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
+
+  // out = silu(x · w_gateᵀ) · (x · w_upᵀ): the SwiGLU feed-forward's first half. w_gate_up
+  // [2 * ffn, in] holds the gate rows then the up rows; gate_up [n, 2 * ffn] is scratch the
+  // backend may use (this default writes the projection there, then SiluMul reads it); out
+  // [n, ffn]. Backends that fuse the two must give the same values.
+  virtual absl::Status LinearSiluMul(const Tensor& x, const Tensor& w_gate_up,
+                                     const Tensor& gate_up, const Tensor& out) {
+    const int64_t ffn = out.ndim() == 2 ? out.dim(1) : 0;
+    if (gate_up.ndim() != 2 || gate_up.dim(1) != 2 * ffn) {
+      return absl::InvalidArgumentError(absl::StrCat("LinearSiluMul: gate_up ",
+                                                     gate_up.DebugString(), " must be [n, 2 * ",
+                                                     ffn, "] for out ", out.DebugString()));
+    }
+    SS_RETURN_IF_ERROR(Linear(x, w_gate_up, Tensor(), gate_up));
+    return SiluMul(gate_up.Slice(1, 0, ffn), gate_up.Slice(1, ffn, 2 * ffn), out);
+  }
+
+  // The attention block's input side as one op: qkv = x · w_qkvᵀ (+ bias), then
+  // RopeWriteKv(qkv, positions, inv_freq, slots, q, kv_layer). qkv is scratch the backend may skip
+  // (this default writes it); a fused backend must give the same q and K/V.
+  virtual absl::Status LinearRopeWriteKv(const Tensor& x, const Tensor& w_qkv, const Tensor& bias,
+                                         const Tensor& qkv, const Tensor& positions,
+                                         const Tensor& inv_freq, const Tensor& slots,
+                                         const Tensor& q, const Tensor& kv_layer) {
+    SS_RETURN_IF_ERROR(Linear(x, w_qkv, bias, qkv));
+    return RopeWriteKv(qkv, positions, inv_freq, slots, q, kv_layer);
+  }
 
   // Writes new keys and values into their KV slots. k, v [n, kv_heads, head_dim]; slots i32 [n]
   // (block_id * block_tokens + offset); kv_layer [num_blocks, 2, block_tokens, kv_heads, head_dim]

@@ -73,6 +73,22 @@ absl::Status OpTimingBackend::SiluMul(const Tensor& gate, const Tensor& up, cons
   return Timed("SiluMul", [&] { return inner_->SiluMul(gate, up, out); });
 }
 
+absl::Status OpTimingBackend::LinearSiluMul(const Tensor& x, const Tensor& w_gate_up,
+                                            const Tensor& gate_up, const Tensor& out) {
+  return Timed(absl::StrCat("LinearSiluMul ", x.dim(0), "x", x.dim(1), "x", w_gate_up.dim(0)),
+               [&] { return inner_->LinearSiluMul(x, w_gate_up, gate_up, out); });
+}
+
+absl::Status OpTimingBackend::LinearRopeWriteKv(const Tensor& x, const Tensor& w_qkv,
+                                                const Tensor& bias, const Tensor& qkv,
+                                                const Tensor& positions, const Tensor& inv_freq,
+                                                const Tensor& slots, const Tensor& q,
+                                                const Tensor& kv_layer) {
+  return Timed(absl::StrCat("LinearRopeWriteKv ", x.dim(0), "x", x.dim(1), "x", w_qkv.dim(0)), [&] {
+    return inner_->LinearRopeWriteKv(x, w_qkv, bias, qkv, positions, inv_freq, slots, q, kv_layer);
+  });
+}
+
 absl::Status OpTimingBackend::WriteKv(const Tensor& k, const Tensor& v, const Tensor& slots,
                                       const Tensor& kv_layer) {
   return Timed("WriteKv", [&] { return inner_->WriteKv(k, v, slots, kv_layer); });

@@ -50,6 +50,12 @@ class OpTimingBackend final : public Backend {
   absl::Status Rope(const Tensor& q, const Tensor& k, const Tensor& positions,
                     const Tensor& inv_freq) override;
   absl::Status SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  absl::Status LinearSiluMul(const Tensor& x, const Tensor& w_gate_up, const Tensor& gate_up,
+                             const Tensor& out) override;
+  absl::Status LinearRopeWriteKv(const Tensor& x, const Tensor& w_qkv, const Tensor& bias,
+                                 const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
+                                 const Tensor& slots, const Tensor& q,
+                                 const Tensor& kv_layer) override;
   absl::Status WriteKv(const Tensor& k, const Tensor& v, const Tensor& slots,
                        const Tensor& kv_layer) override;
   absl::Status RopeWriteKv(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,

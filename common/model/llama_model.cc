@@ -365,8 +365,6 @@ absl::Status LlamaModel::RunLayers(
   const int64_t hd = c.head_dim;
   // Activations. `h` is the residual stream; `x` its normalised copy fed to each sub-block.
   const Tensor &h = v.h, &x = v.x, &q = v.q, &attn_out = v.attn_out;
-  const int64_t ffn = dims_.ffn;  // this rank's (all on one rank), as the heads below
-  const Tensor gate = v.gate_up.Slice(1, 0, ffn), up = v.gate_up.Slice(1, ffn, 2 * ffn);
   const Tensor& branch = v.branch;  // sub-block output
   SS_ASSIGN_OR_RETURN(Tensor attn2, attn_out.Reshape({n, dims_.heads * hd}));
 
@@ -382,8 +380,8 @@ absl::Status LlamaModel::RunLayers(
     // h is the output of layer l - 1: the early-exit adapter's K/V of these rows come from it
     // (branch is free until this layer's attention output).
     if (exit_layer > 0 && l == exit_layer) SS_RETURN_IF_ERROR(WriteAdapterKv(v, branch, cache));
-    SS_RETURN_IF_ERROR(be.Linear(x, w.wqkv, w.bqkv, v.qkv));
-    SS_RETURN_IF_ERROR(be.RopeWriteKv(v.qkv, v.positions, inv_freq_, v.slots, q, cache.layer(l)));
+    SS_RETURN_IF_ERROR(be.LinearRopeWriteKv(x, w.wqkv, w.bqkv, v.qkv, v.positions, inv_freq_,
+                                            v.slots, q, cache.layer(l)));
     if (on_layer_kv_written) SS_RETURN_IF_ERROR(on_layer_kv_written(l));
     // Sparse methods build this layer's index from its queries and keys (attention_plan.h).
     const kernels::AttentionPlan& layer_plan =
@@ -400,8 +398,7 @@ absl::Status LlamaModel::RunLayers(
     SS_RETURN_IF_ERROR(be.Linear(attn2, w.wo, w.bo, branch));
     SS_RETURN_IF_ERROR(AllReduce(branch));  // o_proj is row-parallel: each rank's heads' part
     SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, w.ffn_norm, c.rms_norm_eps, x));
-    SS_RETURN_IF_ERROR(be.Linear(x, w.w_gate_up, Tensor(), v.gate_up));
-    SS_RETURN_IF_ERROR(be.SiluMul(gate, up, v.act));
+    SS_RETURN_IF_ERROR(be.LinearSiluMul(x, w.w_gate_up, v.gate_up, v.act));
     SS_RETURN_IF_ERROR(be.Linear(v.act, w.w_down, Tensor(), branch));
     SS_RETURN_IF_ERROR(AllReduce(branch));  // down is row-parallel likewise
   }
@@ -409,8 +406,8 @@ absl::Status LlamaModel::RunLayers(
     const EarlyExitAdapter& a = early_exit_;
     const Tensor& kv = cache.layer(c.num_layers);
     SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, a.input_norm, c.rms_norm_eps, x));
-    SS_RETURN_IF_ERROR(be.Linear(x, a.wqkv, Tensor(), v.qkv));
-    SS_RETURN_IF_ERROR(be.RopeWriteKv(v.qkv, v.positions, inv_freq_, v.slots, q, kv));
+    SS_RETURN_IF_ERROR(
+        be.LinearRopeWriteKv(x, a.wqkv, Tensor(), v.qkv, v.positions, inv_freq_, v.slots, q, kv));
     SS_RETURN_IF_ERROR(be.Attention(plan, q, kv, c.num_layers, attn_out));
     SS_RETURN_IF_ERROR(be.Linear(attn2, a.wo, Tensor(), branch));
     SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, a.output_norm, c.rms_norm_eps, x));

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/core/status.h"
 #include "kernels/attention_plan_check.h"
+#include "kernels/cuda/cuda_backend_state.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_status.h"
 
@@ -352,6 +353,67 @@ absl::Status CudaBackend::SiluMul(const Tensor& gate, const Tensor& up, const Te
   return CudaStatus(cuda::LaunchSiluMul(Bf16(gate), gate.stride(0), Bf16(up), up.stride(0),
                                         gate.dim(0), gate.dim(1), MutableBf16(out), stream()),
                     "SiluMul");
+}
+
+absl::Status CudaBackend::LinearSiluMul(const Tensor& x, const Tensor& w_gate_up,
+                                        const Tensor& gate_up, const Tensor& out) {
+  if (x.ndim() != 2 || !TakesSkinnyGemm(x.dim(0), x.dim(1)) || !FusesDecodeEpilogue("swiglu")) {
+    return Backend::LinearSiluMul(x, w_gate_up, gate_up, out);
+  }
+  SS_RETURN_IF_ERROR(CheckCuda(x, DType::kBf16, 2, "LinearSiluMul", "x"));
+  SS_RETURN_IF_ERROR(CheckCuda(w_gate_up, DType::kBf16, 2, "LinearSiluMul", "w_gate_up"));
+  SS_RETURN_IF_ERROR(CheckCuda(out, DType::kBf16, 2, "LinearSiluMul", "out"));
+  const int64_t n = x.dim(0), ffn = out.dim(1);
+  SS_RETURN_IF_ERROR(CheckShape(w_gate_up, {2 * ffn, x.dim(1)}, "LinearSiluMul", "w_gate_up"));
+  SS_RETURN_IF_ERROR(CheckShape(out, {n, ffn}, "LinearSiluMul", "out"));
+  return CudaStatus(cuda::LaunchSkinnySwiGlu(Bf16(x), Bf16(w_gate_up), n, x.dim(1), ffn,
+                                             MutableBf16(out), stream()),
+                    "LinearSiluMul");
+}
+
+absl::Status CudaBackend::LinearRopeWriteKv(const Tensor& x, const Tensor& w_qkv,
+                                            const Tensor& bias, const Tensor& qkv,
+                                            const Tensor& positions, const Tensor& inv_freq,
+                                            const Tensor& slots, const Tensor& q,
+                                            const Tensor& kv_layer) {
+  if (x.ndim() != 2 || !TakesSkinnyGemm(x.dim(0), x.dim(1)) || !FusesDecodeEpilogue("rope")) {
+    return Backend::LinearRopeWriteKv(x, w_qkv, bias, qkv, positions, inv_freq, slots, q, kv_layer);
+  }
+  constexpr const char* kOp = "LinearRopeWriteKv";
+  SS_RETURN_IF_ERROR(CheckCuda(x, DType::kBf16, 2, kOp, "x"));
+  SS_RETURN_IF_ERROR(CheckCuda(w_qkv, DType::kBf16, 2, kOp, "w_qkv"));
+  SS_RETURN_IF_ERROR(CheckCuda(positions, DType::kI32, 1, kOp, "positions"));
+  SS_RETURN_IF_ERROR(CheckCuda(inv_freq, DType::kF32, 1, kOp, "inv_freq"));
+  SS_RETURN_IF_ERROR(CheckCuda(slots, DType::kI32, 1, kOp, "slots"));
+  SS_RETURN_IF_ERROR(CheckCuda(q, DType::kBf16, 3, kOp, "q"));
+  SS_RETURN_IF_ERROR(CheckCuda(kv_layer, DType::kBf16, 4, kOp, "kv_layer"));
+  const int64_t n = x.dim(0), heads = q.dim(1), hd = q.dim(2), kv_heads = kv_layer.dim(2);
+  const int64_t rows = (heads + 2 * kv_heads) * hd;
+  SS_RETURN_IF_ERROR(CheckShape(w_qkv, {rows, x.dim(1)}, kOp, "w_qkv"));
+  if (q.dim(0) != n || positions.dim(0) != n || slots.dim(0) != n || kv_layer.dim(3) != hd ||
+      hd % 2 != 0 || inv_freq.dim(0) != hd / 2 ||
+      (!bias.empty() &&
+       (bias.device() != Device::kCuda || bias.dtype() != DType::kBf16 || bias.numel() != rows))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": shape mismatch x ", x.DebugString(), " q ", q.DebugString(), " kv_layer ",
+        kv_layer.DebugString(), " positions ", positions.DebugString(), " slots ",
+        slots.DebugString(), " inv_freq ", inv_freq.DebugString(), " bias ", bias.DebugString()));
+  }
+  cuda::SkinnyRopeKv rope;
+  rope.positions = positions.data<int32_t>();
+  rope.inv_freq = inv_freq.data<float>();
+  rope.slots = slots.data<int32_t>();
+  rope.q = MutableBf16(q);
+  rope.kv_layer = MutableBf16(kv_layer);
+  rope.heads = static_cast<int>(heads);
+  rope.kv_heads = static_cast<int>(kv_heads);
+  rope.head_dim = static_cast<int>(hd);
+  rope.block_tokens = static_cast<int>(kv_layer.dim(1));
+  // Slots come from block tables the model already checked against the pool.
+  return CudaStatus(
+      cuda::LaunchSkinnyRopeKv(Bf16(x), Bf16(w_qkv), bias.empty() ? nullptr : Bf16(bias), n,
+                               x.dim(1), rope, stream()),
+      kOp);
 }
 
 absl::Status CudaBackend::WriteKv(const Tensor& k, const Tensor& v, const Tensor& slots,

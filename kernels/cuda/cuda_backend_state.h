@@ -7,6 +7,7 @@
 #include <cublasLt.h>
 
 #include <cstdint>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -18,6 +19,15 @@
 #include "kernels/minference_index.h"
 
 namespace sparseserve::kernels {
+
+// Whether Linear takes the skinny weight-streaming kernel for n rows of `in` inputs (decode steps;
+// cuda_linear.cc).
+bool TakesSkinnyGemm(int64_t n, int64_t in);
+
+// Whether the decode step's fused form `name` is on (swiglu: LinearSiluMul, rope:
+// LinearRopeWriteKv, each a skinny GEMM epilogue): both by default; $SPARSESERVE_CUDA_FUSE lists
+// the ones to keep ("none": every op by itself), for A/B runs.
+bool FusesDecodeEpilogue(std::string_view name);
 
 // One cuBLASLt plan per GEMM shape (rows, in, out, output dtype, bias epilogue): the heuristic
 // query costs tens of microseconds, a decode step has a handful of distinct shapes.

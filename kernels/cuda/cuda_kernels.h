@@ -45,12 +45,34 @@ cudaError_t LaunchSiluMul(const bf16_t* gate, int64_t gate_stride, const bf16_t*
 cudaError_t LaunchAddBias(void* out, bool out_f32, const bf16_t* bias, int64_t rows, int64_t cols,
                           cudaStream_t stream);
 
+// The RoPE + paged KV write a skinny QKV projection runs on its output instead of storing it
+// (RopeWriteKv's semantics: rows of heads query heads, then kv_heads keys, then kv_heads values).
+struct SkinnyRopeKv {
+  const int32_t* positions = nullptr;  // [n]
+  const float* inv_freq = nullptr;     // [head_dim / 2]
+  const int32_t* slots = nullptr;      // [n]
+  bf16_t* q = nullptr;                 // [n, heads, head_dim]
+  bf16_t* kv_layer = nullptr;          // [blocks * 2, block_tokens, kv_heads, head_dim]
+  int heads = 0, kv_heads = 0, head_dim = 0, block_tokens = 0;
+};
+
 // out[n, o] = x[n, k] · w[o, k]ᵀ (+ bias[o], or null) for 1 <= n <= kMaxSkinnyRows and k % 8 == 0
 // (16-byte aligned rows): the decode-step GEMM as a weight-streaming kernel. f32 accumulation,
 // the bias added before the output's rounding.
 inline constexpr int kMaxSkinnyRows = 8;
 cudaError_t LaunchSkinnyGemm(const bf16_t* x, const bf16_t* w, const bf16_t* bias, int64_t n,
                              int64_t k, int64_t o, void* out, bool out_f32, cudaStream_t stream);
+
+// out[n, j] = silu(x · w[j]ᵀ) · (x · w[ffn + j]ᵀ) for w_gate_up [2 * ffn, k] (gate rows, then up
+// rows), the same n and k as LaunchSkinnyGemm: the gate/up projection and SwiGLU in one kernel,
+// gate and up rounded to bf16 before the product exactly as LaunchSkinnyGemm + LaunchSiluMul do.
+cudaError_t LaunchSkinnySwiGlu(const bf16_t* x, const bf16_t* w_gate_up, int64_t n, int64_t k,
+                               int64_t ffn, bf16_t* out, cudaStream_t stream);
+
+// The QKV projection x · w_qkvᵀ (+ bias) with RoPE and the KV write in its epilogue: the bits of
+// LaunchSkinnyGemm + LaunchRopeWriteKv. head_dim even.
+cudaError_t LaunchSkinnyRopeKv(const bf16_t* x, const bf16_t* w_qkv, const bf16_t* bias, int64_t n,
+                               int64_t k, const SkinnyRopeKv& rope, cudaStream_t stream);
 
 // One logits row's sampling knobs on the device (kernels/sampling_plan.h), laid out by the host.
 struct SampleRowParams {

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "common/core/status.h"
@@ -47,6 +49,30 @@ CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream());
 }
 
+// Decode steps: a weight-streaming kernel (cuBLASLt's tiles are mostly padding at small n).
+// SPARSESERVE_CUDA_SKINNY_GEMM=N sets the largest n it takes (0: always cuBLASLt), for A/B runs.
+bool TakesSkinnyGemm(int64_t n, int64_t in) {
+  static const int skinny_max_rows = [] {
+    const char* env = std::getenv("SPARSESERVE_CUDA_SKINNY_GEMM");
+    return env == nullptr ? kDefaultSkinnyMaxRows
+                          : std::clamp(std::atoi(env), 0, cuda::kMaxSkinnyRows);
+  }();
+  return n >= 1 && n <= skinny_max_rows && in % 8 == 0;
+}
+
+bool FusesDecodeEpilogue(std::string_view name) {
+  static const std::string fused = [] {
+    const char* env = std::getenv("SPARSESERVE_CUDA_FUSE");
+    return std::string(env == nullptr ? "swiglu,rope" : env);
+  }();
+  for (std::string_view rest = fused; !rest.empty();) {
+    const size_t comma = rest.find(',');
+    if (rest.substr(0, comma) == name) return true;
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+  }
+  return false;
+}
+
 absl::Status CudaBackend::Linear(const Tensor& x, const Tensor& w, const Tensor& bias,
                                  const Tensor& out) {
   if (x.device() != Device::kCuda || w.device() != Device::kCuda || out.device() != Device::kCuda ||
@@ -68,15 +94,8 @@ absl::Status CudaBackend::Linear(const Tensor& x, const Tensor& w, const Tensor&
   }
   if (n == 0) return absl::OkStatus();
   const bool out_f32 = out.dtype() == DType::kF32;
-  // Decode steps: a weight-streaming kernel (cuBLASLt's tiles are mostly padding at small n).
-  // SPARSESERVE_CUDA_SKINNY_GEMM=N sets the largest n it takes (0: always cuBLASLt), for A/B runs.
-  static const int skinny_max_rows = [] {
-    const char* env = std::getenv("SPARSESERVE_CUDA_SKINNY_GEMM");
-    return env == nullptr ? kDefaultSkinnyMaxRows
-                          : std::clamp(std::atoi(env), 0, cuda::kMaxSkinnyRows);
-  }();
   const uint16_t* bias_ptr = bias.empty() ? nullptr : bias.data<uint16_t>();
-  if (n <= skinny_max_rows && in % 8 == 0) {
+  if (TakesSkinnyGemm(n, in)) {
     return CudaStatus(cuda::LaunchSkinnyGemm(x.data<uint16_t>(), w.data<uint16_t>(), bias_ptr, n,
                                              in, of, out.raw_data(), out_f32, stream()),
                       "Linear (skinny)");

@@ -54,7 +54,9 @@ TEST_F(CudaBackendTest, LinearMatchesCpu) {
   };
   for (const Case& c :
        {Case{1, 4096, 4096, false}, Case{7, 333, 517, true}, Case{4, 1024, 517, true},
-        Case{8, 4096, 1000, false}, Case{300, 1024, 2048, false}, Case{64, 4096, 14336, true}}) {
+        Case{8, 4096, 1000, false}, Case{300, 1024, 2048, false}, Case{64, 4096, 14336, true},
+        // More output pairs than the GPU holds blocks (each block loops), an odd count.
+        Case{2, 256, 40001, true}}) {
     Tensor x = RandomHost({c.n, c.in}), w = RandomHost({c.out, c.in}, 0.05f);
     Tensor b = c.bias ? RandomHost({c.out}) : Tensor();
     Tensor ref = Tensor::Zeros(DType::kF32, {c.n, c.out});
@@ -123,6 +125,54 @@ TEST_F(CudaBackendTest, RopeWriteKvMatchesCpu) {
   }
 }
 
+// Decode rows: the QKV projection with RoPE and the KV write in its epilogue gives the bits of
+// Linear then RopeWriteKv (queries and every KV slot); head_dim 64 and 128, with and without a
+// bias, two heads' pairs per block and one (head_dim / 2 odd).
+TEST_F(CudaBackendTest, LinearRopeWriteKvEqualsLinearThenRopeWriteKv) {
+  struct Case {
+    int64_t n, in, heads, kv_heads, hd;
+    bool bias;
+  };
+  for (const Case& c : {Case{1, 4096, 32, 8, 128, false}, Case{2, 1024, 8, 2, 64, true},
+                        Case{2, 512, 4, 2, 18, true}}) {
+    const int64_t rows = (c.heads + 2 * c.kv_heads) * c.hd, block_tokens = 16, num_blocks = 4;
+    Tensor x = RandomHost({c.n, c.in}), w = RandomHost({rows, c.in}, 0.05f);
+    const Tensor gx = ToGpu(x), gw = ToGpu(w), gb = c.bias ? ToGpu(RandomHost({rows})) : Tensor();
+    Tensor pos = Tensor::Zeros(DType::kI32, {c.n}), slots = Tensor::Zeros(DType::kI32, {c.n});
+    for (int64_t i = 0; i < c.n; ++i) {
+      pos.data<int32_t>()[i] = static_cast<int32_t>(1000 + 77 * i);
+      slots.data<int32_t>()[i] = static_cast<int32_t>(5 + 17 * i);
+    }
+    kernels::RopeFrequencyParams params;
+    params.head_dim = static_cast<int>(c.hd);
+    params.theta = 500000.0f;
+    const std::vector<float> freq = kernels::RopeInverseFrequencies(params);
+    Tensor inv = Tensor::Zeros(DType::kF32, {c.hd / 2});
+    std::copy(freq.begin(), freq.end(), inv.data<float>());
+    const Tensor gpos = ToGpu(pos, DType::kI32), gslots = ToGpu(slots, DType::kI32);
+    const Tensor ginv = ToGpu(inv, DType::kF32);
+    const Shape kv_shape{num_blocks * 2, block_tokens, c.kv_heads, c.hd};
+    Tensor q_ref = Poisoned(DType::kBf16, {c.n, c.heads, c.hd});
+    Tensor kv_ref = ToGpu(Tensor::Zeros(DType::kF32, kv_shape));
+    Tensor qkv = Poisoned(DType::kBf16, {c.n, rows});
+    ASSERT_TRUE(gpu_->Linear(gx, gw, gb, qkv).ok());
+    ASSERT_TRUE(gpu_->RopeWriteKv(qkv, gpos, ginv, gslots, q_ref, kv_ref).ok());
+    Tensor q = Poisoned(DType::kBf16, {c.n, c.heads, c.hd});
+    Tensor kv = ToGpu(Tensor::Zeros(DType::kF32, kv_shape));
+    const absl::Status s = gpu_->LinearRopeWriteKv(gx, gw, gb, Poisoned(DType::kBf16, {c.n, rows}),
+                                                   gpos, ginv, gslots, q, kv);
+    ASSERT_TRUE(s.ok()) << s;
+    for (const auto& [got, want, what] : {std::tuple{&q, &q_ref, "q"}, {&kv, &kv_ref, "kv"}}) {
+      const Tensor a = ToHost(*got), b = ToHost(*want);
+      int64_t differ = 0;
+      for (int64_t i = 0; i < a.numel(); ++i) {
+        differ += !(a.data<float>()[i] == b.data<float>()[i]);  // NaN (unwritten) differs too
+      }
+      EXPECT_EQ(differ, 0) << what << " n=" << c.n << " hd=" << c.hd << " bias=" << c.bias;
+    }
+  }
+}
+
 // gate and up as the column halves of one fused projection output (strided rows), as the model
 // passes them; odd widths take the scalar path.
 TEST_F(CudaBackendTest, SiluMulOnColumnRangesMatchesCpu) {
@@ -136,6 +186,42 @@ TEST_F(CudaBackendTest, SiluMulOnColumnRangesMatchesCpu) {
     ASSERT_TRUE(gpu_->SiluMul(g.Slice(1, 0, ffn), g.Slice(1, ffn, 2 * ffn), out).ok());
     EXPECT_LT(RelError(ToHost(out), ref), kBf16Tolerance) << "ffn " << ffn;
   }
+}
+
+// The fused gate/up projection + SwiGLU (decode rows) gives the bits of Linear then SiluMul, and
+// the CPU reference's values; rows past the fused kernel's reach take the two-op default.
+TEST_F(CudaBackendTest, LinearSiluMulEqualsLinearThenSiluMul) {
+  struct Case {
+    int64_t n, in, ffn;
+  };
+  for (const Case& c : {Case{1, 4096, 1000}, Case{2, 1024, 20001}, Case{7, 256, 517}}) {
+    Tensor x = RandomHost({c.n, c.in}), w = RandomHost({2 * c.ffn, c.in}, 0.05f);
+    Tensor ref = Tensor::Zeros(DType::kF32, {c.n, c.ffn});
+    Tensor ref_gate_up = Tensor::Zeros(DType::kF32, {c.n, 2 * c.ffn});
+    ASSERT_TRUE(cpu_.LinearSiluMul(x, w, ref_gate_up, ref).ok());
+    const Tensor gx = ToGpu(x), gw = ToGpu(w);
+    Tensor gate_up = Poisoned(DType::kBf16, {c.n, 2 * c.ffn});
+    Tensor unfused = Poisoned(DType::kBf16, {c.n, c.ffn});
+    ASSERT_TRUE(gpu_->Linear(gx, gw, Tensor(), gate_up).ok());
+    ASSERT_TRUE(
+        gpu_->SiluMul(gate_up.Slice(1, 0, c.ffn), gate_up.Slice(1, c.ffn, 2 * c.ffn), unfused)
+            .ok());
+    Tensor fused = Poisoned(DType::kBf16, {c.n, c.ffn});
+    const absl::Status s =
+        gpu_->LinearSiluMul(gx, gw, Poisoned(DType::kBf16, {c.n, 2 * c.ffn}), fused);
+    ASSERT_TRUE(s.ok()) << s;
+    const Tensor got = ToHost(fused), want = ToHost(unfused);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < got.numel(); ++i)
+      differ += got.data<float>()[i] != want.data<float>()[i];
+    EXPECT_EQ(differ, 0) << "n=" << c.n << " in=" << c.in << " ffn=" << c.ffn;
+    EXPECT_LT(RelError(got, ref), kBf16Tolerance) << "n=" << c.n;
+  }
+  Tensor bad = Poisoned(DType::kBf16, {1, 10});
+  EXPECT_EQ(gpu_->LinearSiluMul(ToGpu(RandomHost({1, 64})), ToGpu(RandomHost({30, 64})),
+                                Poisoned(DType::kBf16, {1, 20}), bad)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(CudaBackendTest, SiluMulEmbeddingGatherRows) {

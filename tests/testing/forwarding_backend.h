@@ -58,6 +58,16 @@ class ForwardingBackend : public kernels::Backend {
   absl::Status SiluMul(const Tensor& g, const Tensor& u, const Tensor& out) override {
     return inner_->SiluMul(g, u, out);
   }
+  absl::Status LinearSiluMul(const Tensor& x, const Tensor& w, const Tensor& gate_up,
+                             const Tensor& out) override {
+    return inner_->LinearSiluMul(x, w, gate_up, out);
+  }
+  absl::Status LinearRopeWriteKv(const Tensor& x, const Tensor& w, const Tensor& b,
+                                 const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
+                                 const Tensor& slots, const Tensor& q,
+                                 const Tensor& kv_layer) override {
+    return inner_->LinearRopeWriteKv(x, w, b, qkv, positions, inv_freq, slots, q, kv_layer);
+  }
   absl::Status WriteKv(const Tensor& k, const Tensor& v, const Tensor& slots,
                        const Tensor& kv) override {
     return inner_->WriteKv(k, v, slots, kv);

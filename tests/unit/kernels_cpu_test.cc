@@ -46,6 +46,27 @@ TEST_F(CpuBackendTest, LinearMatchesNaiveWithBias) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(CpuBackendTest, LinearSiluMulIsSwiGlu) {
+  const int64_t n = 3, in = 11, ffn = 6;
+  Tensor x = Random({n, in}, rng_), w = Random({2 * ffn, in}, rng_);
+  Tensor gate_up = Tensor::Zeros(DType::kF32, {n, 2 * ffn}),
+         out = Tensor::Zeros(DType::kF32, {n, ffn});
+  ASSERT_TRUE(be_.LinearSiluMul(x, w, gate_up, out).ok());
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < ffn; ++j) {
+      double g = 0, u = 0;
+      for (int64_t k = 0; k < in; ++k) {
+        g += double(x.GetFloat({i, k})) * w.GetFloat({j, k});
+        u += double(x.GetFloat({i, k})) * w.GetFloat({ffn + j, k});
+      }
+      EXPECT_NEAR(out.GetFloat({i, j}), g / (1 + std::exp(-g)) * u, 1e-4) << i << "," << j;
+    }
+  }
+  // gate_up must hold both halves of the projection.
+  EXPECT_EQ(be_.LinearSiluMul(x, w, Tensor::Zeros(DType::kF32, {n, ffn}), out).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(CpuBackendTest, RmsNormAndFusedResidual) {
   Tensor x = Random({3, 8}, rng_), w = Random({8}, rng_), r = Random({3, 8}, rng_);
   Tensor r_before = *r.ToF32();
