@@ -121,8 +121,8 @@ __global__ void __launch_bounds__(kThreads)
   // before the step, so idle CTAs leave before waiting on the kernels ahead (q, this step's K/V).
   const int item = blockIdx.x;
   if (item >= *num_items) return;
+  AllowNextKernelLaunch();  // the output projection's weight loads may start during the last wave
   WaitForPrecedingKernels();
-  AllowNextKernelLaunch();
   const int kv_head = blockIdx.y;
   const int4 it = items[item];
   const AttentionSeqInfo seq = seq_arrays.seqs[it.x];
@@ -277,8 +277,8 @@ __global__ void __launch_bounds__(decode_tc::kThreads<kTiles>, kTiles == 1 ? 2 :
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int item = blockIdx.x;
   if (item >= *work.num_items) return;  // idle, as in the kernel above
+  AllowNextKernelLaunch();              // as in the kernel above
   WaitForPrecedingKernels();
-  AllowNextKernelLaunch();
   const int4 it = work.items[item];
   const AttentionSeqInfo seq = seq_arrays.seqs[it.x];
   DecodeItemChunk<D> chunk;

@@ -81,8 +81,8 @@ __device__ __forceinline__ float LoadAny(const void* p, bool f32, int64_t i) {
 // and the norm is taken of the updated residual; else of x (f32 or bf16). out is bf16.
 __global__ void RmsNormKernel(void* residual, bool res_f32, const void* x, bool x_f32,
                               const bf16_t* w, int64_t d, float eps, bf16_t* out) {
+  AllowNextKernelLaunch();  // the GEMV after the norm streams its weights meanwhile
   WaitForPrecedingKernels();
-  AllowNextKernelLaunch();
   __shared__ float scratch[32];
   const int64_t base = blockIdx.x * d;
   float sum = 0.0f;
@@ -147,6 +147,7 @@ __global__ void RmsNormVecKernel(void* residual, bool res_f32, const void* x, bo
                                  const bf16_t* w, int64_t d, float eps, bf16_t* out) {
   __shared__ float scratch[32];
   const int64_t chunks = d / 8;
+  AllowNextKernelLaunch();  // the GEMV after the norm streams its weights meanwhile
   // The norm weights are never written by a kernel: read while the kernel ahead finishes.
   float wv[kNormMaxChunks][8];
 #pragma unroll
@@ -155,7 +156,6 @@ __global__ void RmsNormVecKernel(void* residual, bool res_f32, const void* x, bo
     if (c < chunks) Load8(w, false, c, wv[j]);
   }
   WaitForPrecedingKernels();
-  AllowNextKernelLaunch();
   const int64_t base = blockIdx.x * chunks;  // in chunks
   float v[kNormMaxChunks][8];
   float sum = 0.0f;

@@ -8,7 +8,11 @@
 // any memory an earlier kernel reads or writes (that wait returns once those kernels have
 // finished and their writes are visible). What it may do before: read memory no kernel writes,
 // such as weights — the skinny GEMM streams its first weight tiles while the norm ahead of it
-// still runs. Both calls are no-ops in a kernel launched without the attribute.
+// still runs. The decode chain's kernels (skinny GEMM, RMSNorm, decode attention) allow the next
+// launch first thing: a dependent's wait still returns only once this kernel has finished (and
+// with it, after its own wait, everything ahead), so the GEMV after a norm may take the SM slots
+// the GEMV before it frees and prefetch its weights during that one's tail. Both calls are no-ops
+// in a kernel launched without the attribute.
 #ifndef SPARSESERVE_KERNELS_CUDA_GRID_DEPENDENCY_CUH_
 #define SPARSESERVE_KERNELS_CUDA_GRID_DEPENDENCY_CUH_
 

@@ -134,9 +134,9 @@ __global__ void __launch_bounds__(kThreads) SkinnyGemmKernel(const KernelArgs a)
   };
   // Weights are never written by a kernel: the first tiles stream in while the kernel ahead (the
   // norm or activation producing x) may still run. x and out only after it has finished.
+  AllowNextKernelLaunch();  // the next kernel's weight loads may start as this one's tail drains
   load_weights(threadIdx.x);
   WaitForPrecedingKernels();
-  AllowNextKernelLaunch();
   for (int64_t base = threadIdx.x; base < chunks; base += kThreads * kUnroll) {
     if (base != threadIdx.x) load_weights(base);
 #pragma unroll
