@@ -76,7 +76,9 @@ __device__ __forceinline__ int64_t KeyRowOffset(const int32_t* table, int pos, i
 // value rows into `v_dst` (one block-table lookup for both): row r holds key position key_at(r),
 // or zeros where key_at(r) < 0. kCopiers consecutive threads copy consecutive 16-byte chunks of
 // a row (coalesced reads); chunk c of row r lands at byte offset_of(r, c) of the tile, the
-// tile math's layout.
+// tile math's layout. A thread first finds the addresses of all its rows, then queues their
+// copies: the rows' key and block-table reads are independent, so they are in flight together
+// instead of one row's chain after another's.
 template <int D, int kCopiers, class KeyAt, class OffsetOf>
 __device__ __forceinline__ void GatherKvRows(unsigned char* k_dst, unsigned char* v_dst,
                                              const __nv_bfloat16* kv, const int32_t* table,
@@ -86,20 +88,25 @@ __device__ __forceinline__ void GatherKvRows(unsigned char* k_dst, unsigned char
   constexpr int kKeys = 64;
   constexpr int kChunks = D / 8;
   constexpr int kRowsPerPass = kCopiers / kChunks;
+  static_assert(kCopiers % kChunks == 0 && kRowsPerPass <= kKeys && kKeys % kRowsPerPass == 0);
+  constexpr int kRowsPerThread = kKeys / kRowsPerPass;
   const int chunk = threadIdx.x % kChunks;
+  const int row0 = threadIdx.x / kChunks;
   const int64_t value_offset = int64_t{block_tokens} * token_stride;
+  const __nv_bfloat16* src[kRowsPerThread];
 #pragma unroll
-  for (int r = threadIdx.x / kChunks; r < kKeys; r += kRowsPerPass) {
-    const int pos = key_at(r);
-    const bool valid = pos >= 0;
-    const __nv_bfloat16* src = kv;
-    if (valid) {
-      src = kv + KeyRowOffset(table, pos, block_tokens, block_shift, token_stride) +
-            int64_t{kv_head} * D + chunk * 8;
-    }
-    const int offset = offset_of(r, chunk);
-    CpAsync16(k_dst + offset, src, valid);
-    if (v_dst != nullptr) CpAsync16(v_dst + offset, valid ? src + value_offset : kv, valid);
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int pos = key_at(row0 + i * kRowsPerPass);
+    src[i] = pos < 0 ? nullptr
+                     : kv + KeyRowOffset(table, pos, block_tokens, block_shift, token_stride) +
+                           int64_t{kv_head} * D + chunk * 8;
+  }
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const bool valid = src[i] != nullptr;
+    const int offset = offset_of(row0 + i * kRowsPerPass, chunk);
+    CpAsync16(k_dst + offset, valid ? src[i] : kv, valid);
+    if (v_dst != nullptr) CpAsync16(v_dst + offset, valid ? src[i] + value_offset : kv, valid);
   }
 }
 
