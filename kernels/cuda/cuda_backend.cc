@@ -46,6 +46,28 @@ bool IsF32(const Tensor& t) {
   return t.dtype() == DType::kF32;
 }
 
+// The outputs and indices RoPE + KV write takes for n token rows (RopeWriteKv and the fused
+// LinearRopeWriteKv): q [n, heads, hd], kv_layer [.., .., kv_heads, hd], positions and slots [n],
+// inv_freq [hd / 2], hd even.
+absl::Status CheckRopeKvTargets(int64_t n, const Tensor& positions, const Tensor& inv_freq,
+                                const Tensor& slots, const Tensor& q, const Tensor& kv_layer,
+                                const char* op) {
+  SS_RETURN_IF_ERROR(CheckCuda(positions, DType::kI32, 1, op, "positions"));
+  SS_RETURN_IF_ERROR(CheckCuda(inv_freq, DType::kF32, 1, op, "inv_freq"));
+  SS_RETURN_IF_ERROR(CheckCuda(slots, DType::kI32, 1, op, "slots"));
+  SS_RETURN_IF_ERROR(CheckCuda(q, DType::kBf16, 3, op, "q"));
+  SS_RETURN_IF_ERROR(CheckCuda(kv_layer, DType::kBf16, 4, op, "kv_layer"));
+  const int64_t hd = q.dim(2);
+  if (q.dim(0) != n || positions.dim(0) != n || slots.dim(0) != n || kv_layer.dim(3) != hd ||
+      hd % 2 != 0 || inv_freq.dim(0) != hd / 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": shape mismatch for ", n, " rows: q ", q.DebugString(), " kv_layer ",
+                     kv_layer.DebugString(), " positions ", positions.DebugString(), " slots ",
+                     slots.DebugString(), " inv_freq ", inv_freq.DebugString()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 CudaBackend::StreamHolder::~StreamHolder() {
@@ -382,22 +404,15 @@ absl::Status CudaBackend::LinearRopeWriteKv(const Tensor& x, const Tensor& w_qkv
   constexpr const char* kOp = "LinearRopeWriteKv";
   SS_RETURN_IF_ERROR(CheckCuda(x, DType::kBf16, 2, kOp, "x"));
   SS_RETURN_IF_ERROR(CheckCuda(w_qkv, DType::kBf16, 2, kOp, "w_qkv"));
-  SS_RETURN_IF_ERROR(CheckCuda(positions, DType::kI32, 1, kOp, "positions"));
-  SS_RETURN_IF_ERROR(CheckCuda(inv_freq, DType::kF32, 1, kOp, "inv_freq"));
-  SS_RETURN_IF_ERROR(CheckCuda(slots, DType::kI32, 1, kOp, "slots"));
-  SS_RETURN_IF_ERROR(CheckCuda(q, DType::kBf16, 3, kOp, "q"));
-  SS_RETURN_IF_ERROR(CheckCuda(kv_layer, DType::kBf16, 4, kOp, "kv_layer"));
-  const int64_t n = x.dim(0), heads = q.dim(1), hd = q.dim(2), kv_heads = kv_layer.dim(2);
+  const int64_t n = x.dim(0);
+  SS_RETURN_IF_ERROR(CheckRopeKvTargets(n, positions, inv_freq, slots, q, kv_layer, kOp));
+  const int64_t heads = q.dim(1), hd = q.dim(2), kv_heads = kv_layer.dim(2);
   const int64_t rows = (heads + 2 * kv_heads) * hd;
   SS_RETURN_IF_ERROR(CheckShape(w_qkv, {rows, x.dim(1)}, kOp, "w_qkv"));
-  if (q.dim(0) != n || positions.dim(0) != n || slots.dim(0) != n || kv_layer.dim(3) != hd ||
-      hd % 2 != 0 || inv_freq.dim(0) != hd / 2 ||
-      (!bias.empty() &&
-       (bias.device() != Device::kCuda || bias.dtype() != DType::kBf16 || bias.numel() != rows))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kOp, ": shape mismatch x ", x.DebugString(), " q ", q.DebugString(), " kv_layer ",
-        kv_layer.DebugString(), " positions ", positions.DebugString(), " slots ",
-        slots.DebugString(), " inv_freq ", inv_freq.DebugString(), " bias ", bias.DebugString()));
+  if (!bias.empty() &&
+      (bias.device() != Device::kCuda || bias.dtype() != DType::kBf16 || bias.numel() != rows)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": bias ", bias.DebugString(), " for ", rows, " output rows"));
   }
   cuda::SkinnyRopeKv rope;
   rope.positions = positions.data<int32_t>();
@@ -440,21 +455,11 @@ absl::Status CudaBackend::RopeWriteKv(const Tensor& qkv, const Tensor& positions
                                       const Tensor& inv_freq, const Tensor& slots, const Tensor& q,
                                       const Tensor& kv_layer) {
   SS_RETURN_IF_ERROR(CheckCuda(qkv, DType::kBf16, 2, "RopeWriteKv", "qkv"));
-  SS_RETURN_IF_ERROR(CheckCuda(positions, DType::kI32, 1, "RopeWriteKv", "positions"));
-  SS_RETURN_IF_ERROR(CheckCuda(inv_freq, DType::kF32, 1, "RopeWriteKv", "inv_freq"));
-  SS_RETURN_IF_ERROR(CheckCuda(slots, DType::kI32, 1, "RopeWriteKv", "slots"));
-  SS_RETURN_IF_ERROR(CheckCuda(q, DType::kBf16, 3, "RopeWriteKv", "q"));
-  SS_RETURN_IF_ERROR(CheckCuda(kv_layer, DType::kBf16, 4, "RopeWriteKv", "kv_layer"));
   const int64_t n = qkv.dim(0);
+  SS_RETURN_IF_ERROR(CheckRopeKvTargets(n, positions, inv_freq, slots, q, kv_layer, "RopeWriteKv"));
   const int64_t hd = q.dim(2);
   const int64_t kv_heads = kv_layer.dim(2);
-  if (q.dim(0) != n || positions.dim(0) != n || slots.dim(0) != n || kv_layer.dim(3) != hd ||
-      hd % 2 != 0 || inv_freq.dim(0) != hd / 2 || qkv.dim(1) != (q.dim(1) + 2 * kv_heads) * hd) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("RopeWriteKv: shape mismatch qkv ", qkv.DebugString(), " q ", q.DebugString(),
-                     " kv_layer ", kv_layer.DebugString(), " positions ", positions.DebugString(),
-                     " slots ", slots.DebugString(), " inv_freq ", inv_freq.DebugString()));
-  }
+  SS_RETURN_IF_ERROR(CheckShape(qkv, {n, (q.dim(1) + 2 * kv_heads) * hd}, "RopeWriteKv", "qkv"));
   // Slots come from block tables the model already checked against the pool.
   return CudaStatus(
       cuda::LaunchRopeWriteKv(Bf16(qkv), n, static_cast<int>(q.dim(1)), static_cast<int>(kv_heads),

@@ -8,8 +8,10 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/core/status.h"
 #include "kernels/cuda/cuda_backend_state.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -61,16 +63,11 @@ bool TakesSkinnyGemm(int64_t n, int64_t in) {
 }
 
 bool FusesDecodeEpilogue(std::string_view name) {
-  static const std::string fused = [] {
+  static const std::vector<std::string> fused = []() -> std::vector<std::string> {
     const char* env = std::getenv("SPARSESERVE_CUDA_FUSE");
-    return std::string(env == nullptr ? "swiglu,rope" : env);
+    return absl::StrSplit(env == nullptr ? "swiglu,rope" : env, ',');
   }();
-  for (std::string_view rest = fused; !rest.empty();) {
-    const size_t comma = rest.find(',');
-    if (rest.substr(0, comma) == name) return true;
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-  }
-  return false;
+  return std::find(fused.begin(), fused.end(), name) != fused.end();
 }
 
 absl::Status CudaBackend::Linear(const Tensor& x, const Tensor& w, const Tensor& bias,

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_async_copy.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/prefill_tile.cuh"
@@ -244,7 +245,7 @@ __device__ __forceinline__ void MergeIfLast(unsigned char* smem, int* counter, c
         w_s[pp * chunks + i] = lse;
         m = fmaxf(m, lse);
       }
-      for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+      m = WarpReduce<ReduceOp::kMax>(m);
       const float safe_m = m == -INFINITY ? 0.0f : m;  // no chunk saw a key: zeros
       float sum = 0.0f;
       for (int i = lane; i < chunks; i += 32) {
@@ -252,7 +253,7 @@ __device__ __forceinline__ void MergeIfLast(unsigned char* smem, int* counter, c
         w_s[pp * chunks + i] = w;
         sum += w;
       }
-      for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+      sum = WarpReduce<ReduceOp::kSum>(sum);
       if (lane == 0) inv_s[pp] = sum > 0.0f ? 1.0f / sum : 0.0f;
     }
     __syncthreads();

@@ -7,6 +7,7 @@
 
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_kernels.h"  // kDecodeTileTokens
 
 namespace sparseserve::kernels::cuda {
@@ -54,14 +55,14 @@ __device__ __forceinline__ void OnlineSoftmaxTile(float* p_s, float* max_s, floa
     const float s0 = p[lane];
     const float s1 = p[lane + 32];
     float m = fmaxf(s0, s1);
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    m = WarpReduce<ReduceOp::kMax>(m);
     const float old_max = max_s[head];
     const float new_max = fmaxf(old_max, m);
     const float safe_max = empty_tiles && new_max == -INFINITY ? 0.0f : new_max;
     const float e0 = __expf(s0 - safe_max);
     const float e1 = __expf(s1 - safe_max);
     float sum = e0 + e1;
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    sum = WarpReduce<ReduceOp::kSum>(sum);
     p[lane] = e0;
     p[lane + 32] = e1;
     __syncwarp();

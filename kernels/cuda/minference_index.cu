@@ -19,6 +19,7 @@
 
 #include <cfloat>
 
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_async_copy.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/minference_cover.cuh"
@@ -174,9 +175,9 @@ __global__ void __launch_bounds__(kEstimateThreads)
     for (int r = warp; r < rows; r += kWarps) {
       const float a = s_s[r * (kTile + 1) + lane], b = s_s[r * (kTile + 1) + lane + 32];
       float m = fmaxf(a, b);
-      for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+      m = WarpReduce<ReduceOp::kMax>(m);
       float l = m == -INFINITY ? 0.0f : expf(a - m) + expf(b - m);
-      for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+      l = WarpReduce<ReduceOp::kSum>(l);
       if (lane == 0) {
         scratch.partials[(int64_t{tile} * kTile + r) * 2] = m;
         scratch.partials[(int64_t{tile} * kTile + r) * 2 + 1] = l;

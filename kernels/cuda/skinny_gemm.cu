@@ -14,6 +14,7 @@
 
 #include <cstdlib>
 
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/grid_dependency.cuh"
 
@@ -164,8 +165,7 @@ __global__ void __launch_bounds__(kThreads) SkinnyGemmKernel(const KernelArgs a)
   for (int n = 0; n < N; ++n) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      float v = acc[n][r];
-      for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+      const float v = WarpReduce<ReduceOp::kSum>(acc[n][r]);
       if (lane == 0) partial[warp][n][r] = v;
     }
   }

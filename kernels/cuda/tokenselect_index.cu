@@ -118,12 +118,12 @@ __device__ __forceinline__ bool Selects(const TokenSelectSeqInfo& seq, const Scr
 }
 
 __device__ double BlockSumDouble(double x, double* scratch) {
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  x = WarpReduce<ReduceOp::kSum>(x);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) scratch[warp] = x;
   __syncthreads();
   x = lane < kThreads / 32 ? scratch[lane] : 0.0;
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  x = WarpReduce<ReduceOp::kSum>(x);
   __syncthreads();
   return x;
 }

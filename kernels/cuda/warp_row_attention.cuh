@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/block_reduce.cuh"
+
 namespace sparseserve::kernels::cuda {
 
 inline constexpr int kWarpRowMaxDimsPerLane = 8;  // head_dim <= 32 * 8
@@ -36,7 +38,7 @@ class WarpRowAttention {
       const int d = lane_ + 32 * j;
       if (d < hd_) partial += qv_[j] * __bfloat162float(kv[key_base + d]);
     }
-    for (int o = 16; o > 0; o >>= 1) partial += __shfl_xor_sync(0xffffffffu, partial, o);
+    partial = WarpReduce<ReduceOp::kSum>(partial);
     const float new_max = fmaxf(running_max_, partial);
     const float correction = __expf(running_max_ - new_max);
     const float p = __expf(partial - new_max);
