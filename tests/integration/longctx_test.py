@@ -49,9 +49,10 @@ def test_answers_hold_by_construction(encoder):
         p = tasks.make_task("passkey", 2000, seed, encoder)
         assert p["prompt"].count(f"pass key is {p['answers'][0]}.") == 1
         m = tasks.make_task("multikey", 2000, seed, encoder)
-        key = re.search(r"magic number for (\w+)\?", m["prompt"]).group(1)
-        needles = dict(re.findall(r"magic number for (\w+) is (\d+)\.", m["prompt"]))
+        key = re.search(r"for this key\? (\w+)$", m["prompt"]).group(1)
+        needles = dict(re.findall(r"magic number: (\w+) (\d+)\.", m["prompt"]))
         assert len(needles) == tasks.NEEDLES["multikey"] and needles[key] == m["answers"][0]
+        assert m["prompt"].count(f" {key}") == 2  # its needle and the question's last word
         v = tasks.make_task("multivalue", 2000, seed, encoder)
         key = re.search(r"magic numbers for (\w+)\?", v["prompt"]).group(1)
         assert re.findall(rf"magic number for {key} is (\d+)\.", v["prompt"]) == v["answers"]
@@ -69,6 +70,20 @@ def test_answers_hold_by_construction(encoder):
         for task in (p, m, v, t, c):
             assert tasks.score(task, task["target"]) == 1.0
             assert tasks.score(task, " nothing.") == 0.0
+
+
+def test_multikey_drill_asks_every_key(encoder):
+    for length, needles in ((256, 5), (1024, 16)):
+        d = tasks.multikey_drill(length, 7, encoder, needles)
+        assert d == tasks.multikey_drill(length, 7, encoder, needles)
+        found = dict(re.findall(r"magic number: (\w+) (\d+)\.", d["prompt"]))
+        asked = [re.search(r"(\w+)$", q).group(1) for q, _ in d["qa"]]
+        assert len(found) == needles and sorted(asked) == sorted(found)
+        assert all(a == f" {found[k]}." for k, (_, a) in zip(asked, d["qa"]))
+        total = 1 + encoder.count(d["prompt"]) + sum(encoder.count(q + a) for q, a in d["qa"])
+        assert total <= length
+    with pytest.raises(ValueError):
+        tasks.multikey_drill(256, 0, encoder, 16)
 
 
 def run_eval(tmp_path, name, items, *flags):

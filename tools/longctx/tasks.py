@@ -70,7 +70,9 @@ def _needle_task(kind, bpe, rng, length):
             pick = rng.randrange(count)
             key = keys[pick]
             answers = [values[pick]]
-            question = f" What is the special magic number for {key}? The special magic number for {key} is"
+            question = _multikey_question(key)
+            intro = MULTIKEY_INTRO
+            needles = [_multikey_needle(k, v) for k, v in zip(keys, values)]
         else:
             key = rng.choice(KEYS)
             keys = [key] * count
@@ -78,11 +80,54 @@ def _needle_task(kind, bpe, rng, length):
             answers = values
             question = (f" What are all the special magic numbers for {key}? "
                         f"The special magic numbers for {key} are")
-        intro = " Some special magic numbers are hidden in the text below. Remember them."
-        needles = [f" The special magic number for {k} is {v}." for k, v in zip(keys, values)]
+            intro = " Some special magic numbers are hidden in the text below. Remember them."
+            needles = [f" The special magic number for {k} is {v}." for k, v in zip(keys, values)]
     depths = sorted(rng.random() for _ in needles)  # answers listed in order of appearance
     target = " " + ", ".join(answers) + "."
     return intro, list(zip(depths, needles)), question, answers, target
+
+
+# Multi-key wording: each key appears once in its needle, right before its number, and once in
+# the question, as its last token. Finding the number is then one match of the asked key against
+# the needles' keys; with RULER's wording ("The special magic number for KEY is N", asked as
+# "... for KEY is") the key sits two tokens before the number, and the 5M-parameter test model
+# never learned that match in its ten minutes (it stayed at chance in every run,
+# bench/RESULTS.md, issue 11's training runs), while it copies numbers found this way perfectly.
+MULTIKEY_INTRO = (" Some special magic numbers are hidden in the text below, each right after its"
+                  " key. Remember them.")
+
+
+def _multikey_needle(key, value):
+    return f" One special magic number: {key} {value}."
+
+
+def _multikey_question(key):
+    return f" What is the special magic number for this key? {key}"
+
+
+def multikey_drill(length, seed, bpe, needles):
+    """Training-only multi-key drill: `needles` multi-key needles in filler, then the multi-key
+    question about every key in a random order, each followed by its answer (the multi-query
+    associative recall of Arora et al. 2023, "Zoology", section 3). Every answer supervises key
+    matching, where an evaluation prompt has one answer; the 4-needle task alone never taught it
+    (bench/RESULTS.md, issue 11's training runs).
+
+    Returns {"prompt": text, "qa": [(question, answer text), ...]}; deterministic in the arguments
+    and disjoint from make_task's instances (its own RNG stream)."""
+    rng = random.Random(f"multikey-drill/{length}/{seed}/{needles}")
+    keys = rng.sample(KEYS, needles)
+    values = [_number(rng) for _ in keys]
+    intro = MULTIKEY_INTRO
+    texts = [_multikey_needle(k, v) for k, v in zip(keys, values)]
+    order = list(range(needles))
+    rng.shuffle(order)
+    qa = [(_multikey_question(keys[i]), f" {values[i]}.") for i in order]
+    fixed = 1 + bpe.count(intro) + sum(bpe.count(t) for t in texts)
+    fixed += sum(bpe.count(q) + bpe.count(a) for q, a in qa)
+    if fixed > length:
+        raise ValueError(f"multikey drill: {length} tokens cannot hold its {fixed} fixed tokens")
+    body, _ = _fill(bpe, rng, length - fixed, [(rng.random(), t) for t in texts])
+    return {"prompt": intro + body, "qa": qa}
 
 
 def _vartrack(bpe, rng, length):
