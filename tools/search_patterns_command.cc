@@ -5,6 +5,7 @@
 // dense one; each (layer, head) keeps the candidate with the smallest relative L2 error, written
 // as a --minference-config file. A last MInference prefill of the sample under the chosen config
 // measures its density.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -34,6 +35,10 @@ ABSL_FLAG(int, sample_tokens, 0,
 ABSL_FLAG(double, target_density, 0.1,
           "The work budget every candidate is sized to: this share of the causal (row, key) "
           "pairs at the sample's length (paper: A-shape (1024, 4096) at ~30K tokens, ~0.1).");
+ABSL_FLAG(int, error_rows, 0,
+          "Score candidates on the sample's last N rows only (0 = every row). The last rows are "
+          "where a retrieval prompt's question reads its needle; over every row the error favours "
+          "patterns that keep the local mass (A-shape, block-sparse) and lose distant keys.");
 // Shared with `eval` (eval_command.cc).
 ABSL_DECLARE_FLAG(std::string, out);
 
@@ -75,6 +80,8 @@ struct Prober {
   kernels::AttentionWorkspace workspace;
   Tensor scratch;  // compute dtype [rows, heads, head_dim]
   int num_layers = 0, chunk = 0, num_chunks = 0;
+  int64_t first_scored_row = 0;  // rows of the sample before it are not scored (--error-rows)
+  int64_t rows_before = 0;       // the sample's rows in the chunks before this one
   absl::Time start, last_report;
 
   absl::Status Probe(int layer, const kernels::AttentionPlan& plan, const Tensor& q,
@@ -106,10 +113,16 @@ struct Prober {
         search->AddWork(static_cast<int>(c), stats.data<float>()[2 * s],
                         stats.data<float>()[2 * s + 1]);
       }
-      search->AddOutputs(layer, static_cast<int>(c), sparse.data<float>(), dense.data<float>(),
-                         out.dim(0), static_cast<int>(out.dim(2)));
+      // One sequence per step (the sample), so row r of `out` is the sample's row rows_before + r.
+      const int64_t rows = out.dim(0);
+      const int64_t skip = std::clamp<int64_t>(first_scored_row - rows_before, 0, rows);
+      const int64_t row_floats = out.dim(1) * out.dim(2);
+      search->AddOutputs(layer, static_cast<int>(c), sparse.data<float>() + skip * row_floats,
+                         dense.data<float>() + skip * row_floats, rows - skip,
+                         static_cast<int>(out.dim(2)));
     }
     if (layer == 0) ++chunk;
+    if (layer == num_layers - 1) rows_before += out.dim(0);
     const absl::Time now = absl::Now();
     if (layer == num_layers - 1 || now - last_report > absl::Seconds(2)) {
       std::fprintf(stderr, "search-patterns: chunk %d/%d, layer %d/%d, %.1f s\n", chunk, num_chunks,
@@ -173,6 +186,8 @@ absl::Status SearchPatterns() {
     return UsageError(absl::StrCat("--target-density must be in (0, 1], got ", target));
   }
   if (sample_tokens < 0) return UsageError("--sample-tokens must be >= 0");
+  const int error_rows = absl::GetFlag(FLAGS_error_rows);
+  if (error_rows < 0) return UsageError("--error-rows must be >= 0");
   absl::StatusOr<std::string> text = ReadSample(sample_path);
   if (!text.ok()) return UsageError(text.status().message());
 
@@ -223,6 +238,7 @@ absl::Status SearchPatterns() {
   prober.search = &search;
   prober.num_layers = c.num_layers;
   prober.num_chunks = CountChunks(n, options);
+  prober.first_scored_row = error_rows > 0 ? std::max(0, n - error_rows) : 0;
   prober.start = prober.last_report = absl::Now();
   runner->set_attention_probe(
       [&prober](int layer, const kernels::AttentionPlan& plan, const Tensor& q,

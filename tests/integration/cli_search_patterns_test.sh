@@ -53,9 +53,22 @@ else
   fail "generate loads the config"; cat "$tmp/e"
 fi
 
+# 2b. --error-rows scores only the sample's last rows: covering every row equals the default
+# search bit for bit; the last 64 rows score differently.
+for rows in 100000 64; do
+  "$bin" search-patterns --model "$model" --sample "$tmp/sample.txt" --out "$tmp/rows$rows.json" \
+    --target-density 0.3 --prefill-chunk 256 --error-rows $rows >/dev/null 2>"$tmp/err" ||
+    { fail "search-patterns --error-rows $rows"; cat "$tmp/err"; }
+done
+cmp -s "$tmp/config.json" "$tmp/rows100000.json" && pass "--error-rows above the sample = every row" ||
+  fail "--error-rows above the sample = every row"
+cmp -s "$tmp/config.json" "$tmp/rows64.json" && fail "--error-rows 64 changes the scores" ||
+  pass "--error-rows 64 changes the scores"
+
 # 3. --help documents the flags and the candidate space.
 if "$bin" search-patterns --help >"$tmp/help"; then
-  for f in --model --sample --out --target-density --sample-tokens --device --prefill-chunk; do
+  for f in --model --sample --out --target-density --sample-tokens --error-rows --device \
+           --prefill-chunk; do
     grep -q -- "$f " "$tmp/help" || fail "help lists $f"
   done
   grep -q 'block_sparse(k)' "$tmp/help" || fail "help describes the candidates"
@@ -85,6 +98,8 @@ expect_usage_error "density above 1" "target-density" "${ok[@]}" --sample "$tmp/
   --target-density 1.5
 expect_usage_error "negative --sample-tokens" "sample-tokens" "${ok[@]}" \
   --sample "$tmp/sample.txt" --sample-tokens -1
+expect_usage_error "negative --error-rows" "error-rows" "${ok[@]}" \
+  --sample "$tmp/sample.txt" --error-rows -1
 expect_usage_error "missing model" "no such" --model "$tmp/nope.gguf" --out "$tmp/x.json" \
   --sample "$tmp/sample.txt"
 expect_usage_error "stray argument" "unexpected argument" "${ok[@]}" --sample "$tmp/sample.txt" extra
