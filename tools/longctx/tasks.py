@@ -109,7 +109,8 @@ def multikey_drill(length, seed, bpe, needles):
     """Training-only multi-key drill: `needles` multi-key needles in filler, then the multi-key
     question about every key in a random order, each followed by its answer (the multi-query
     associative recall of Arora et al. 2023, "Zoology", section 3). Every answer supervises key
-    matching, where an evaluation prompt has one answer; the 4-needle task alone never taught it
+    matching, where an evaluation prompt has one answer: with the wording above and 40% of the
+    training mix the test model learns it; at 25%, or with RULER's wording, it did not
     (bench/RESULTS.md, issue 11's training runs).
 
     Returns {"prompt": text, "qa": [(question, answer text), ...]}; deterministic in the arguments
