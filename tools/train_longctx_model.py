@@ -49,12 +49,21 @@ PAD_EXTRA = 64  # room for the target and EOS after a prompt of `length` tokens
 TRAIN_SEED_BASE = 10_000_000  # training prompts never reuse an evaluation seed (< this)
 
 _encoder = None
+_mix = MIX  # the sample shares a run uses (main's --drill-share), set in each data worker
 DEVICE = "cuda"  # "cpu" only for a smoke test of the script (main sets it)
 
 
-def _init_worker(tokenizer_path):
-    global _encoder
+def _init_worker(tokenizer_path, mix):
+    global _encoder, _mix
     _encoder = bpe.ByteLevelBpe(tokenizer_path)
+    _mix = mix
+
+
+def mix_with_drill(share):
+    """MIX with the drill at `share` and the other kinds scaled to keep their proportions."""
+    others = 1 - MIX["multikey_drill"]
+    return {kind: share if kind == "multikey_drill" else w * (1 - share) / others
+            for kind, w in MIX.items()}
 
 
 def make_batch(spec):
@@ -69,7 +78,7 @@ def make_batch(spec):
     ans = np.zeros((batch, width), dtype=bool)
     valid = np.zeros((batch, width), dtype=bool)
     for i in range(batch):
-        kind = rng.choices(list(MIX), weights=list(MIX.values()))[0]
+        kind = rng.choices(list(_mix), weights=list(_mix.values()))[0]
         if kind == "multikey_drill":
             most = min(DRILL_MAX_NEEDLES, (length - DRILL_PAIR_TOKENS) // DRILL_PAIR_TOKENS)
             drill = tasks.multikey_drill(length, seed * 1024 + i, _encoder, rng.randint(4, most))
@@ -214,10 +223,7 @@ def main():
     global DEVICE
     if not 0 <= args.drill_share < 1:
         p.error("--drill-share must be in [0, 1)")
-    others = 1 - MIX["multikey_drill"]
-    for kind in MIX:  # set before the workers fork, so they see it
-        MIX[kind] = args.drill_share if kind == "multikey_drill" else \
-            MIX[kind] * (1 - args.drill_share) / others
+    mix = mix_with_drill(args.drill_share)
     DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(args.seed)
     encoder = bpe.ByteLevelBpe(args.tokenizer)
@@ -251,7 +257,8 @@ def main():
         return length, max(1, args.batch_tokens // length), seed_counter[0]
 
     ctx = mp.get_context("fork")
-    with ctx.Pool(args.workers, initializer=_init_worker, initargs=(args.tokenizer,)) as pool:
+    with ctx.Pool(args.workers, initializer=_init_worker,
+                  initargs=(args.tokenizer, mix)) as pool:
         start = time.time()
         step, last_print, last_probe = 0, start, start
         # A bounded queue of batches being made: the curriculum reads the clock when a batch is

@@ -37,10 +37,14 @@ def _number(rng):
     return str(rng.randint(100000, 999999))
 
 
-def _fill(bpe, rng, budget, inserts):
-    """Filler sentences worth at most `budget` tokens with each insert text at its depth.
+def _fill(bpe, rng, name, length, fixed, inserts):
+    """Filler sentences worth at most the `length - fixed` tokens a prompt has left after its
+    `fixed` tokens, with each insert text at its depth. ValueError when fixed > length.
 
     inserts: list of (depth in [0, 1], text). Returns (text, tokens used)."""
+    if fixed > length:
+        raise ValueError(f"{name}: {length} tokens cannot hold its {fixed} fixed tokens")
+    budget = length - fixed
     writer = filler.StoryWriter(rng)
     sentences, used = [], 0
     while True:
@@ -125,9 +129,7 @@ def multikey_drill(length, seed, bpe, needles):
     qa = [(_multikey_question(keys[i]), f" {values[i]}.") for i in order]
     fixed = 1 + bpe.count(intro) + sum(bpe.count(t) for t in texts)
     fixed += sum(bpe.count(q) + bpe.count(a) for q, a in qa)
-    if fixed > length:
-        raise ValueError(f"multikey drill: {length} tokens cannot hold its {fixed} fixed tokens")
-    body, _ = _fill(bpe, rng, length - fixed, [(rng.random(), t) for t in texts])
+    body, _ = _fill(bpe, rng, "multikey drill", length, fixed, [(rng.random(), t) for t in texts])
     return {"prompt": intro + body, "qa": qa}
 
 
@@ -197,9 +199,7 @@ def make_task(task, length, seed, bpe, gen_tokens=4096):
         intro, inserts, question, answers, target = _needle_task(task, bpe, rng, length)
         max_new = 48 if task == "multivalue" else 16
     fixed = 1 + bpe.count(intro) + bpe.count(question) + sum(bpe.count(t) for _, t in inserts)
-    if fixed > length:
-        raise ValueError(f"{task}: {length} tokens cannot hold its {fixed} fixed tokens")
-    body, _ = _fill(bpe, rng, length - fixed, inserts)
+    body, _ = _fill(bpe, rng, task, length, fixed, inserts)
     return _result(task, length, bpe, intro + body + question, target, answers, max_new)
 
 
