@@ -44,6 +44,21 @@ def test_tasks_are_deterministic_and_sized(encoder):
         tasks.make_task("multikey", 40, 0, encoder)
 
 
+def test_tasks_are_the_same_in_every_process():
+    # Deterministic means across processes too: Python seeds its string hashes per process, so
+    # anything that iterates a set of strings would differ between two runs of the generator.
+    code = ("import hashlib, json, sys; sys.path.insert(0, sys.argv[1]); "
+            "from longctx import bpe, tasks; e = bpe.ByteLevelBpe(sys.argv[2]); "
+            "print(hashlib.sha256(json.dumps([tasks.make_task(t, 700, 3, e) for t in tasks.TASKS]"
+            " + [tasks.multikey_drill(512, 3, e, 6)]).encode()).hexdigest())")
+    digests = {
+        subprocess.run([sys.executable, "-c", code, os.path.join(ROOT, "tools"), TOKENIZER],
+                       env=dict(os.environ, PYTHONHASHSEED=seed), check=True,
+                       capture_output=True, text=True).stdout
+        for seed in ("1", "2")}
+    assert len(digests) == 1, digests
+
+
 def test_answers_hold_by_construction(encoder):
     for seed in range(5):
         p = tasks.make_task("passkey", 2000, seed, encoder)

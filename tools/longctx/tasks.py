@@ -135,10 +135,11 @@ def multikey_drill(length, seed, bpe, needles):
 
 def _vartrack(bpe, rng, length):
     value, other = _number(rng), _number(rng)
-    names = set()
+    names = []  # a list, not a set: a set's order of strings changes with each process's hash seed
     while len(names) < 2 * CHAIN:
-        names.add("".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(5)))
-    names = list(names)
+        name = "".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(5))
+        if name not in names:
+            names.append(name)
     chain, decoy = names[:CHAIN], names[CHAIN:]
     inserts = []
     for vars_, val in ((chain, value), (decoy, other)):
