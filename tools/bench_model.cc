@@ -387,7 +387,9 @@ class ModelBench {
     r.batch = batch;
     r.context = context;
     r.shadow_rate = shadow_rate;
-    r.floor = FloorOf(DecodeStepCost(o_.config, backend_.compute_dtype(), batch, context),
+    // --decode-window reads the window and its sinks, not the whole context.
+    const int64_t visible = o_.decode_window > 0 ? o_.decode_window + kDecodeWindowSinks : 0;
+    r.floor = FloorOf(DecodeStepCost(o_.config, backend_.compute_dtype(), batch, context, visible),
                       bandwidth_gbps_, peak_tflops_);
     if (context + rows > o_.config.max_position_embeddings) {  // the new token sits at position C
       r.skipped = BeyondContext();

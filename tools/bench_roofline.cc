@@ -43,11 +43,13 @@ WorkCost PrefillCost(const model::ModelConfig& c, DType dtype, int64_t num_token
   return cost;
 }
 
-WorkCost DecodeStepCost(const model::ModelConfig& c, DType dtype, int64_t batch, int64_t context) {
+WorkCost DecodeStepCost(const model::ModelConfig& c, DType dtype, int64_t batch, int64_t context,
+                        int64_t visible_keys) {
   const double b = static_cast<double>(batch);
   // Keys each query reads, averaged over layers: a layer with the model's own sliding window
   // reads at most the window.
   double keys = static_cast<double>(context) + 1;
+  if (visible_keys > 0) keys = std::min<double>(keys, static_cast<double>(visible_keys));
   if (c.sliding_window > 0) {
     const double windowed =
         static_cast<double>(std::count(c.windowed_layers.begin(), c.windowed_layers.end(), true));

@@ -32,8 +32,10 @@ WorkCost PrefillCost(const model::ModelConfig& c, DType dtype, int64_t num_token
                      int64_t chunk_tokens);
 
 // One decode step of `batch` sequences, each adding one token after `context` cached ones: the
-// weights once, every sequence's context + 1 KV rows read.
-WorkCost DecodeStepCost(const model::ModelConfig& c, DType dtype, int64_t batch, int64_t context);
+// weights once, every sequence's context + 1 KV rows read — at most `visible_keys` of them when
+// the request attends a window (its sinks included; 0 = the whole context).
+WorkCost DecodeStepCost(const model::ModelConfig& c, DType dtype, int64_t batch, int64_t context,
+                        int64_t visible_keys = 0);
 
 // The time floors of a WorkCost.
 struct RooflineFloor {
