@@ -53,13 +53,19 @@ def visible_gpus():
 
 
 def make_prompts(args, length, path):
-    if os.path.exists(path):
-        return
+    # A prompts file is reused only if it was made with the same model, tasks and count.
+    meta = {"tokenizer": f"{args.model}/tokenizer.json", "tasks": args.tasks, "num": args.num}
+    if os.path.exists(path) and os.path.exists(path + ".meta"):
+        with open(path + ".meta") as f:
+            if json.load(f) == meta:
+                return
     cmd = [sys.executable, "tools/longctx", "--tokenizer", f"{args.model}/tokenizer.json",
            "--tasks", args.tasks, "--lengths", str(length), "--num", str(args.num),
            "--jobs", str(args.jobs), "--out", path + ".part"]
     subprocess.run(cmd, check=True)
     os.replace(path + ".part", path)
+    with open(path + ".meta", "w") as f:
+        json.dump(meta, f)
 
 
 def run_jobs(args, jobs, gpus):
