@@ -205,3 +205,28 @@ def test_eval_tokenselect_covering_small_and_through_a_server(tmp_path, encoder)
     finally:
         cluster.close()
     assert [i["output"] for i in remote_ph["items"]] == [i["output"] for i in local_ph["items"]]
+
+
+def test_table_runs_the_grid_and_reports_density(tmp_path):
+    # bench/longctx/table.py on the CPU: one eval per (config, length), a table per config with
+    # the measured density in every cell; a NAME=FLAGS config runs with its flags; a second call
+    # with another prompt count makes new prompts instead of reusing the first call's.
+    def table(num):
+        proc = subprocess.run(
+            [sys.executable, os.path.join(ROOT, "bench", "longctx", "table.py"), "--device", "cpu",
+             "--sparseserve", BIN, "--out", str(tmp_path), "--num", str(num), "--lengths", "1K",
+             "--tasks", "passkey", "--configs", "dense", "--jobs", "1",
+             "--config", "window128=--attention sliding-window --sliding-window 128"],
+            capture_output=True, text=True, timeout=600, cwd=ROOT)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout, json.loads((tmp_path / "table.json").read_text())
+
+    text, cells = table(2)
+    assert set(cells) == {"dense", "window128"}
+    dense, window = cells["dense"]["passkey/1024"], cells["window128"]["passkey/1024"]
+    assert dense["n"] == 2 and dense["density"] == 1.0
+    assert 0 < window["density"] < 0.3  # ~128 of ~512 keys a row on average
+    assert re.search(r"^\| passkey \| [0-9.]+ \(100\.0\) \|$", text, re.M), text
+    assert (tmp_path / "window128_1k.json").exists()
+    _, cells = table(3)
+    assert cells["dense"]["passkey/1024"]["n"] == 3
