@@ -1,7 +1,7 @@
 """Long-context evaluation (issue 11) on the CPU: the task generator's answers hold by
 construction, and `sparseserve eval` with the committed trained test model sees attention
 changes (dense passkey at 2K >= 90%, a window covering the context == dense, a 256-token window
-loses the needle)."""
+loses the needle); bench/longctx/table.py runs its grid."""
 
 import json
 import os
