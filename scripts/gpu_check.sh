@@ -263,8 +263,14 @@ fi
 # greedy tokens, the tiny models' logits), the golden continuation through `generate`, NCCL's
 # all-reduce (nccl-tests' all_reduce_perf as the peer, when packed, at the sizes `bench model`
 # measures), and the synthetic Llama-3-8B's decode steps and 32K prefill at TP 1 and 2.
+# The _peer runs turn on the one-shot all-reduce over peer access for small sums
+# (SPARSESERVE_TP_PEER_ALLREDUCE=1, kernels/cuda/peer_allreduce.h; not yet run on a GPU) for the
+# A/B against NCCL alone.
 if has tp; then
-  run tp_tests env CUDA_MODULE_LOADING=EAGER cuda_backend_test --gtest_filter='CudaTensorParallel*'
+  run tp_tests timeout 300 env CUDA_MODULE_LOADING=EAGER cuda_backend_test \
+    --gtest_filter='CudaTensorParallel*'
+  run tp_tests_peer timeout 300 env CUDA_MODULE_LOADING=EAGER SPARSESERVE_TP_PEER_ALLREDUCE=1 \
+    cuda_backend_test --gtest_filter='CudaTensorParallel*'
   run tp_golden bash -c "sparseserve generate --device cuda --tensor-parallel 2 \
     --model models/stories260K/stories260K.gguf --prompt 'Once upon a time' --max-tokens 60 \
     --temperature 0 >$out/tp_golden.txt && cmp $out/tp_golden.txt tests/data/golden_once_upon_a_time.txt"
@@ -285,6 +291,8 @@ if has tp; then
            --decode-batches 1,8 --decode-contexts 1024,32768 --iters 50)
   run tp_bench_1 timeout 150 sparseserve "${tp_args[@]}"
   run tp_bench_2 timeout 150 sparseserve "${tp_args[@]}" --tensor-parallel 2
+  run tp_bench_2_peer env SPARSESERVE_TP_PEER_ALLREDUCE=1 timeout 150 sparseserve "${tp_args[@]}" \
+    --tensor-parallel 2
 fi
 has graphs && run graphs sparseserve bench model --synthetic llama3-8b --device cuda \
   --prefill-lengths '' --cuda-graph-batch 0
@@ -305,6 +313,6 @@ has ncu && run ncu ncu --kernel-name regex:'Skinny|Attention|Merge|RmsNorm|Rope|
   --decode-batches 1 --decode-contexts 1024 --warmup 1 --iters 1 --cuda-graph-batch 0
 
 echo "--- $(cat "$out/gpu.txt")"
-for f in tp_services_prefill2 tp_services_decode2 tp_nccl_tests tp_bench_1 tp_bench_2 services eval attention peer bench graphs shadow profile cublas baseline_old_1 baseline_new_1 baseline_old_2 baseline_new_2 baseline_attention_old baseline_attention_new; do [ -f "$out/$f.log" ] && { echo "--- $f"; tail -n "$([ $f = eval ] && echo 80 || echo 25)" "$out/$f.log"; }; done
+for f in tp_services_prefill2 tp_services_decode2 tp_nccl_tests tp_bench_1 tp_bench_2 tp_bench_2_peer services eval attention peer bench graphs shadow profile cublas baseline_old_1 baseline_new_1 baseline_old_2 baseline_new_2 baseline_attention_old baseline_attention_new; do [ -f "$out/$f.log" ] && { echo "--- $f"; tail -n "$([ $f = eval ] && echo 80 || echo 25)" "$out/$f.log"; }; done
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 [ -n "${OUT:-}" ] && tar -C "$out" -czf "$OUT/gpu_check.tgz" .

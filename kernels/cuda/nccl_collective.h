@@ -1,6 +1,8 @@
 // The NCCL implementation of kernels::Collective (private to kernels/cuda): one communicator per
 // GPU of the process, made together by ncclCommInitAll; each rank's calls go on its backend's
-// stream, so they order with its kernels and are captured into its step graphs.
+// stream, so they order with its kernels and are captured into its step graphs. With
+// $SPARSESERVE_TP_PEER_ALLREDUCE=1, sums of up to 256 KiB run one-shot over peer access instead
+// (kernels/cuda/peer_allreduce.h; not yet measured on a GPU).
 #ifndef SPARSESERVE_KERNELS_CUDA_NCCL_COLLECTIVE_H_
 #define SPARSESERVE_KERNELS_CUDA_NCCL_COLLECTIVE_H_
 

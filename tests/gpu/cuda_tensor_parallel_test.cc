@@ -2,17 +2,22 @@
 // steps replaying CUDA graphs with the NCCL calls captured inside) against the one-GPU runner —
 // stories260K's greedy continuations (the golden 60 tokens exactly; after that the bf16 partial
 // sums, rounded before the all-reduce adds them, may flip a near-tie, so long runs are measured),
-// the tiny HF checkpoints' prompt logits within bf16 tolerance. Skips with fewer than two GPUs.
+// the tiny HF checkpoints' prompt logits within bf16 tolerance — and the collective's all-reduce
+// itself, NCCL and the opt-in peer all-reduce, exactly. Skips with fewer than two GPUs.
 // Run with CUDA_MODULE_LOADING=EAGER, as `sparseserve` sets it under --tensor-parallel (lazily
 // loaded kernels can deadlock against NCCL: tools/common_flags.cc).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/engine/generator.h"
 #include "common/engine/model_runner.h"
 #include "common/engine/model_source.h"
+#include "kernels/collective.h"
 #include "tests/gpu/cuda_test_util.h"
 #include "tests/testing/test_model.h"
 
@@ -45,6 +50,81 @@ class CudaTensorParallelTest : public CudaTest {
     return runner.ok() ? std::move(*runner) : nullptr;
   }
 };
+
+// The collective's all-reduce on two GPUs equals the host's sum on every rank, exactly (integer
+// values: every order and both dtypes sum them without rounding), with the peer all-reduce of
+// kernels/cuda/peer_allreduce.h on and off: one-row and eight-row decode sums, an odd count at an
+// unaligned address (its byte-wise path), and a sum above the peer slot (NCCL), each five times in
+// a row so both inbox parities and the call counter's reuse are exercised.
+TEST_F(CudaTensorParallelTest, AllReduceSumIsTheSumOnEveryRank) {
+  absl::StatusOr<std::unique_ptr<kernels::Backend>> second =
+      kernels::CreateBackend(Device::kCuda, 1);
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_TRUE(gpu_->BindThread().ok());
+  std::vector<kernels::Backend*> ranks = {gpu_.get(), second->get()};
+  // Both implementations: the peer all-reduce ($SPARSESERVE_TP_PEER_ALLREDUCE=1, read when the
+  // group is made; below 256 KiB) and NCCL alone.
+  for (const char* peer : {"1", "0"}) {
+    SCOPED_TRACE(absl::StrCat("SPARSESERVE_TP_PEER_ALLREDUCE=", peer));
+    ASSERT_EQ(setenv("SPARSESERVE_TP_PEER_ALLREDUCE", peer, 1), 0);
+    absl::StatusOr<std::vector<std::unique_ptr<kernels::Collective>>> group =
+        kernels::CreateCollectives(ranks);
+    unsetenv("SPARSESERVE_TP_PEER_ALLREDUCE");
+    ASSERT_TRUE(group.ok()) << group.status();
+    struct Case {
+      DType dtype;
+      int64_t count;
+      int64_t offset;  // elements into the allocation: 1 makes a bf16 tensor unaligned
+    };
+    std::uniform_int_distribution<int> value(-64, 64);
+    for (const Case& c :
+         {Case{DType::kF32, 4096, 0}, Case{DType::kBf16, 8 * 4096, 0}, Case{DType::kBf16, 1001, 1},
+          Case{DType::kF32, 3, 0}, Case{DType::kF32, 128 * 1024, 0}}) {
+      for (int round = 0; round < 5; ++round) {
+        std::vector<Tensor> dev;
+        Tensor want = Tensor::Zeros(DType::kF32, {c.count});
+        for (int r = 0; r < 2; ++r) {
+          ASSERT_TRUE(ranks[r]->BindThread().ok());
+          Tensor h = Tensor::Zeros(DType::kF32, {c.count + c.offset});
+          for (int64_t i = 0; i < h.numel(); ++i) {
+            h.data<float>()[i] = static_cast<float>(value(rng_));
+          }
+          for (int64_t i = 0; i < c.count; ++i) {
+            want.data<float>()[i] += h.data<float>()[c.offset + i];
+          }
+          absl::StatusOr<Tensor> d = ranks[r]->Allocate(c.dtype, h.shape());
+          ASSERT_TRUE(d.ok()) << d.status();
+          ASSERT_TRUE(ranks[r]->CopyFromHost(h, *d).ok());
+          dev.push_back(d->Slice(0, c.offset, c.offset + c.count));
+        }
+        // One thread per rank, as the runner drives them (NCCL needs its ranks' calls concurrent).
+        std::vector<Tensor> got(2);
+        std::vector<absl::Status> status(2);
+        std::vector<std::thread> threads;
+        threads.reserve(2);
+        for (int r = 0; r < 2; ++r) {
+          threads.emplace_back([&, r] {
+            status[r] = ranks[r]->BindThread();
+            if (status[r].ok()) status[r] = (*group)[r]->AllReduceSum(dev[r]);
+            got[r] = Tensor::Zeros(DType::kF32, {c.count});
+            if (status[r].ok()) status[r] = ranks[r]->CopyToHost(dev[r], got[r]);
+          });
+        }
+        for (std::thread& t : threads) t.join();
+        for (int r = 0; r < 2; ++r) {
+          ASSERT_TRUE(status[r].ok()) << status[r];
+          int64_t wrong = 0;
+          for (int64_t i = 0; i < c.count; ++i) {
+            wrong += got[r].data<float>()[i] != want.data<float>()[i];
+          }
+          EXPECT_EQ(wrong, 0) << "rank " << r << ", " << DTypeName(c.dtype) << " x " << c.count
+                              << " at offset " << c.offset << ", round " << round;
+        }
+      }
+    }
+  }
+  ASSERT_TRUE(gpu_->BindThread().ok());
+}
 
 TEST_F(CudaTensorParallelTest, Stories260KGreedyTokensEqualOneGpu) {
   const std::string path = FindTestModelFile("stories260K.gguf");

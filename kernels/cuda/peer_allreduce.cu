@@ -1,0 +1,138 @@
+// The one-shot peer all-reduce of kernels/cuda/peer_allreduce.h.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/peer_allreduce.h"
+
+namespace sparseserve::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 512;
+
+// Call numbers wrap (2^32 calls is a day of decode steps): "a before b" by their difference.
+__device__ __forceinline__ bool Before(uint32_t a, uint32_t b) {
+  return static_cast<int32_t>(a - b) < 0;
+}
+
+__device__ __forceinline__ void AddBf16x8(const int4& v, float* acc) {
+  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 f = __bfloat1622float2(h[j]);
+    acc[2 * j] += f.x;
+    acc[2 * j + 1] += f.y;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    PeerAllReduceKernel(const __grid_constant__ PeerAllReduceParams p) {
+  __shared__ uint32_t shared_call;
+  if (threadIdx.x == 0) shared_call = static_cast<uint32_t>(*p.calls) + 1;
+  __syncthreads();
+  const uint32_t call = shared_call;
+  const int parity = static_cast<int>(call & 1);
+  const int64_t bytes = p.count * (p.bf16 ? 2 : 4);
+  const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
+  const int64_t vectors = aligned ? bytes / 16 : 0;  // 16-byte pieces; the rest byte by byte
+
+  // 1. This rank's data into its slot of every other rank's inbox (peer stores over NVLink).
+  for (int q = 0; q < p.ranks; ++q) {
+    if (q == p.rank) continue;
+    char* slot = p.inbox[q] + (int64_t{parity} * p.ranks + p.rank) * kPeerSlotBytes;
+    for (int64_t i = threadIdx.x; i < vectors; i += blockDim.x) {
+      reinterpret_cast<int4*>(slot)[i] = reinterpret_cast<const int4*>(p.x)[i];
+    }
+    for (int64_t i = vectors * 16 + threadIdx.x; i < bytes; i += blockDim.x) {
+      slot[i] = static_cast<const char*>(p.x)[i];
+    }
+  }
+  // 2. Every thread's stores reach the peers before any flag says so.
+  __threadfence_system();
+  __syncthreads();
+  const int other = static_cast<int>(threadIdx.x);
+  if (other < p.ranks && other != p.rank) {
+    *reinterpret_cast<volatile uint32_t*>(p.flags[other] + p.rank) = call;
+  }
+  // 3. Wait for every other rank's flag in this rank's memory (or the group's abort).
+  if (other < p.ranks && other != p.rank) {
+    const volatile uint32_t* flag =
+        reinterpret_cast<const volatile uint32_t*>(p.flags[p.rank]) + other;
+    for (uint32_t spin = 1; Before(*flag, call); ++spin) {
+      if (spin % 1024 == 0 && *p.aborted != 0) break;  // a host read: not every turn
+    }
+    __threadfence_system();
+  }
+  __syncthreads();
+
+  // 4. The sum in rank order (the same bits on every rank); this rank's own part from x. Inbox
+  // reads bypass L1 (__ldcg): peers wrote them behind its back.
+  const char* box = p.inbox[p.rank] + int64_t{parity} * p.ranks * kPeerSlotBytes;
+  if (p.bf16) {
+    auto* x = static_cast<__nv_bfloat16*>(p.x);
+    const int64_t groups = aligned ? p.count / 8 : 0;
+    for (int64_t i = threadIdx.x; i < groups; i += blockDim.x) {
+      float acc[8] = {};
+      for (int r = 0; r < p.ranks; ++r) {
+        const int4 v = r == p.rank
+                           ? reinterpret_cast<const int4*>(x)[i]
+                           : __ldcg(reinterpret_cast<const int4*>(box + r * kPeerSlotBytes) + i);
+        AddBf16x8(v, acc);
+      }
+      int4 out;
+      auto* h = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) h[j] = __floats2bfloat162_rn(acc[2 * j], acc[2 * j + 1]);
+      reinterpret_cast<int4*>(x)[i] = out;
+    }
+    for (int64_t i = groups * 8 + threadIdx.x; i < p.count; i += blockDim.x) {
+      float acc = 0.0f;
+      for (int r = 0; r < p.ranks; ++r) {
+        acc += __bfloat162float(
+            r == p.rank
+                ? x[i]
+                : __ldcg(reinterpret_cast<const __nv_bfloat16*>(box + r * kPeerSlotBytes) + i));
+      }
+      x[i] = __float2bfloat16_rn(acc);
+    }
+  } else {
+    auto* x = static_cast<float*>(p.x);
+    const int64_t groups = aligned ? p.count / 4 : 0;
+    for (int64_t i = threadIdx.x; i < groups; i += blockDim.x) {
+      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      for (int r = 0; r < p.ranks; ++r) {
+        const float4 v =
+            r == p.rank ? reinterpret_cast<const float4*>(x)[i]
+                        : __ldcg(reinterpret_cast<const float4*>(box + r * kPeerSlotBytes) + i);
+        acc.x += v.x;
+        acc.y += v.y;
+        acc.z += v.z;
+        acc.w += v.w;
+      }
+      reinterpret_cast<float4*>(x)[i] = acc;
+    }
+    for (int64_t i = groups * 4 + threadIdx.x; i < p.count; i += blockDim.x) {
+      float acc = 0.0f;
+      for (int r = 0; r < p.ranks; ++r) {
+        acc += r == p.rank ? x[i]
+                           : __ldcg(reinterpret_cast<const float*>(box + r * kPeerSlotBytes) + i);
+      }
+      x[i] = acc;
+    }
+  }
+  if (threadIdx.x == 0) *p.calls = static_cast<int>(call);
+}
+
+}  // namespace
+
+cudaError_t LaunchPeerAllReduce(const PeerAllReduceParams& p, cudaStream_t stream) {
+  if (p.ranks < 2 || p.ranks > kPeerMaxRanks || p.rank < 0 || p.rank >= p.ranks || p.count < 0 ||
+      p.count * (p.bf16 ? 2 : 4) > kPeerSlotBytes || p.calls == nullptr || p.aborted == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.count == 0) return cudaSuccess;
+  PeerAllReduceKernel<<<1, kThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace sparseserve::kernels::cuda
