@@ -124,6 +124,8 @@ absl::Status SetUpPeerAllReduce(const std::vector<int>& devices, PeerBuffers& pe
     if (status.ok()) status = CudaStatus(cudaMalloc(&calls, sizeof(int)), "peer call counter");
     if (status.ok()) status = CudaStatus(cudaMemset(flags, 0, n * sizeof(int)), "peer flags");
     if (status.ok()) status = CudaStatus(cudaMemset(calls, 0, sizeof(int)), "peer call counter");
+    // The ranks' streams may not wait for the legacy stream the memsets ran on: done before use.
+    if (status.ok()) status = CudaStatus(cudaDeviceSynchronize(), "peer all-reduce set-up");
     peer.inbox.push_back(inbox);
     peer.flags.push_back(flags);
     peer.calls.push_back(calls);
@@ -134,7 +136,6 @@ absl::Status SetUpPeerAllReduce(const std::vector<int>& devices, PeerBuffers& pe
         "peer abort flag");
   }
   if (status.ok()) *peer.aborted = 0;
-  if (status.ok()) status = CudaStatus(cudaDeviceSynchronize(), "peer all-reduce set-up");
   cudaSetDevice(current);
   if (!status.ok()) {
     peer.Free();
