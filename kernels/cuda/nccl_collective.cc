@@ -10,7 +10,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/core/logging.h"
-#include "common/core/status.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/peer_allreduce.h"
@@ -84,18 +83,20 @@ bool PeerAllReduceWanted() {
   return env != nullptr && std::string_view(env) == "1";
 }
 
-// Peer access between every pair of the group's GPUs and the peer all-reduce's buffers; a GPU pair
-// without peer access leaves `peer` off (NCCL carries every sum), any other failure is an error.
-absl::Status SetUpPeerAllReduce(const std::vector<int>& devices, PeerBuffers& peer) {
+// Peer access between every pair of the group's GPUs and the peer all-reduce's buffers. Where
+// that cannot be had (a GPU pair without peer access, a failed allocation) `peer` stays off and
+// NCCL carries every sum.
+void SetUpPeerAllReduce(const std::vector<int>& devices, PeerBuffers& peer) {
   const int n = static_cast<int>(devices.size());
-  if (n < 2 || n > cuda::kPeerMaxRanks || !PeerAllReduceWanted()) return absl::OkStatus();
+  if (n < 2 || n > cuda::kPeerMaxRanks || !PeerAllReduceWanted()) return;
   for (int a : devices) {
     for (int b : devices) {
       int can = 0;
       if (a != b && (cudaDeviceCanAccessPeer(&can, a, b) != cudaSuccess || can == 0)) {
+        cudaGetLastError();  // clears a failed query's error
         SS_LOG_INFO("tensor parallel: GPUs {} and {} have no peer access; all-reduces on NCCL", a,
                     b);
-        return absl::OkStatus();
+        return;
       }
     }
   }
@@ -137,14 +138,16 @@ absl::Status SetUpPeerAllReduce(const std::vector<int>& devices, PeerBuffers& pe
   }
   if (status.ok()) *peer.aborted = 0;
   cudaSetDevice(current);
-  if (!status.ok()) {
+  if (!status.ok()) {  // NCCL alone still works
     peer.Free();
-    return status;
+    cudaGetLastError();
+    SS_LOG_WARNING("tensor parallel: no peer all-reduce ({}); all-reduces on NCCL",
+                   status.ToString());
+    return;
   }
   SS_LOG_INFO(
       "tensor parallel: all-reduces of up to {} KiB one-shot over peer access, larger on NCCL",
       cuda::kPeerSlotBytes >> 10);
-  return absl::OkStatus();
 }
 
 class NcclCollective final : public Collective {
@@ -270,7 +273,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Collective>>> CreateNcclCollectives(
     group->comms.clear();
     return init;
   }
-  SS_RETURN_IF_ERROR(SetUpPeerAllReduce(devices, group->peer));
+  SetUpPeerAllReduce(devices, group->peer);
   auto rendezvous = std::make_shared<HostRendezvous>(n);
   std::vector<std::unique_ptr<Collective>> out;
   out.reserve(n);

@@ -131,8 +131,11 @@ cudaError_t LaunchPeerAllReduce(const PeerAllReduceParams& p, cudaStream_t strea
     return cudaErrorInvalidValue;
   }
   if (p.count == 0) return cudaSuccess;
-  PeerAllReduceKernel<<<1, kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  // A plain launch (no programmatic dependent launch): the kernel starts after the one before it
+  // has finished, and the one after it waits for its end. Its own status, not an earlier error.
+  void* args[] = {const_cast<PeerAllReduceParams*>(&p)};
+  return cudaLaunchKernel(reinterpret_cast<const void*>(&PeerAllReduceKernel), dim3(1),
+                          dim3(kThreads), args, 0, stream);
 }
 
 }  // namespace sparseserve::kernels::cuda

@@ -7,8 +7,10 @@
 // Run with CUDA_MODULE_LOADING=EAGER, as `sparseserve` sets it under --tensor-parallel (lazily
 // loaded kernels can deadlock against NCCL: tools/common_flags.cc).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -53,73 +55,93 @@ class CudaTensorParallelTest : public CudaTest {
 
 // The collective's all-reduce on two GPUs equals the host's sum on every rank, exactly (integer
 // values: every order and both dtypes sum them without rounding), with the peer all-reduce of
-// kernels/cuda/peer_allreduce.h on and off: one-row and eight-row decode sums, an odd count at an
-// unaligned address (its byte-wise path), and a sum above the peer slot (NCCL), each five times in
-// a row so both inbox parities and the call counter's reuse are exercised.
+// kernels/cuda/peer_allreduce.h on and off. Each rank's thread queues 40 sums back to back with
+// no host wait between them — one-row and eight-row decode sums, an odd count at an unaligned
+// address (the byte-wise path) and a sum above the peer slot (NCCL), interleaved — with rank 1
+// starting late, so a rank runs calls ahead of the other and both inbox parities are reused.
 TEST_F(CudaTensorParallelTest, AllReduceSumIsTheSumOnEveryRank) {
   absl::StatusOr<std::unique_ptr<kernels::Backend>> second =
       kernels::CreateBackend(Device::kCuda, 1);
   ASSERT_TRUE(second.ok()) << second.status();
   ASSERT_TRUE(gpu_->BindThread().ok());
   std::vector<kernels::Backend*> ranks = {gpu_.get(), second->get()};
-  // Both implementations: the peer all-reduce ($SPARSESERVE_TP_PEER_ALLREDUCE=1, read when the
-  // group is made; below 256 KiB) and NCCL alone.
+  struct Case {
+    DType dtype;
+    int64_t count;
+    int64_t offset;  // elements into the allocation: 1 makes a bf16 tensor unaligned
+  };
+  const Case cases[] = {{DType::kF32, 4096, 0},
+                        {DType::kBf16, 8 * 4096, 0},
+                        {DType::kBf16, 1001, 1},
+                        {DType::kF32, 3, 0},
+                        {DType::kF32, 128 * 1024, 0}};
+  constexpr int kCalls = 40;
+  std::uniform_int_distribution<int> value(-64, 64);
+  const char* outer = std::getenv("SPARSESERVE_TP_PEER_ALLREDUCE");
+  const std::string saved = outer == nullptr ? "" : outer;
   for (const char* peer : {"1", "0"}) {
     SCOPED_TRACE(absl::StrCat("SPARSESERVE_TP_PEER_ALLREDUCE=", peer));
+    // Read when the group is made; the process's own setting comes back for the later tests.
     ASSERT_EQ(setenv("SPARSESERVE_TP_PEER_ALLREDUCE", peer, 1), 0);
     absl::StatusOr<std::vector<std::unique_ptr<kernels::Collective>>> group =
         kernels::CreateCollectives(ranks);
-    unsetenv("SPARSESERVE_TP_PEER_ALLREDUCE");
+    if (outer == nullptr) {
+      unsetenv("SPARSESERVE_TP_PEER_ALLREDUCE");
+    } else {
+      setenv("SPARSESERVE_TP_PEER_ALLREDUCE", saved.c_str(), 1);
+    }
     ASSERT_TRUE(group.ok()) << group.status();
-    struct Case {
-      DType dtype;
-      int64_t count;
-      int64_t offset;  // elements into the allocation: 1 makes a bf16 tensor unaligned
-    };
-    std::uniform_int_distribution<int> value(-64, 64);
-    for (const Case& c :
-         {Case{DType::kF32, 4096, 0}, Case{DType::kBf16, 8 * 4096, 0}, Case{DType::kBf16, 1001, 1},
-          Case{DType::kF32, 3, 0}, Case{DType::kF32, 128 * 1024, 0}}) {
-      for (int round = 0; round < 5; ++round) {
-        std::vector<Tensor> dev;
-        Tensor want = Tensor::Zeros(DType::kF32, {c.count});
-        for (int r = 0; r < 2; ++r) {
-          ASSERT_TRUE(ranks[r]->BindThread().ok());
-          Tensor h = Tensor::Zeros(DType::kF32, {c.count + c.offset});
-          for (int64_t i = 0; i < h.numel(); ++i) {
-            h.data<float>()[i] = static_cast<float>(value(rng_));
-          }
-          for (int64_t i = 0; i < c.count; ++i) {
-            want.data<float>()[i] += h.data<float>()[c.offset + i];
-          }
-          absl::StatusOr<Tensor> d = ranks[r]->Allocate(c.dtype, h.shape());
-          ASSERT_TRUE(d.ok()) << d.status();
-          ASSERT_TRUE(ranks[r]->CopyFromHost(h, *d).ok());
-          dev.push_back(d->Slice(0, c.offset, c.offset + c.count));
+    std::vector<std::vector<Tensor>> dev(2);
+    std::vector<Tensor> want;
+    for (int i = 0; i < kCalls; ++i) {
+      const Case& c = cases[i % std::size(cases)];
+      want.push_back(Tensor::Zeros(DType::kF32, {c.count}));
+      for (int r = 0; r < 2; ++r) {
+        ASSERT_TRUE(ranks[r]->BindThread().ok());
+        Tensor h = Tensor::Zeros(DType::kF32, {c.count + c.offset});
+        for (int64_t j = 0; j < h.numel(); ++j) {
+          h.data<float>()[j] = static_cast<float>(value(rng_));
         }
-        // One thread per rank, as the runner drives them (NCCL needs its ranks' calls concurrent).
-        std::vector<Tensor> got(2);
-        std::vector<absl::Status> status(2);
-        std::vector<std::thread> threads;
-        threads.reserve(2);
-        for (int r = 0; r < 2; ++r) {
-          threads.emplace_back([&, r] {
-            status[r] = ranks[r]->BindThread();
-            if (status[r].ok()) status[r] = (*group)[r]->AllReduceSum(dev[r]);
-            got[r] = Tensor::Zeros(DType::kF32, {c.count});
-            if (status[r].ok()) status[r] = ranks[r]->CopyToHost(dev[r], got[r]);
-          });
+        for (int64_t j = 0; j < c.count; ++j) {
+          want.back().data<float>()[j] += h.data<float>()[c.offset + j];
         }
-        for (std::thread& t : threads) t.join();
-        for (int r = 0; r < 2; ++r) {
-          ASSERT_TRUE(status[r].ok()) << status[r];
-          int64_t wrong = 0;
-          for (int64_t i = 0; i < c.count; ++i) {
-            wrong += got[r].data<float>()[i] != want.data<float>()[i];
-          }
-          EXPECT_EQ(wrong, 0) << "rank " << r << ", " << DTypeName(c.dtype) << " x " << c.count
-                              << " at offset " << c.offset << ", round " << round;
+        absl::StatusOr<Tensor> d = ranks[r]->Allocate(c.dtype, h.shape());
+        ASSERT_TRUE(d.ok()) << d.status();
+        ASSERT_TRUE(ranks[r]->CopyFromHost(h, *d).ok());
+        dev[r].push_back(d->Slice(0, c.offset, c.offset + c.count));
+      }
+    }
+    // One thread per rank, as the runner drives them (NCCL needs the ranks' calls concurrent); a
+    // rank that fails aborts the group, so the other is not left waiting for it.
+    std::vector<absl::Status> status(2);
+    std::vector<std::vector<Tensor>> got(2);
+    std::vector<std::thread> threads;
+    threads.reserve(2);
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        status[r] = ranks[r]->BindThread();
+        for (int i = 0; i < kCalls && status[r].ok(); ++i) {
+          status[r] = (*group)[r]->AllReduceSum(dev[r][i]);
         }
+        for (int i = 0; i < kCalls && status[r].ok(); ++i) {
+          got[r].push_back(Tensor::Zeros(DType::kF32, dev[r][i].shape()));
+          status[r] = ranks[r]->CopyToHost(dev[r][i], got[r].back());
+        }
+        if (!status[r].ok()) (*group)[r]->Abort();
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+      for (int i = 0; i < kCalls; ++i) {
+        int64_t wrong = 0;
+        for (int64_t j = 0; j < want[i].numel(); ++j) {
+          wrong += got[r][i].data<float>()[j] != want[i].data<float>()[j];
+        }
+        const Case& c = cases[i % std::size(cases)];
+        EXPECT_EQ(wrong, 0) << "rank " << r << ", call " << i << ": " << DTypeName(c.dtype) << " x "
+                            << c.count << " at offset " << c.offset;
       }
     }
   }
