@@ -24,6 +24,10 @@ import sys
 import threading
 import time
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+from longctx.__main__ import parse_length  # noqa: E402  (the generator's own "4K" reading)
+
 PRESETS = {
     "dense": "",
     "window1024": "--attention sliding-window --sliding-window 1024",
@@ -33,11 +37,6 @@ PRESETS = {
     "tokenselect_kvh2048_l1024": "--decode-attention tokenselect --tokenselect-k 2048 "
                                  "--tokenselect-per-kv-head --tokenselect-local 1024",
 }
-
-
-def parse_length(text):
-    text = text.strip().upper()
-    return int(text[:-1]) * 1024 if text.endswith("K") else int(text)
 
 
 def visible_gpus():
@@ -59,7 +58,8 @@ def make_prompts(args, length, path):
         with open(path + ".meta") as f:
             if json.load(f) == meta:
                 return
-    cmd = [sys.executable, "tools/longctx", "--tokenizer", f"{args.model}/tokenizer.json",
+    cmd = [sys.executable, os.path.join(ROOT, "tools", "longctx"),
+           "--tokenizer", f"{args.model}/tokenizer.json",
            "--tasks", args.tasks, "--lengths", str(length), "--num", str(args.num),
            "--jobs", str(args.jobs), "--out", path + ".part"]
     subprocess.run(cmd, check=True)
@@ -82,8 +82,9 @@ def run_jobs(args, jobs, gpus):
             except queue.Empty:
                 return
             stem = f"{args.out}/{name}_{length // 1024}k"
-            cmd = [args.sparseserve, "eval", "--device", args.device, "--model", args.model, "--tasks",
-                   f"{args.prompts_dir}/tasks_{length // 1024}k.jsonl", "--out", stem + ".json"]
+            cmd = [args.sparseserve, "eval", "--device", args.device, "--model", args.model,
+                   "--tasks", f"{args.prompts_dir}/tasks_{length // 1024}k.jsonl",
+                   "--out", stem + ".json"]
             cmd += shlex.split(flags.format(model=args.model))
             env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpu)
             t0 = time.time()
@@ -157,7 +158,9 @@ def main():
     p.add_argument("--prompts-dir", help="where the prompts go (default: OUT/prompts)")
     p.add_argument("--jobs", type=int, default=os.cpu_count(), help="prompt-writing processes")
     p.add_argument("--sparseserve", default="sparseserve")
-    p.add_argument("--device", default="cuda", help="cuda (one eval per GPU at a time) or cpu")
+    p.add_argument("--device", default=os.environ.get("LONGCTX_DEVICE", "cuda"),
+                   help="cuda (one eval per GPU at a time) or cpu (default: $LONGCTX_DEVICE, "
+                        "else cuda; the check scripts that call this honour it too)")
     args = p.parse_args()
     configs = {}
     for name in filter(None, args.configs.split(",")):

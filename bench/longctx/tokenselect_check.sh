@@ -10,9 +10,11 @@
 #               (--tokenselect-per-kv-head, TokenSwift's per-KV-head partial KV), k = K each;
 #   any name ending in _lN  with N local tokens instead of 512 (decode_kvh_2048_l1024: within
 #               1 point of dense on every task but aggregation at 8K and 16K, bench/RESULTS.md);
-# every run with 128 initial tokens and theta $TOKENSELECT_THETA (default 0.9). Each
+# every run with 128 initial tokens and theta $TOKENSELECT_THETA (default 0.9), all through
+# bench/longctx/table.py (one eval per GPU at a time; tables and JSON in OUT_DIR/tokenselect). Each
 # cell prints the measured density of the whole request and of the decode, and the selection
-# cache's hit rate; a covering budget must reproduce the dense outputs. Prompts per cell: $TOKENSELECT_EVAL_NUM (default 200); $TOKENSELECT_DENSE=0
+# cache's hit rate (table.json; each eval's log); a covering budget must reproduce the dense
+# outputs. Prompts per cell: $TOKENSELECT_EVAL_NUM (default 200); $TOKENSELECT_DENSE=0
 # skips the dense run; $TOKENSELECT_TASKS / $TOKENSELECT_LENGTHS narrow the grid.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -22,49 +24,49 @@ model=tests/data/longctx_model
 num=${TOKENSELECT_EVAL_NUM:-200}
 configs=${TOKENSELECT_CONFIGS:-chunked_1024 chunked_2048 decode_1024 decode_kvh_2048_l1024}
 theta=${TOKENSELECT_THETA:-0.9}
-tmp=$(mktemp -d)
+lengths=${TOKENSELECT_LENGTHS:-8K,16K}
+tmp=$(mktemp -d)  # the prompts: kept out of OUT_DIR, which is packed
 trap 'rm -rf "$tmp"' EXIT
-python3 tools/longctx --tokenizer $model/tokenizer.json --jobs "$(nproc)" \
-  --tasks "${TOKENSELECT_TASKS:-passkey,multikey,multivalue,vartrack,cwe}" \
-  --lengths "${TOKENSELECT_LENGTHS:-8K,16K}" --num "$num" --out "$tmp/tasks.jsonl" || exit 1
 rc=0
-if [ "${TOKENSELECT_DENSE:-1}" = 1 ]; then
-  echo "### dense"
-  sparseserve eval --device cuda --model $model --tasks "$tmp/tasks.jsonl" \
-    --out "$out/tokenselect_dense.json" 2>>"$out/tokenselect_progress.log" || rc=1
-fi
+args=()
 # A budget covering every prompt (k = 65536) must give exactly the dense outputs, prompt chunks
 # and generated tokens alike (the GPU's golden check of TokenSelect).
-if [ "${TOKENSELECT_DENSE:-1}" = 1 ]; then
-  echo "### tokenselect covering (k 65536) == dense"
-  sparseserve eval --device cuda --model $model --tasks "$tmp/tasks.jsonl" \
-    --prefill-attention tokenselect --decode-attention tokenselect --tokenselect-k 65536 \
-    --out "$out/tokenselect_covering.json" 2>>"$out/tokenselect_progress.log" >/dev/null &&
-    python3 - "$out/tokenselect_dense.json" "$out/tokenselect_covering.json" <<'PY' || rc=1
-import json, sys
-dense, covering = (json.load(open(p))["items"] for p in sys.argv[1:])
-same = sum(a.get("output") == b.get("output") for a, b in zip(dense, covering))
-print(f"covering == dense: {same} of {len(dense)} outputs identical")
-sys.exit(0 if same == len(dense) else 1)
-PY
-fi
+[ "${TOKENSELECT_DENSE:-1}" = 1 ] && args+=(--config "dense=" --config
+  "covering=--prefill-attention tokenselect --decode-attention tokenselect --tokenselect-k 65536")
 for name in $configs; do
   k=${name#*_}
   k=${k#kvh_}
   local_tokens=512
   case $k in *_l*) local_tokens=${k##*_l} k=${k%_l*} ;; esac
-  flags=(--decode-attention tokenselect --tokenselect-k "$k" --tokenselect-local "$local_tokens"
-    --tokenselect-theta "$theta")
+  flags="--decode-attention tokenselect --tokenselect-k $k --tokenselect-local $local_tokens"
+  flags+=" --tokenselect-theta $theta"
+  case $name in *_kvh_*) flags+=" --tokenselect-per-kv-head" ;; esac
   case $name in
-    *_kvh_*) flags+=(--tokenselect-per-kv-head) ;;
-  esac
-  case $name in
-    chunked_*) flags+=(--prefill-attention tokenselect) ;;
+    chunked_*) flags+=" --prefill-attention tokenselect" ;;
     decode_*) ;;
     *) echo "unknown config $name"; rc=1; continue ;;
   esac
-  echo "### tokenselect $name (theta $theta)"
-  sparseserve eval --device cuda --model $model --tasks "$tmp/tasks.jsonl" "${flags[@]}" \
-    --out "$out/tokenselect_$name.json" 2>>"$out/tokenselect_progress.log" || rc=1
+  args+=(--config "$name=$flags")
 done
+[ ${#args[@]} -gt 0 ] || { echo "no configs"; exit 1; }
+python3 bench/longctx/table.py --model $model --num "$num" --lengths "$lengths" \
+  --tasks "${TOKENSELECT_TASKS:-passkey,multikey,multivalue,vartrack,cwe}" --configs "" \
+  --out "$out/tokenselect" --prompts-dir "$tmp" "${args[@]}" || rc=1
+if [ "${TOKENSELECT_DENSE:-1}" = 1 ]; then
+  echo "### tokenselect covering (k 65536) == dense"
+  python3 - "$out/tokenselect" "$lengths" <<'PY' || rc=1
+import json, sys
+sys.path.insert(0, "tools")
+from longctx.__main__ import parse_length
+same = total = 0
+for length in sys.argv[2].split(","):
+    k = parse_length(length) // 1024
+    dense, covering = (json.load(open(f"{sys.argv[1]}/{name}_{k}k.json"))["items"]
+                       for name in ("dense", "covering"))
+    same += sum(a.get("output") == b.get("output") for a, b in zip(dense, covering))
+    total += len(dense)
+print(f"covering == dense: {same} of {total} outputs identical")
+sys.exit(0 if same == total else 1)
+PY
+fi
 exit $rc
