@@ -15,13 +15,53 @@ __device__ __forceinline__ bool Before(uint32_t a, uint32_t b) {
   return static_cast<int32_t>(a - b) < 0;
 }
 
-__device__ __forceinline__ void AddBf16x8(const int4& v, float* acc) {
-  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+// Element conversions of the two summed types (sums in f32 either way).
+__device__ __forceinline__ float ToFloat(float v) {
+  return v;
+}
+__device__ __forceinline__ float ToFloat(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+template <typename T>
+__device__ __forceinline__ T FromFloat(float v);
+template <>
+__device__ __forceinline__ float FromFloat<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// x[i] = Σ_r slot_r[i] in rank order, slot `rank` being x itself: 16-byte pieces where x is
+// aligned, then element by element. Inbox reads bypass L1 (__ldcg): peers wrote them.
+template <typename T>
+__device__ void SumSlots(T* x, int64_t count, bool aligned, const char* box, int rank, int ranks) {
+  constexpr int kPer = 16 / sizeof(T);
+  const int64_t pieces = aligned ? count / kPer : 0;
+  for (int64_t i = threadIdx.x; i < pieces; i += blockDim.x) {
+    float acc[kPer] = {};
+    for (int r = 0; r < ranks; ++r) {
+      const int4 v = r == rank
+                         ? reinterpret_cast<const int4*>(x)[i]
+                         : __ldcg(reinterpret_cast<const int4*>(box + r * kPeerSlotBytes) + i);
+      const T* e = reinterpret_cast<const T*>(&v);
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const float2 f = __bfloat1622float2(h[j]);
-    acc[2 * j] += f.x;
-    acc[2 * j + 1] += f.y;
+      for (int j = 0; j < kPer; ++j) acc[j] += ToFloat(e[j]);
+    }
+    int4 out;
+    T* e = reinterpret_cast<T*>(&out);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) e[j] = FromFloat<T>(acc[j]);
+    reinterpret_cast<int4*>(x)[i] = out;
+  }
+  for (int64_t i = pieces * kPer + threadIdx.x; i < count; i += blockDim.x) {
+    float acc = 0.0f;
+    for (int r = 0; r < ranks; ++r) {
+      acc += ToFloat(r == rank ? x[i]
+                               : __ldcg(reinterpret_cast<const T*>(box + r * kPeerSlotBytes) + i));
+    }
+    x[i] = FromFloat<T>(acc);
   }
 }
 
@@ -65,60 +105,12 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
 
-  // 4. The sum in rank order (the same bits on every rank); this rank's own part from x. Inbox
-  // reads bypass L1 (__ldcg): peers wrote them behind its back.
+  // 4. The sum in rank order (the same bits on every rank); this rank's own part from x.
   const char* box = p.inbox[p.rank] + int64_t{parity} * p.ranks * kPeerSlotBytes;
   if (p.bf16) {
-    auto* x = static_cast<__nv_bfloat16*>(p.x);
-    const int64_t groups = aligned ? p.count / 8 : 0;
-    for (int64_t i = threadIdx.x; i < groups; i += blockDim.x) {
-      float acc[8] = {};
-      for (int r = 0; r < p.ranks; ++r) {
-        const int4 v = r == p.rank
-                           ? reinterpret_cast<const int4*>(x)[i]
-                           : __ldcg(reinterpret_cast<const int4*>(box + r * kPeerSlotBytes) + i);
-        AddBf16x8(v, acc);
-      }
-      int4 out;
-      auto* h = reinterpret_cast<__nv_bfloat162*>(&out);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) h[j] = __floats2bfloat162_rn(acc[2 * j], acc[2 * j + 1]);
-      reinterpret_cast<int4*>(x)[i] = out;
-    }
-    for (int64_t i = groups * 8 + threadIdx.x; i < p.count; i += blockDim.x) {
-      float acc = 0.0f;
-      for (int r = 0; r < p.ranks; ++r) {
-        acc += __bfloat162float(
-            r == p.rank
-                ? x[i]
-                : __ldcg(reinterpret_cast<const __nv_bfloat16*>(box + r * kPeerSlotBytes) + i));
-      }
-      x[i] = __float2bfloat16_rn(acc);
-    }
+    SumSlots(static_cast<__nv_bfloat16*>(p.x), p.count, aligned, box, p.rank, p.ranks);
   } else {
-    auto* x = static_cast<float*>(p.x);
-    const int64_t groups = aligned ? p.count / 4 : 0;
-    for (int64_t i = threadIdx.x; i < groups; i += blockDim.x) {
-      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      for (int r = 0; r < p.ranks; ++r) {
-        const float4 v =
-            r == p.rank ? reinterpret_cast<const float4*>(x)[i]
-                        : __ldcg(reinterpret_cast<const float4*>(box + r * kPeerSlotBytes) + i);
-        acc.x += v.x;
-        acc.y += v.y;
-        acc.z += v.z;
-        acc.w += v.w;
-      }
-      reinterpret_cast<float4*>(x)[i] = acc;
-    }
-    for (int64_t i = groups * 4 + threadIdx.x; i < p.count; i += blockDim.x) {
-      float acc = 0.0f;
-      for (int r = 0; r < p.ranks; ++r) {
-        acc += r == p.rank ? x[i]
-                           : __ldcg(reinterpret_cast<const float*>(box + r * kPeerSlotBytes) + i);
-      }
-      x[i] = acc;
-    }
+    SumSlots(static_cast<float*>(p.x), p.count, aligned, box, p.rank, p.ranks);
   }
   if (threadIdx.x == 0) *p.calls = static_cast<int>(call);
 }
