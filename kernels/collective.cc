@@ -8,6 +8,13 @@
 
 namespace sparseserve::kernels {
 
+absl::Status Collective::AllReduceAddRmsNorm(const Tensor& x, const Tensor& residual,
+                                             const Tensor& weight, float eps, const Tensor& out,
+                                             Backend& backend) {
+  SS_RETURN_IF_ERROR(AllReduceSum(x));
+  return backend.AddRmsNorm(residual, x, weight, eps, out);
+}
+
 absl::Status HostRendezvous::Wait() {
   absl::MutexLock lock(&mu_);
   const int64_t generation = generation_;

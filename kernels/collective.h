@@ -37,6 +37,15 @@ class Collective {
   // backend memory, f32 or the compute dtype. Graph-safe.
   virtual absl::Status AllReduceSum(const Tensor& x) = 0;
 
+  // The all-reduce that ends a row-parallel sub-block, fused with the residual add and RMSNorm
+  // that always follow it: residual += the sum over ranks of x; out = RMSNorm(residual) * weight,
+  // as `backend`.AddRmsNorm computes them (backend: this rank's). x is unspecified afterwards.
+  // This default runs AllReduceSum and then AddRmsNorm; the CUDA group does both in one kernel
+  // where the shapes allow (kernels/cuda/peer_allreduce.h). Graph-safe.
+  virtual absl::Status AllReduceAddRmsNorm(const Tensor& x, const Tensor& residual,
+                                           const Tensor& weight, float eps, const Tensor& out,
+                                           Backend& backend);
+
   // out [m, total] (on every rank) = the ranks' local [m, c] side by side: columns [r * c,
   // min((r + 1) * c, total)) come from rank r, so padding columns of the last ranks are dropped
   // (a vocabulary padded to a multiple of the group size). scratch: [size * m * c] of local's

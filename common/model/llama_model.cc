@@ -375,7 +375,7 @@ absl::Status LlamaModel::RunLayers(
     if (l == 0) {
       SS_RETURN_IF_ERROR(be.RmsNorm(h, w.attn_norm, c.rms_norm_eps, x));
     } else {  // adds the previous layer's FFN output into the residual stream
-      SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, w.attn_norm, c.rms_norm_eps, x));
+      SS_RETURN_IF_ERROR(AddRmsNorm(h, branch, /*partial=*/true, w.attn_norm, x));
     }
     // h is the output of layer l - 1: the early-exit adapter's K/V of these rows come from it
     // (branch is free until this layer's attention output).
@@ -395,24 +395,25 @@ absl::Status LlamaModel::RunLayers(
                                             shadow->errors.Slice(0, l * k, (l + 1) * k)));
     }
     if (probe != nullptr) SS_RETURN_IF_ERROR((*probe)(l, layer_plan, q, cache.layer(l), attn_out));
+    // o_proj is row-parallel: each rank's heads' part, summed in the add and norm after it.
     SS_RETURN_IF_ERROR(be.Linear(attn2, w.wo, w.bo, branch));
-    SS_RETURN_IF_ERROR(AllReduce(branch));  // o_proj is row-parallel: each rank's heads' part
-    SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, w.ffn_norm, c.rms_norm_eps, x));
+    SS_RETURN_IF_ERROR(AddRmsNorm(h, branch, /*partial=*/true, w.ffn_norm, x));
     SS_RETURN_IF_ERROR(be.LinearSiluMul(x, w.w_gate_up, v.gate_up, v.act));
+    // down is row-parallel likewise: summed by the next norm (the next layer's, or the last).
     SS_RETURN_IF_ERROR(be.Linear(v.act, w.w_down, Tensor(), branch));
-    SS_RETURN_IF_ERROR(AllReduce(branch));  // down is row-parallel likewise
   }
   if (early_exit) {  // Kangaroo's draft: the adapter's attention layer over its own KV
     const EarlyExitAdapter& a = early_exit_;
     const Tensor& kv = cache.layer(c.num_layers);
-    SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, a.input_norm, c.rms_norm_eps, x));
+    SS_RETURN_IF_ERROR(AddRmsNorm(h, branch, /*partial=*/true, a.input_norm, x));
     SS_RETURN_IF_ERROR(
         be.LinearRopeWriteKv(x, a.wqkv, Tensor(), v.qkv, v.positions, inv_freq_, v.slots, q, kv));
     SS_RETURN_IF_ERROR(be.Attention(plan, q, kv, c.num_layers, attn_out));
     SS_RETURN_IF_ERROR(be.Linear(attn2, a.wo, Tensor(), branch));
-    SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, a.output_norm, c.rms_norm_eps, x));
+    // The adapter is whole on every rank: its o_proj's output is complete.
+    SS_RETURN_IF_ERROR(AddRmsNorm(h, branch, /*partial=*/false, a.output_norm, x));
   } else {
-    SS_RETURN_IF_ERROR(be.AddRmsNorm(h, branch, final_norm_, c.rms_norm_eps, x));
+    SS_RETURN_IF_ERROR(AddRmsNorm(h, branch, /*partial=*/true, final_norm_, x));
     // The adapter layer's K/V were written at layer exit_layer; reported last, in layer order.
     if (exit_layer > 0 && on_layer_kv_written) {
       SS_RETURN_IF_ERROR(on_layer_kv_written(c.num_layers));
@@ -455,16 +456,20 @@ absl::Status LlamaModel::SliceMInferenceHeads(kernels::AttentionBatch& batch) {
   return absl::OkStatus();
 }
 
-absl::Status LlamaModel::AllReduce(const Tensor& x) {
-  if (!tensor_parallel()) return absl::OkStatus();
-  if (!time_collectives_) return shard_.collective->AllReduceSum(x);
+absl::Status LlamaModel::AddRmsNorm(const Tensor& h, const Tensor& branch, bool partial,
+                                    const Tensor& weight, const Tensor& x) {
+  const float eps = config_.rms_norm_eps;
+  if (!partial || !tensor_parallel()) return backend_->AddRmsNorm(h, branch, weight, eps, x);
+  if (!time_collectives_) {
+    return shard_.collective->AllReduceAddRmsNorm(branch, h, weight, eps, x, *backend_);
+  }
   SS_RETURN_IF_ERROR(backend_->Synchronize());
   const auto start = std::chrono::steady_clock::now();
-  SS_RETURN_IF_ERROR(shard_.collective->AllReduceSum(x));
+  SS_RETURN_IF_ERROR(shard_.collective->AllReduceSum(branch));
   SS_RETURN_IF_ERROR(backend_->Synchronize());
   allreduce_observer_(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  return absl::OkStatus();
+  return backend_->AddRmsNorm(h, branch, weight, eps, x);
 }
 
 absl::StatusOr<LlamaModel::StepBuffers> LlamaModel::AllocateStepBuffers(int64_t rows,

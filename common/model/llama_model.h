@@ -289,9 +289,12 @@ class LlamaModel {
   // [head_begin, head_begin + heads), so its sequences get their slice of the config (built once
   // per config). kInvalidArgument for a config of another model's shape.
   absl::Status SliceMInferenceHeads(kernels::AttentionBatch& batch);
-  // Sums a row-parallel projection's partial output over the ranks (no-op on one rank), timed
-  // when the step samples collectives (set_allreduce_observer).
-  absl::Status AllReduce(const Tensor& x);
+  // h += branch; x = RMSNorm(h) * weight — the residual add after a sub-block. With `partial`
+  // (branch is a row-parallel projection's output: each rank's part) the sum over the ranks comes
+  // first, fused with the add and norm (Collective::AllReduceAddRmsNorm), or as a separate timed
+  // all-reduce when the step samples collectives (set_allreduce_observer).
+  absl::Status AddRmsNorm(const Tensor& h, const Tensor& branch, bool partial,
+                          const Tensor& weight, const Tensor& x);
   // Sets inv_freq_ from the config's rope_theta and rope_scaling (computed on the host, uploaded);
   // shared by Load and CreateRandom so both rotate identically.
   absl::Status UploadInverseFrequencies();

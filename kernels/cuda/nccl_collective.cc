@@ -38,12 +38,11 @@ absl::StatusOr<ncclDataType_t> NcclType(const Tensor& t, const char* op) {
 }
 
 // The peer all-reduce's memory (kernels/cuda/peer_allreduce.h): per rank, on its GPU, the inbox
-// and flags the other ranks write and its call counter; one host-mapped abort flag.
+// the other ranks write and its call counter; one host-mapped abort flag.
 struct PeerBuffers {
   std::vector<int> devices;
   std::vector<char*> inbox;
-  std::vector<int*> flags;
-  std::vector<int*> calls;
+  std::vector<unsigned*> calls;
   int* aborted = nullptr;  // host-mapped
 
   bool on() const { return aborted != nullptr; }
@@ -53,12 +52,11 @@ struct PeerBuffers {
     for (size_t r = 0; r < devices.size(); ++r) {
       cudaSetDevice(devices[r]);
       if (r < inbox.size()) cudaFree(inbox[r]);
-      if (r < flags.size()) cudaFree(flags[r]);
       if (r < calls.size()) cudaFree(calls[r]);
     }
     cudaSetDevice(current);
     if (aborted != nullptr) cudaFreeHost(aborted);
-    inbox.clear(), flags.clear(), calls.clear(), aborted = nullptr;
+    inbox.clear(), calls.clear(), aborted = nullptr;
   }
 };
 
@@ -74,13 +72,11 @@ struct NcclGroup {
   }
 };
 
-// $SPARSESERVE_TP_PEER_ALLREDUCE=1 turns the peer all-reduce on (read when a group is made). Off by
-// default until it has been run on a multi-GPU machine: written in session 22 (issue 19), when the
-// device time ran out before its GPU test (CudaTensorParallelTest.AllReduceSumIsTheSumOnEveryRank)
-// could run.
+// $SPARSESERVE_TP_PEER_ALLREDUCE=0 sends every sum to NCCL (read when a group is made): the A/B
+// switch, and a way out should a platform's peer access misbehave.
 bool PeerAllReduceWanted() {
   const char* env = std::getenv("SPARSESERVE_TP_PEER_ALLREDUCE");
-  return env != nullptr && std::string_view(env) == "1";
+  return env == nullptr || std::string_view(env) != "0";
 }
 
 // Peer access between every pair of the group's GPUs and the peer all-reduce's buffers. Where
@@ -116,19 +112,15 @@ void SetUpPeerAllReduce(const std::vector<int>& devices, PeerBuffers& peer) {
       }
     }
     char* inbox = nullptr;
-    int *flags = nullptr, *calls = nullptr;
-    if (status.ok()) {
-      status =
-          CudaStatus(cudaMalloc(&inbox, 2 * n * cuda::kPeerSlotBytes), "peer all-reduce inbox");
-    }
-    if (status.ok()) status = CudaStatus(cudaMalloc(&flags, n * sizeof(int)), "peer flags");
-    if (status.ok()) status = CudaStatus(cudaMalloc(&calls, sizeof(int)), "peer call counter");
-    if (status.ok()) status = CudaStatus(cudaMemset(flags, 0, n * sizeof(int)), "peer flags");
-    if (status.ok()) status = CudaStatus(cudaMemset(calls, 0, sizeof(int)), "peer call counter");
-    // The ranks' streams may not wait for the legacy stream the memsets ran on: done before use.
+    unsigned* calls = nullptr;
+    const int64_t bytes = cuda::PeerInboxBytes(n);
+    if (status.ok()) status = CudaStatus(cudaMalloc(&inbox, bytes), "peer all-reduce inbox");
+    if (status.ok()) status = CudaStatus(cudaMalloc(&calls, 2 * sizeof(unsigned)), "peer counter");
+    if (status.ok()) status = CudaStatus(cuda::EmptyPeerInbox(inbox, bytes, nullptr), "peer inbox");
+    if (status.ok()) status = CudaStatus(cudaMemset(calls, 0, 2 * sizeof(unsigned)), "peer counter");
+    // The ranks' streams may not wait for the legacy stream these ran on: done before use.
     if (status.ok()) status = CudaStatus(cudaDeviceSynchronize(), "peer all-reduce set-up");
     peer.inbox.push_back(inbox);
-    peer.flags.push_back(flags);
     peer.calls.push_back(calls);
   }
   if (status.ok()) {
@@ -146,7 +138,8 @@ void SetUpPeerAllReduce(const std::vector<int>& devices, PeerBuffers& peer) {
     return;
   }
   SS_LOG_INFO(
-      "tensor parallel: all-reduces of up to {} KiB one-shot over peer access, larger on NCCL",
+      "tensor parallel: all-reduces of up to {} KiB one-shot over peer access, larger on NCCL "
+      "(SPARSESERVE_TP_PEER_ALLREDUCE=0: all on NCCL)",
       cuda::kPeerSlotBytes >> 10);
 }
 
@@ -178,26 +171,40 @@ class NcclCollective final : public Collective {
     absl::StatusOr<ncclDataType_t> type = NcclType(x, "AllReduceSum");
     if (!type.ok()) return type.status();
     // The same choice on every rank: it depends on the shape and type alone.
-    const PeerBuffers& peer = group_->peer;
-    if (peer.on() && (*type == ncclFloat32 || *type == ncclBfloat16) &&
-        x.numel() * static_cast<int64_t>(DTypeSize(x.dtype())) <= cuda::kPeerSlotBytes) {
-      cuda::PeerAllReduceParams p;
-      p.x = x.raw_data();
-      p.count = x.numel();
-      p.bf16 = *type == ncclBfloat16;
-      p.rank = rank_;
-      p.ranks = size();
-      for (int r = 0; r < size(); ++r) {
-        p.inbox[r] = peer.inbox[r];
-        p.flags[r] = peer.flags[r];
+    if (*type == ncclFloat32 || *type == ncclBfloat16) {
+      cuda::PeerAllReduceParams p = PeerParams(x);
+      if (group_->peer.on() && cuda::PeerAllReduceFits(p)) {
+        return CudaStatus(cuda::LaunchPeerAllReduce(p, backend_->stream()), "peer all-reduce");
       }
-      p.calls = peer.calls[rank_];
-      p.aborted = peer.aborted;
-      return CudaStatus(cuda::LaunchPeerAllReduce(p, backend_->stream()), "peer all-reduce");
     }
     return NcclStatus(ncclAllReduce(x.raw_data(), x.raw_data(), static_cast<size_t>(x.numel()),
                                     *type, ncclSum, group_->comms[rank_], backend_->stream()),
                       "ncclAllReduce");
+  }
+
+  absl::Status AllReduceAddRmsNorm(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                   float eps, const Tensor& out, Backend& backend) override {
+    if (group_->aborted) return absl::AbortedError("the tensor-parallel group was aborted");
+    // The same choice on every rank (shapes and types alone). The kernel runs on this rank's
+    // stream, which `backend` (the rank's, perhaps behind a decorator) queues on too.
+    if (group_->peer.on() && x.device() == Device::kCuda &&
+        x.dtype() == DType::kBf16 && residual.dtype() == DType::kF32 &&
+        weight.dtype() == DType::kBf16 && out.dtype() == DType::kBf16 && x.ndim() == 2 &&
+        x.is_contiguous() && residual.shape() == x.shape() && residual.is_contiguous() &&
+        out.shape() == x.shape() && out.is_contiguous() && weight.ndim() == 1 &&
+        weight.dim(0) == x.dim(1) && weight.is_contiguous()) {
+      cuda::PeerAllReduceParams p = PeerParams(x);
+      p.residual = static_cast<float*>(residual.raw_data());
+      p.weight = static_cast<const __nv_bfloat16*>(weight.raw_data());
+      p.out = static_cast<__nv_bfloat16*>(out.raw_data());
+      p.d = x.dim(1);
+      p.eps = eps;
+      if (cuda::PeerAllReduceFits(p)) {
+        return CudaStatus(cuda::LaunchPeerAllReduce(p, backend_->stream()),
+                          "peer all-reduce + RMSNorm");
+      }
+    }
+    return Collective::AllReduceAddRmsNorm(x, residual, weight, eps, out, backend);
   }
 
   absl::Status AllGatherColumns(const Tensor& local, const Tensor& scratch,
@@ -241,6 +248,23 @@ class NcclCollective final : public Collective {
   }
 
  private:
+  // The peer all-reduce of x alone (the caller checks PeerAllReduceFits and the group's peer).
+  cuda::PeerAllReduceParams PeerParams(const Tensor& x) const {
+    cuda::PeerAllReduceParams p;
+    const PeerBuffers& peer = group_->peer;
+    p.x = x.raw_data();
+    p.count = x.numel();
+    p.bf16 = x.dtype() == DType::kBf16;
+    p.rank = rank_;
+    p.ranks = size();
+    for (int r = 0; r < size() && r < static_cast<int>(peer.inbox.size()); ++r) {
+      p.inbox[r] = peer.inbox[r];
+    }
+    p.calls = peer.on() ? peer.calls[rank_] : nullptr;
+    p.aborted = peer.aborted;
+    return p;
+  }
+
   const int rank_;
   std::shared_ptr<NcclGroup> group_;
   CudaBackend* backend_;  // borrowed: the rank's backend

@@ -1,133 +1,253 @@
 // The one-shot peer all-reduce of kernels/cuda/peer_allreduce.h.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 
+#include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/peer_allreduce.h"
 
 namespace sparseserve::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 512;
+using bf16_t = __nv_bfloat16;
 
-// Call numbers wrap (2^32 calls is a day of decode steps): "a before b" by their difference.
-__device__ __forceinline__ bool Before(uint32_t a, uint32_t b) {
-  return static_cast<int32_t>(a - b) < 0;
-}
+constexpr int kPiecesPerThread = 4;    // 16-byte pieces each thread holds in registers
+constexpr int64_t kPlainPieces = 512;  // pieces per CTA of a plain sum: 8 KiB
+constexpr uint32_t kEmptyWord = 0x80008000u;
+constexpr int kMaxThreads = 1024;
 
-// Element conversions of the two summed types (sums in f32 either way).
-__device__ __forceinline__ float ToFloat(float v) {
-  return v;
-}
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
+// A 32-bit word of a piece has arrived when none of its lanes is empty: for bf16 neither half is
+// 0x8000; for f32 the word is not 0x80008000 (a denormal no sender sends: it goes as -0.0).
 template <typename T>
-__device__ __forceinline__ T FromFloat(float v);
+__device__ __forceinline__ bool WordArrived(uint32_t w);
 template <>
-__device__ __forceinline__ float FromFloat<float>(float v) {
-  return v;
+__device__ __forceinline__ bool WordArrived<bf16_t>(uint32_t w) {
+  return (w & 0xffffu) != 0x8000u && (w >> 16) != 0x8000u;
 }
 template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
+__device__ __forceinline__ bool WordArrived<float>(uint32_t w) {
+  return w != kEmptyWord;
 }
 
-// x[i] = Σ_r slot_r[i] in rank order, slot `rank` being x itself: 16-byte pieces where x is
-// aligned, then element by element. Inbox reads bypass L1 (__ldcg): peers wrote them.
+// What a sender sends for a word: never an empty lane (bf16 -0.0 becomes +0.0; the f32 denormal
+// 0x80008000 becomes -0.0). Every rank sums the sent values, its own included.
 template <typename T>
-__device__ void SumSlots(T* x, int64_t count, bool aligned, const char* box, int rank, int ranks) {
-  constexpr int kPer = 16 / sizeof(T);
-  const int64_t pieces = aligned ? count / kPer : 0;
-  for (int64_t i = threadIdx.x; i < pieces; i += blockDim.x) {
-    float acc[kPer] = {};
-    for (int r = 0; r < ranks; ++r) {
-      const int4 v = r == rank
-                         ? reinterpret_cast<const int4*>(x)[i]
-                         : __ldcg(reinterpret_cast<const int4*>(box + r * kPeerSlotBytes) + i);
-      const T* e = reinterpret_cast<const T*>(&v);
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) acc[j] += ToFloat(e[j]);
-    }
-    int4 out;
-    T* e = reinterpret_cast<T*>(&out);
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) e[j] = FromFloat<T>(acc[j]);
-    reinterpret_cast<int4*>(x)[i] = out;
-  }
-  for (int64_t i = pieces * kPer + threadIdx.x; i < count; i += blockDim.x) {
-    float acc = 0.0f;
-    for (int r = 0; r < ranks; ++r) {
-      acc += ToFloat(r == rank ? x[i]
-                               : __ldcg(reinterpret_cast<const T*>(box + r * kPeerSlotBytes) + i));
-    }
-    x[i] = FromFloat<T>(acc);
-  }
+__device__ __forceinline__ uint32_t SentWord(uint32_t w);
+template <>
+__device__ __forceinline__ uint32_t SentWord<bf16_t>(uint32_t w) {
+  if ((w & 0xffffu) == 0x8000u) w &= 0xffff0000u;
+  if ((w >> 16) == 0x8000u) w &= 0x0000ffffu;
+  return w;
+}
+template <>
+__device__ __forceinline__ uint32_t SentWord<float>(uint32_t w) {
+  return w == kEmptyWord ? 0x80000000u : w;
 }
 
-__global__ void __launch_bounds__(kThreads)
-    PeerAllReduceKernel(const __grid_constant__ PeerAllReduceParams p) {
+template <typename T>
+__device__ __forceinline__ bool PieceArrived(const uint4& v) {
+  return WordArrived<T>(v.x) && WordArrived<T>(v.y) && WordArrived<T>(v.z) &&
+         WordArrived<T>(v.w);
+}
+
+// Reads a peer's piece from this rank's inbox once it has arrived (or the group was aborted:
+// then whatever is there), and empties it for the call after next.
+template <typename T>
+__device__ __forceinline__ uint4 TakePiece(uint4* slot, const volatile int* aborted) {
+  uint4 v = __ldcv(slot);  // volatile: the peer's stores land in this GPU's memory behind L1
+  for (uint32_t spin = 1; !PieceArrived<T>(v); ++spin) {
+    if (spin % 1024 == 0 && *aborted != 0) break;  // a host read: not every turn
+    v = __ldcv(slot);
+  }
+  *slot = make_uint4(kEmptyWord, kEmptyWord, kEmptyWord, kEmptyWord);
+  return v;
+}
+
+// The 8 or 4 elements of a piece, added into acc (f32).
+__device__ __forceinline__ void AddPiece(const uint4& v, bf16_t, float (&acc)[8]) {
+  const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(pairs[i]);
+    acc[2 * i] += f.x;
+    acc[2 * i + 1] += f.y;
+  }
+}
+__device__ __forceinline__ void AddPiece(const uint4& v, float, float (&acc)[8]) {
+  acc[0] += __uint_as_float(v.x), acc[1] += __uint_as_float(v.y);
+  acc[2] += __uint_as_float(v.z), acc[3] += __uint_as_float(v.w);
+}
+
+// acc rounded to T (the sum alone's bits) and packed into a piece; bf16 sums come back as f32.
+__device__ __forceinline__ uint4 PackPiece(bf16_t, float (&acc)[8]) {
+  uint4 out;
+  auto* pairs = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    pairs[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
+    const float2 f = __bfloat1622float2(pairs[i]);
+    acc[2 * i] = f.x, acc[2 * i + 1] = f.y;
+  }
+  return out;
+}
+__device__ __forceinline__ uint4 PackPiece(float, float (&acc)[8]) {
+  return make_uint4(__float_as_uint(acc[0]), __float_as_uint(acc[1]), __float_as_uint(acc[2]),
+                    __float_as_uint(acc[3]));
+}
+
+// One CTA per `per_cta` pieces (kNorm: per row of the fused epilogue, pieces in the same places
+// as the RMSNorm kernel's threads hold them, so the norm's sums are the same bits).
+template <typename T, bool kNorm>
+__global__ void PeerAllReduceKernel(const __grid_constant__ PeerAllReduceParams p,
+                                    int64_t per_cta) {
+  constexpr int kLanes = 16 / sizeof(T);  // elements per piece
   __shared__ uint32_t shared_call;
-  if (threadIdx.x == 0) shared_call = static_cast<uint32_t>(*p.calls) + 1;
+  __shared__ float scratch[32];
+  AllowNextKernelLaunch();  // the GEMV after the norm streams its weights while this one waits
+  float w[kPiecesPerThread][8];
+  if constexpr (kNorm) {  // the norm weights are never written by a kernel: read ahead of the wait
+#pragma unroll
+    for (int j = 0; j < kPiecesPerThread; ++j) {
+      const int64_t c = threadIdx.x + int64_t{j} * blockDim.x;
+      if (c >= per_cta) break;
+      for (int i = 0; i < 8; ++i) w[j][i] = 0.0f;
+      AddPiece(reinterpret_cast<const uint4*>(p.weight)[c], bf16_t{}, w[j]);
+    }
+  }
+  WaitForPrecedingKernels();
+  if (threadIdx.x == 0) shared_call = *reinterpret_cast<volatile unsigned*>(p.calls);
   __syncthreads();
   const uint32_t call = shared_call;
-  const int parity = static_cast<int>(call & 1);
-  const int64_t bytes = p.count * (p.bf16 ? 2 : 4);
-  const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
-  const int64_t vectors = aligned ? bytes / 16 : 0;  // 16-byte pieces; the rest byte by byte
+  const int64_t total = p.count / kLanes;
+  const int64_t first = blockIdx.x * per_cta;
+  const int64_t mine = per_cta < total - first ? per_cta : total - first;  // this CTA's pieces
+  auto* x = reinterpret_cast<uint4*>(p.x) + first;
+  const int64_t parity_base = int64_t(call & 1) * p.ranks * kPeerSlotBytes;
 
-  // 1. This rank's data into its slot of every other rank's inbox (peer stores over NVLink).
-  for (int q = 0; q < p.ranks; ++q) {
-    if (q == p.rank) continue;
-    char* slot = p.inbox[q] + (int64_t{parity} * p.ranks + p.rank) * kPeerSlotBytes;
-    for (int64_t i = threadIdx.x; i < vectors; i += blockDim.x) {
-      reinterpret_cast<int4*>(slot)[i] = reinterpret_cast<const int4*>(p.x)[i];
-    }
-    for (int64_t i = vectors * 16 + threadIdx.x; i < bytes; i += blockDim.x) {
-      slot[i] = static_cast<const char*>(p.x)[i];
+  // 1. This rank's pieces into its slot of every other rank's inbox (peer stores over NVLink).
+  uint4 own[kPiecesPerThread];
+#pragma unroll
+  for (int j = 0; j < kPiecesPerThread; ++j) {
+    const int64_t c = threadIdx.x + int64_t{j} * blockDim.x;
+    if (c >= mine) break;
+    uint4 v = x[c];
+    v = make_uint4(SentWord<T>(v.x), SentWord<T>(v.y), SentWord<T>(v.z), SentWord<T>(v.w));
+    own[j] = v;
+    for (int q = 0; q < p.ranks; ++q) {
+      if (q == p.rank) continue;
+      auto* slot = reinterpret_cast<uint4*>(p.inbox[q] + parity_base + p.rank * kPeerSlotBytes);
+      slot[first + c] = v;
     }
   }
-  // 2. Every thread's stores reach the peers before any flag says so.
-  __threadfence_system();
+  // 2. The sum in rank order, each peer's piece taken from this rank's inbox as it arrives.
+  float acc[kPiecesPerThread][8];
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kPiecesPerThread; ++j) {
+    const int64_t c = threadIdx.x + int64_t{j} * blockDim.x;
+    if (c >= mine) break;
+    for (int i = 0; i < 8; ++i) acc[j][i] = 0.0f;
+    for (int r = 0; r < p.ranks; ++r) {
+      auto* slot = reinterpret_cast<uint4*>(p.inbox[p.rank] + parity_base + r * kPeerSlotBytes);
+      AddPiece(r == p.rank ? own[j] : TakePiece<T>(slot + first + c, p.aborted), T{}, acc[j]);
+    }
+    const uint4 packed = PackPiece(T{}, acc[j]);
+    if constexpr (kNorm) {  // residual += the sum; the norm of the new residual
+      auto* res = reinterpret_cast<float4*>(p.residual) + 2 * (first + c);
+      const float4 a = res[0], b = res[1];
+      const float r[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        acc[j][i] += r[i];
+        sum_sq += acc[j][i] * acc[j][i];
+      }
+      res[0] = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+      res[1] = make_float4(acc[j][4], acc[j][5], acc[j][6], acc[j][7]);
+    } else {
+      x[c] = packed;
+    }
+  }
+  if constexpr (kNorm) {
+    const float inv_rms =
+        rsqrtf(BlockReduce<ReduceOp::kSum>(sum_sq, scratch) / static_cast<float>(p.d) + p.eps);
+#pragma unroll
+    for (int j = 0; j < kPiecesPerThread; ++j) {
+      const int64_t c = threadIdx.x + int64_t{j} * blockDim.x;
+      if (c >= mine) break;
+      uint4 out;
+      auto* pairs = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        // As the RMSNorm kernel rounds it: v * (inv_rms * w).
+        pairs[i] = __floats2bfloat162_rn(acc[j][2 * i] * (inv_rms * w[j][2 * i]),
+                                         acc[j][2 * i + 1] * (inv_rms * w[j][2 * i + 1]));
+      }
+      reinterpret_cast<uint4*>(p.out)[first + c] = out;
+    }
+  }
+  // 3. The last CTA of the call advances the counter (every CTA has read it by then).
   __syncthreads();
-  const int other = static_cast<int>(threadIdx.x);
-  if (other < p.ranks && other != p.rank) {
-    *reinterpret_cast<volatile uint32_t*>(p.flags[other] + p.rank) = call;
-  }
-  // 3. Wait for every other rank's flag in this rank's memory (or the group's abort).
-  if (other < p.ranks && other != p.rank) {
-    const volatile uint32_t* flag =
-        reinterpret_cast<const volatile uint32_t*>(p.flags[p.rank]) + other;
-    for (uint32_t spin = 1; Before(*flag, call); ++spin) {
-      if (spin % 1024 == 0 && *p.aborted != 0) break;  // a host read: not every turn
+  if (threadIdx.x == 0) {
+    if (atomicAdd(p.calls + 1, 1u) == gridDim.x - 1) {
+      p.calls[1] = 0;
+      p.calls[0] = call + 1;
     }
-    __threadfence_system();
   }
-  __syncthreads();
+}
 
-  // 4. The sum in rank order (the same bits on every rank); this rank's own part from x.
-  const char* box = p.inbox[p.rank] + int64_t{parity} * p.ranks * kPeerSlotBytes;
-  if (p.bf16) {
-    SumSlots(static_cast<__nv_bfloat16*>(p.x), p.count, aligned, box, p.rank, p.ranks);
-  } else {
-    SumSlots(static_cast<float*>(p.x), p.count, aligned, box, p.rank, p.ranks);
+__global__ void EmptyInboxKernel(uint4* inbox, int64_t pieces) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < pieces;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    inbox[i] = make_uint4(kEmptyWord, kEmptyWord, kEmptyWord, kEmptyWord);
   }
-  if (threadIdx.x == 0) *p.calls = static_cast<int>(call);
 }
 
 }  // namespace
 
-cudaError_t LaunchPeerAllReduce(const PeerAllReduceParams& p, cudaStream_t stream) {
-  if (p.ranks < 2 || p.ranks > kPeerMaxRanks || p.rank < 0 || p.rank >= p.ranks || p.count < 0 ||
-      p.count * (p.bf16 ? 2 : 4) > kPeerSlotBytes || p.calls == nullptr || p.aborted == nullptr) {
-    return cudaErrorInvalidValue;
+bool PeerAllReduceFits(const PeerAllReduceParams& p) {
+  const int64_t size = p.bf16 ? 2 : 4;
+  const int64_t bytes = p.count * size;
+  if (p.ranks < 2 || p.ranks > kPeerMaxRanks || p.rank < 0 || p.rank >= p.ranks || p.count <= 0 ||
+      bytes > kPeerSlotBytes || bytes % 16 != 0 || reinterpret_cast<uintptr_t>(p.x) % 16 != 0 ||
+      p.calls == nullptr || p.aborted == nullptr) {
+    return false;
   }
-  if (p.count == 0) return cudaSuccess;
-  // A plain launch (no programmatic dependent launch): the kernel starts after the one before it
-  // has finished, and the one after it waits for its end. Its own status, not an earlier error.
-  void* args[] = {const_cast<PeerAllReduceParams*>(&p)};
-  return cudaLaunchKernel(reinterpret_cast<const void*>(&PeerAllReduceKernel), dim3(1),
-                          dim3(kThreads), args, 0, stream);
+  if (p.residual == nullptr) return true;
+  // The fused epilogue: bf16 rows of whole pieces, each row within one CTA's registers.
+  return p.bf16 && p.d > 0 && p.d % 8 == 0 && p.count % p.d == 0 &&
+         p.d / 8 <= int64_t{kPiecesPerThread} * kMaxThreads && p.weight != nullptr &&
+         p.out != nullptr && reinterpret_cast<uintptr_t>(p.residual) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(p.out) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(p.weight) % 16 == 0;
+}
+
+cudaError_t LaunchPeerAllReduce(const PeerAllReduceParams& p, cudaStream_t stream) {
+  if (!PeerAllReduceFits(p)) return cudaErrorInvalidValue;
+  const int64_t pieces = p.count * (p.bf16 ? 2 : 4) / 16;
+  // Per CTA: a row (the norm's layout: threads as RMSNorm's kernel has them) or 8 KiB.
+  const int64_t per_cta = p.residual != nullptr ? p.d / 8 : kPlainPieces;
+  int64_t threads = (per_cta + kPiecesPerThread - 1) / kPiecesPerThread;
+  threads = std::max<int64_t>(32, (threads + 31) / 32 * 32);
+  const auto grid = static_cast<unsigned>((pieces + per_cta - 1) / per_cta);
+  const auto block = static_cast<unsigned>(threads);
+  if (p.residual != nullptr) {
+    return LaunchOverlapping(PeerAllReduceKernel<bf16_t, true>, grid, block, 0, stream, p,
+                             per_cta);
+  }
+  if (p.bf16) {
+    return LaunchOverlapping(PeerAllReduceKernel<bf16_t, false>, grid, block, 0, stream, p,
+                             per_cta);
+  }
+  return LaunchOverlapping(PeerAllReduceKernel<float, false>, grid, block, 0, stream, p, per_cta);
+}
+
+cudaError_t EmptyPeerInbox(char* inbox, int64_t bytes, cudaStream_t stream) {
+  const int64_t pieces = bytes / 16;
+  EmptyInboxKernel<<<static_cast<unsigned>(std::min<int64_t>((pieces + 255) / 256, 4096)), 256, 0,
+                     stream>>>(reinterpret_cast<uint4*>(inbox), pieces);
+  return cudaGetLastError();
 }
 
 }  // namespace sparseserve::kernels::cuda

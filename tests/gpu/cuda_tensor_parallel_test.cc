@@ -56,8 +56,8 @@ class CudaTensorParallelTest : public CudaTest {
 // The collective's all-reduce on two GPUs equals the host's sum on every rank, exactly (integer
 // values: every order and both dtypes sum them without rounding), with the peer all-reduce of
 // kernels/cuda/peer_allreduce.h on and off. Each rank's thread queues 40 sums back to back with
-// no host wait between them — one-row and eight-row decode sums, an odd count at an unaligned
-// address (the byte-wise path) and a sum above the peer slot (NCCL), interleaved — with rank 1
+// no host wait between them — one-row and eight-row decode sums, a 64-CTA sum, an odd count at an
+// unaligned address and a sum above the peer slot (both NCCL's), interleaved — with rank 1
 // starting late, so a rank runs calls ahead of the other and both inbox parities are reused.
 TEST_F(CudaTensorParallelTest, AllReduceSumIsTheSumOnEveryRank) {
   absl::StatusOr<std::unique_ptr<kernels::Backend>> second =
@@ -74,7 +74,8 @@ TEST_F(CudaTensorParallelTest, AllReduceSumIsTheSumOnEveryRank) {
                         {DType::kBf16, 8 * 4096, 0},
                         {DType::kBf16, 1001, 1},
                         {DType::kF32, 3, 0},
-                        {DType::kF32, 128 * 1024, 0}};
+                        {DType::kF32, 128 * 1024, 0},
+                        {DType::kBf16, 1000 * 1000, 0}};
   constexpr int kCalls = 40;
   std::uniform_int_distribution<int> value(-64, 64);
   const char* outer = std::getenv("SPARSESERVE_TP_PEER_ALLREDUCE");
@@ -142,6 +143,139 @@ TEST_F(CudaTensorParallelTest, AllReduceSumIsTheSumOnEveryRank) {
         const Case& c = cases[i % std::size(cases)];
         EXPECT_EQ(wrong, 0) << "rank " << r << ", call " << i << ": " << DTypeName(c.dtype) << " x "
                             << c.count << " at offset " << c.offset;
+      }
+    }
+  }
+  ASSERT_TRUE(gpu_->BindThread().ok());
+}
+
+// The all-reduce fused with the residual add and RMSNorm (Collective::AllReduceAddRmsNorm: one
+// kernel on the peer path, NCCL then AddRmsNorm without it) against the host on both ranks: the
+// residual exactly (integer partial sums, residuals in eighths), the normed rows within bf16
+// rounding — for 1, 8 and 33 rows of 4096 and 8 rows of 64 (a model's small hidden size), each
+// followed by a plain sum of another tensor so the fused and plain calls share the inbox parities.
+TEST_F(CudaTensorParallelTest, AllReduceAddRmsNormEqualsTheHostOnEveryRank) {
+  absl::StatusOr<std::unique_ptr<kernels::Backend>> second =
+      kernels::CreateBackend(Device::kCuda, 1);
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_TRUE(gpu_->BindThread().ok());
+  std::vector<kernels::Backend*> ranks = {gpu_.get(), second->get()};
+  const int64_t shapes[][2] = {{1, 4096}, {8, 4096}, {33, 4096}, {8, 64}};
+  constexpr int kCalls = 24;
+  constexpr float kEps = 1e-5f;
+  std::uniform_int_distribution<int> value(-64, 64);
+  const char* outer = std::getenv("SPARSESERVE_TP_PEER_ALLREDUCE");
+  const std::string saved = outer == nullptr ? "" : outer;
+  for (const char* peer : {"1", "0"}) {
+    SCOPED_TRACE(absl::StrCat("SPARSESERVE_TP_PEER_ALLREDUCE=", peer));
+    ASSERT_EQ(setenv("SPARSESERVE_TP_PEER_ALLREDUCE", peer, 1), 0);
+    absl::StatusOr<std::vector<std::unique_ptr<kernels::Collective>>> group =
+        kernels::CreateCollectives(ranks);
+    if (outer == nullptr) {
+      unsetenv("SPARSESERVE_TP_PEER_ALLREDUCE");
+    } else {
+      setenv("SPARSESERVE_TP_PEER_ALLREDUCE", saved.c_str(), 1);
+    }
+    ASSERT_TRUE(group.ok()) << group.status();
+    struct Call {  // per rank: x, residual, weight, out, and a plain sum's tensor after it
+      std::vector<Tensor> x, residual, weight, out, plain;
+      Tensor want_residual, want_out, want_plain;
+    };
+    std::vector<Call> calls(kCalls);
+    for (int i = 0; i < kCalls; ++i) {
+      const int64_t rows = shapes[i % std::size(shapes)][0], d = shapes[i % std::size(shapes)][1];
+      Call& c = calls[i];
+      Tensor xs[2] = {Tensor::Zeros(DType::kF32, {rows, d}), Tensor::Zeros(DType::kF32, {rows, d})};
+      Tensor plains[2] = {Tensor::Zeros(DType::kF32, {rows * 8}),
+                          Tensor::Zeros(DType::kF32, {rows * 8})};
+      Tensor residual = Tensor::Zeros(DType::kF32, {rows, d});
+      Tensor weight = Tensor::Zeros(DType::kF32, {d});
+      for (int r = 0; r < 2; ++r) {
+        for (int64_t j = 0; j < xs[r].numel(); ++j) xs[r].data<float>()[j] = value(rng_);
+        for (int64_t j = 0; j < plains[r].numel(); ++j) plains[r].data<float>()[j] = value(rng_);
+      }
+      for (int64_t j = 0; j < residual.numel(); ++j) residual.data<float>()[j] = value(rng_) / 8.0f;
+      for (int64_t j = 0; j < d; ++j) weight.data<float>()[j] = (value(rng_) + 65) / 64.0f;
+      c.want_residual = Tensor::Zeros(DType::kF32, {rows, d});
+      c.want_out = Tensor::Zeros(DType::kF32, {rows, d});
+      c.want_plain = Tensor::Zeros(DType::kF32, {rows * 8});
+      for (int64_t row = 0; row < rows; ++row) {
+        double sum_sq = 0;
+        for (int64_t j = row * d; j < (row + 1) * d; ++j) {
+          const float v =
+              residual.data<float>()[j] + (xs[0].data<float>()[j] + xs[1].data<float>()[j]);
+          c.want_residual.data<float>()[j] = v;
+          sum_sq += double{v} * v;
+        }
+        const double inv_rms = 1.0 / std::sqrt(sum_sq / static_cast<double>(d) + kEps);
+        for (int64_t j = row * d; j < (row + 1) * d; ++j) {
+          c.want_out.data<float>()[j] = static_cast<float>(
+              c.want_residual.data<float>()[j] * inv_rms * weight.data<float>()[j - row * d]);
+        }
+      }
+      for (int64_t j = 0; j < rows * 8; ++j) {
+        c.want_plain.data<float>()[j] = plains[0].data<float>()[j] + plains[1].data<float>()[j];
+      }
+      for (int r = 0; r < 2; ++r) {
+        ASSERT_TRUE(ranks[r]->BindThread().ok());
+        auto upload = [&](const Tensor& host, DType dtype) -> Tensor {
+          absl::StatusOr<Tensor> t = ranks[r]->Allocate(dtype, host.shape());
+          EXPECT_TRUE(t.ok()) << t.status();
+          if (!t.ok()) return Tensor();
+          EXPECT_TRUE(ranks[r]->CopyFromHost(host, *t).ok());
+          return *t;
+        };
+        c.x.push_back(upload(xs[r], DType::kBf16));
+        c.residual.push_back(upload(residual, DType::kF32));
+        c.weight.push_back(upload(weight, DType::kBf16));
+        c.out.push_back(upload(Tensor::Zeros(DType::kF32, {rows, d}), DType::kBf16));
+        c.plain.push_back(upload(plains[r], DType::kBf16));
+      }
+    }
+    std::vector<absl::Status> status(2);
+    std::vector<std::vector<Tensor>> residuals(2), outs(2), plains(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        status[r] = ranks[r]->BindThread();
+        kernels::Collective& collective = *(*group)[r];
+        for (int i = 0; i < kCalls && status[r].ok(); ++i) {
+          const Call& c = calls[i];
+          status[r] = collective.AllReduceAddRmsNorm(c.x[r], c.residual[r], c.weight[r], kEps,
+                                                     c.out[r], *ranks[r]);
+          if (status[r].ok()) status[r] = collective.AllReduceSum(c.plain[r]);
+        }
+        for (int i = 0; i < kCalls && status[r].ok(); ++i) {
+          const Call& c = calls[i];
+          residuals[r].push_back(Tensor::Zeros(DType::kF32, c.residual[r].shape()));
+          outs[r].push_back(Tensor::Zeros(DType::kF32, c.out[r].shape()));
+          plains[r].push_back(Tensor::Zeros(DType::kF32, c.plain[r].shape()));
+          status[r] = ranks[r]->CopyToHost(c.residual[r], residuals[r].back());
+          if (status[r].ok()) status[r] = ranks[r]->CopyToHost(c.out[r], outs[r].back());
+          if (status[r].ok()) status[r] = ranks[r]->CopyToHost(c.plain[r], plains[r].back());
+        }
+        if (!status[r].ok()) collective.Abort();
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+      for (int i = 0; i < kCalls; ++i) {
+        const Call& c = calls[i];
+        int64_t wrong_residual = 0, wrong_out = 0, wrong_plain = 0;
+        for (int64_t j = 0; j < c.want_residual.numel(); ++j) {
+          wrong_residual +=
+              residuals[r][i].data<float>()[j] != c.want_residual.data<float>()[j];
+          const float want = c.want_out.data<float>()[j], got = outs[r][i].data<float>()[j];
+          wrong_out += !(std::fabs(got - want) <= 1e-2f * std::fabs(want) + 1e-3f);
+        }
+        for (int64_t j = 0; j < c.want_plain.numel(); ++j) {
+          wrong_plain += plains[r][i].data<float>()[j] != c.want_plain.data<float>()[j];
+        }
+        EXPECT_EQ(wrong_residual, 0) << "rank " << r << ", call " << i;
+        EXPECT_EQ(wrong_out, 0) << "rank " << r << ", call " << i;
+        EXPECT_EQ(wrong_plain, 0) << "rank " << r << ", call " << i;
       }
     }
   }
