@@ -260,16 +260,16 @@ if has baseline && [ -d .devbundle-baseline ]; then
   fi
 fi
 # Issue 19 (a kind with two or more GPUs): TP 2 against one GPU — the GPU tests (stories260K's
-# greedy tokens, the tiny models' logits), the golden continuation through `generate`, NCCL's
-# all-reduce (nccl-tests' all_reduce_perf as the peer, when packed, at the sizes `bench model`
-# measures), and the synthetic Llama-3-8B's decode steps and 32K prefill at TP 1 and 2.
-# The _peer runs turn on the one-shot all-reduce over peer access for small sums
-# (SPARSESERVE_TP_PEER_ALLREDUCE=1, kernels/cuda/peer_allreduce.h; not yet run on a GPU) for the
-# A/B against NCCL alone.
+# greedy tokens, the tiny models' logits, the collective's sums), the golden continuation through
+# `generate`, NCCL's all-reduce (nccl-tests' all_reduce_perf as the peer, when packed, at the sizes
+# `bench model` measures), and the synthetic Llama-3-8B's decode steps and 32K prefill at TP 1 and
+# 2. Small sums take the one-shot peer all-reduce fused with the add and norm after them
+# (kernels/cuda/peer_allreduce.h); the _nccl runs turn it off (SPARSESERVE_TP_PEER_ALLREDUCE=0)
+# for the A/B, and the llama3-8b-tp2-rank runs time one rank's share alone (no collectives).
 if has tp; then
   run tp_tests timeout 300 env CUDA_MODULE_LOADING=EAGER cuda_backend_test \
     --gtest_filter='CudaTensorParallel*'
-  run tp_tests_peer timeout 300 env CUDA_MODULE_LOADING=EAGER SPARSESERVE_TP_PEER_ALLREDUCE=1 \
+  run tp_tests_nccl timeout 300 env CUDA_MODULE_LOADING=EAGER SPARSESERVE_TP_PEER_ALLREDUCE=0 \
     cuda_backend_test --gtest_filter='CudaTensorParallel*'
   run tp_golden bash -c "sparseserve generate --device cuda --tensor-parallel 2 \
     --model models/stories260K/stories260K.gguf --prompt 'Once upon a time' --max-tokens 60 \
@@ -287,12 +287,18 @@ if has tp; then
     --tensor-parallel 2 --prefill-tensor-parallel 1
   command -v all_reduce_perf >/dev/null &&
     run tp_nccl_tests all_reduce_perf -b 8192 -e 64M -f 8 -g 2 -d bfloat16 -n 200 -w 5
-  tp_args=(bench model --synthetic llama3-8b --device cuda --prefill-lengths 32768
-           --decode-batches 1,8 --decode-contexts 1024,32768 --iters 50)
-  run tp_bench_1 timeout 150 sparseserve "${tp_args[@]}"
-  run tp_bench_2 timeout 150 sparseserve "${tp_args[@]}" --tensor-parallel 2
-  run tp_bench_2_peer env SPARSESERVE_TP_PEER_ALLREDUCE=1 timeout 150 sparseserve "${tp_args[@]}" \
-    --tensor-parallel 2
+  tp_args=(bench model --device cuda --prefill-lengths 32768 --decode-batches 1,8
+           --decode-contexts 1024,32768 --iters 100)
+  run tp_bench_1 timeout 150 sparseserve "${tp_args[@]}" --synthetic llama3-8b
+  run tp_bench_2 timeout 150 sparseserve "${tp_args[@]}" --synthetic llama3-8b --tensor-parallel 2
+  run tp_bench_2_nccl env SPARSESERVE_TP_PEER_ALLREDUCE=0 timeout 150 sparseserve "${tp_args[@]}" \
+    --synthetic llama3-8b --tensor-parallel 2
+  run tp_bench_rank timeout 150 sparseserve "${tp_args[@]}" --synthetic llama3-8b-tp2-rank
+  # The prompt in one 32K chunk (the default chunk is 8192) at TP 1 and 2.
+  run tp_bench_chunk32k bash -c "sparseserve bench model --device cuda --synthetic llama3-8b \
+    --prefill-lengths 32768 --decode-contexts '' --prefill-chunk 32768 &&
+    sparseserve bench model --device cuda --synthetic llama3-8b --prefill-lengths 32768 \
+    --decode-contexts '' --prefill-chunk 32768 --tensor-parallel 2"
 fi
 has graphs && run graphs sparseserve bench model --synthetic llama3-8b --device cuda \
   --prefill-lengths '' --cuda-graph-batch 0
@@ -313,6 +319,6 @@ has ncu && run ncu ncu --kernel-name regex:'Skinny|Attention|Merge|RmsNorm|Rope|
   --decode-batches 1 --decode-contexts 1024 --warmup 1 --iters 1 --cuda-graph-batch 0
 
 echo "--- $(cat "$out/gpu.txt")"
-for f in tp_services_prefill2 tp_services_decode2 tp_nccl_tests tp_bench_1 tp_bench_2 tp_bench_2_peer services eval attention peer bench graphs shadow profile cublas baseline_old_1 baseline_new_1 baseline_old_2 baseline_new_2 baseline_attention_old baseline_attention_new; do [ -f "$out/$f.log" ] && { echo "--- $f"; tail -n "$([ $f = eval ] && echo 80 || echo 25)" "$out/$f.log"; }; done
+for f in tp_services_prefill2 tp_services_decode2 tp_nccl_tests tp_bench_1 tp_bench_2 tp_bench_2_nccl tp_bench_rank tp_bench_chunk32k services eval attention peer bench graphs shadow profile cublas baseline_old_1 baseline_new_1 baseline_old_2 baseline_new_2 baseline_attention_old baseline_attention_new; do [ -f "$out/$f.log" ] && { echo "--- $f"; tail -n "$([ $f = eval ] && echo 80 || echo 25)" "$out/$f.log"; }; done
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 [ -n "${OUT:-}" ] && tar -C "$out" -czf "$OUT/gpu_check.tgz" .

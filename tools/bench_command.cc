@@ -21,7 +21,8 @@
 #include "tools/request_options_flags.h"
 
 ABSL_FLAG(std::string, synthetic, "",
-          "Model shape preset (required): llama3-8b, llama3-70b-layer, llama3-70b, mistral-7b "
+          "Model shape preset (required): llama3-8b, llama3-8b-tp2-rank (one TP 2 rank's share "
+          "of it, without collectives), llama3-70b-layer, llama3-70b, mistral-7b "
           "(4096-token sliding window, rolling KV), qwen2-7b or tiny. The "
           "weights are uniform noise made on the device; no checkpoint is read.");
 ABSL_FLAG(std::string, prefill_lengths, "4096,32768,131072",

@@ -122,7 +122,8 @@ const std::vector<Command>& Commands() {
        "sparseserve bench spec --model PATH [--spec-batches B,..] [--spec-modes M,..]\n"
        "       [--spec-tokens N] [--spec-max-draft K] [--spec-controller=false] ...",
        "Builds a model of a real shape with random weights made on the device (no checkpoint;\n"
-       "presets llama3-8b, llama3-70b-layer = one layer of Llama-3.1-70B, llama3-70b, mistral-7b\n"
+       "presets llama3-8b, llama3-8b-tp2-rank = one TP 2 rank's share of it, llama3-70b-layer =\n"
+       "one layer of Llama-3.1-70B, llama3-70b, mistral-7b\n"
        "with its 4096-token sliding window, qwen2-7b, tiny) and\n"
        "one KV cache sized for the largest case that fits the free device memory (10% kept\n"
        "free); a case needing more prints 'skipped: needs X GiB of KV, Y GiB free'. Then times:\n"

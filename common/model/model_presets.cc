@@ -52,6 +52,19 @@ ModelConfig Llama3_70bLayer() {
   return c;
 }
 
+// What one rank of a tensor-parallel group of 2 computes for Llama-3.1-8B (issue 19): half the
+// heads, KV heads, FFN columns and vocabulary, on one GPU with no collectives. A TP 2 decode step
+// less this one's is what the all-reduces and the logits' gather cost.
+ModelConfig Llama3_8bTp2Rank() {
+  ModelConfig c = Llama3_8b();
+  c.vocab_size = 128256 / 2;
+  c.intermediate_size = 14336 / 2;
+  c.num_heads = 32 / 2;
+  c.num_kv_heads = 8 / 2;
+  c.bos_token_id = 1, c.eos_token_ids = {2};  // inside the rank's half of the vocabulary
+  return c;
+}
+
 // meta-llama/Llama-3.1-70B, all 80 layers (140 GB in bf16: for tensor parallelism, issue 19).
 ModelConfig Llama3_70b() {
   ModelConfig c = Llama3_70bLayer();
@@ -135,7 +148,8 @@ struct Preset {
 };
 
 constexpr Preset kPresets[] = {
-    {"llama3-8b", &Llama3_8b},   {"llama3-70b-layer", &Llama3_70bLayer},
+    {"llama3-8b", &Llama3_8b},   {"llama3-8b-tp2-rank", &Llama3_8bTp2Rank},
+    {"llama3-70b-layer", &Llama3_70bLayer},
     {"llama3-70b", &Llama3_70b}, {"mistral-7b", &Mistral_7b},
     {"qwen2-7b", &Qwen2_7b},     {"tiny", &Tiny},
 };

@@ -16,7 +16,8 @@
 
 namespace sparseserve::model {
 
-// The preset names, in the order `--help` lists them: "llama3-8b", "llama3-70b-layer",
+// The preset names, in the order `--help` lists them: "llama3-8b", "llama3-8b-tp2-rank",
+// "llama3-70b-layer",
 // "llama3-70b", "mistral-7b", "qwen2-7b", "tiny".
 std::vector<std::string> SyntheticModelNames();
 

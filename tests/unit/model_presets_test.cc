@@ -19,7 +19,7 @@ int64_t NumParams(const ModelConfig& c) {
 
 TEST(ModelPresetsTest, EveryPresetIsAValidConfig) {
   const std::vector<std::string> names = SyntheticModelNames();
-  ASSERT_EQ(names.size(), 6u);
+  ASSERT_EQ(names.size(), 7u);
   for (const std::string& name : names) {
     absl::StatusOr<ModelConfig> c = SyntheticModelConfig(name);
     ASSERT_TRUE(c.ok()) << name << ": " << c.status();
@@ -39,6 +39,13 @@ TEST(ModelPresetsTest, ShapesMatchThePublishedModels) {
   EXPECT_NEAR(NumParams(*qwen) / 1e9, 7.62, 0.01);  // Qwen2-7B: 7.62B
   EXPECT_TRUE(qwen->attention_bias);
   EXPECT_EQ(qwen->max_position_embeddings, 131072);  // the 128K benchmark context
+
+  // One rank of TP 2: every matrix halved (embedding and LM head by vocabulary); the norms,
+  // 0.27M parameters, whole.
+  absl::StatusOr<ModelConfig> rank = SyntheticModelConfig("llama3-8b-tp2-rank");
+  ASSERT_TRUE(rank.ok());
+  EXPECT_EQ(rank->num_kv_heads, 4);
+  EXPECT_NEAR(NumParams(*rank) / 1e9, 8.03 / 2, 0.01);
 
   absl::StatusOr<ModelConfig> layer70 = SyntheticModelConfig("llama3-70b-layer");
   ASSERT_TRUE(layer70.ok());
