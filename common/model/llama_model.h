@@ -293,8 +293,8 @@ class LlamaModel {
   // (branch is a row-parallel projection's output: each rank's part) the sum over the ranks comes
   // first, fused with the add and norm (Collective::AllReduceAddRmsNorm), or as a separate timed
   // all-reduce when the step samples collectives (set_allreduce_observer).
-  absl::Status AddRmsNorm(const Tensor& h, const Tensor& branch, bool partial,
-                          const Tensor& weight, const Tensor& x);
+  absl::Status AddRmsNorm(const Tensor& h, const Tensor& branch, bool partial, const Tensor& weight,
+                          const Tensor& x);
   // Sets inv_freq_ from the config's rope_theta and rope_scaling (computed on the host, uploaded);
   // shared by Load and CreateRandom so both rotate identically.
   absl::Status UploadInverseFrequencies();

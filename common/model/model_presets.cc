@@ -148,10 +148,13 @@ struct Preset {
 };
 
 constexpr Preset kPresets[] = {
-    {"llama3-8b", &Llama3_8b},   {"llama3-8b-tp2-rank", &Llama3_8bTp2Rank},
+    {"llama3-8b", &Llama3_8b},
+    {"llama3-8b-tp2-rank", &Llama3_8bTp2Rank},
     {"llama3-70b-layer", &Llama3_70bLayer},
-    {"llama3-70b", &Llama3_70b}, {"mistral-7b", &Mistral_7b},
-    {"qwen2-7b", &Qwen2_7b},     {"tiny", &Tiny},
+    {"llama3-70b", &Llama3_70b},
+    {"mistral-7b", &Mistral_7b},
+    {"qwen2-7b", &Qwen2_7b},
+    {"tiny", &Tiny},
 };
 
 }  // namespace

@@ -117,7 +117,8 @@ void SetUpPeerAllReduce(const std::vector<int>& devices, PeerBuffers& peer) {
     if (status.ok()) status = CudaStatus(cudaMalloc(&inbox, bytes), "peer all-reduce inbox");
     if (status.ok()) status = CudaStatus(cudaMalloc(&calls, 2 * sizeof(unsigned)), "peer counter");
     if (status.ok()) status = CudaStatus(cuda::EmptyPeerInbox(inbox, bytes, nullptr), "peer inbox");
-    if (status.ok()) status = CudaStatus(cudaMemset(calls, 0, 2 * sizeof(unsigned)), "peer counter");
+    if (status.ok())
+      status = CudaStatus(cudaMemset(calls, 0, 2 * sizeof(unsigned)), "peer counter");
     // The ranks' streams may not wait for the legacy stream these ran on: done before use.
     if (status.ok()) status = CudaStatus(cudaDeviceSynchronize(), "peer all-reduce set-up");
     peer.inbox.push_back(inbox);
@@ -187,12 +188,12 @@ class NcclCollective final : public Collective {
     if (group_->aborted) return absl::AbortedError("the tensor-parallel group was aborted");
     // The same choice on every rank (shapes and types alone). The kernel runs on this rank's
     // stream, which `backend` (the rank's, perhaps behind a decorator) queues on too.
-    if (group_->peer.on() && x.device() == Device::kCuda &&
-        x.dtype() == DType::kBf16 && residual.dtype() == DType::kF32 &&
-        weight.dtype() == DType::kBf16 && out.dtype() == DType::kBf16 && x.ndim() == 2 &&
-        x.is_contiguous() && residual.shape() == x.shape() && residual.is_contiguous() &&
-        out.shape() == x.shape() && out.is_contiguous() && weight.ndim() == 1 &&
-        weight.dim(0) == x.dim(1) && weight.is_contiguous()) {
+    if (group_->peer.on() && x.device() == Device::kCuda && x.dtype() == DType::kBf16 &&
+        residual.dtype() == DType::kF32 && weight.dtype() == DType::kBf16 &&
+        out.dtype() == DType::kBf16 && x.ndim() == 2 && x.is_contiguous() &&
+        residual.shape() == x.shape() && residual.is_contiguous() && out.shape() == x.shape() &&
+        out.is_contiguous() && weight.ndim() == 1 && weight.dim(0) == x.dim(1) &&
+        weight.is_contiguous()) {
       cuda::PeerAllReduceParams p = PeerParams(x);
       p.residual = static_cast<float*>(residual.raw_data());
       p.weight = static_cast<const __nv_bfloat16*>(weight.raw_data());

@@ -48,8 +48,7 @@ __device__ __forceinline__ uint32_t SentWord<float>(uint32_t w) {
 
 template <typename T>
 __device__ __forceinline__ bool PieceArrived(const uint4& v) {
-  return WordArrived<T>(v.x) && WordArrived<T>(v.y) && WordArrived<T>(v.z) &&
-         WordArrived<T>(v.w);
+  return WordArrived<T>(v.x) && WordArrived<T>(v.y) && WordArrived<T>(v.z) && WordArrived<T>(v.w);
 }
 
 // Reads a peer's piece from this rank's inbox once it has arrived (or the group was aborted:
@@ -233,8 +232,7 @@ cudaError_t LaunchPeerAllReduce(const PeerAllReduceParams& p, cudaStream_t strea
   const auto grid = static_cast<unsigned>((pieces + per_cta - 1) / per_cta);
   const auto block = static_cast<unsigned>(threads);
   if (p.residual != nullptr) {
-    return LaunchOverlapping(PeerAllReduceKernel<bf16_t, true>, grid, block, 0, stream, p,
-                             per_cta);
+    return LaunchOverlapping(PeerAllReduceKernel<bf16_t, true>, grid, block, 0, stream, p, per_cta);
   }
   if (p.bf16) {
     return LaunchOverlapping(PeerAllReduceKernel<bf16_t, false>, grid, block, 0, stream, p,

@@ -70,12 +70,9 @@ TEST_F(CudaTensorParallelTest, AllReduceSumIsTheSumOnEveryRank) {
     int64_t count;
     int64_t offset;  // elements into the allocation: 1 makes a bf16 tensor unaligned
   };
-  const Case cases[] = {{DType::kF32, 4096, 0},
-                        {DType::kBf16, 8 * 4096, 0},
-                        {DType::kBf16, 1001, 1},
-                        {DType::kF32, 3, 0},
-                        {DType::kF32, 128 * 1024, 0},
-                        {DType::kBf16, 1000 * 1000, 0}};
+  const Case cases[] = {{DType::kF32, 4096, 0},       {DType::kBf16, 8 * 4096, 0},
+                        {DType::kBf16, 1001, 1},      {DType::kF32, 3, 0},
+                        {DType::kF32, 128 * 1024, 0}, {DType::kBf16, 1000 * 1000, 0}};
   constexpr int kCalls = 40;
   std::uniform_int_distribution<int> value(-64, 64);
   const char* outer = std::getenv("SPARSESERVE_TP_PEER_ALLREDUCE");
@@ -265,8 +262,7 @@ TEST_F(CudaTensorParallelTest, AllReduceAddRmsNormEqualsTheHostOnEveryRank) {
         const Call& c = calls[i];
         int64_t wrong_residual = 0, wrong_out = 0, wrong_plain = 0;
         for (int64_t j = 0; j < c.want_residual.numel(); ++j) {
-          wrong_residual +=
-              residuals[r][i].data<float>()[j] != c.want_residual.data<float>()[j];
+          wrong_residual += residuals[r][i].data<float>()[j] != c.want_residual.data<float>()[j];
           const float want = c.want_out.data<float>()[j], got = outs[r][i].data<float>()[j];
           wrong_out += !(std::fabs(got - want) <= 1e-2f * std::fabs(want) + 1e-3f);
         }
