@@ -345,8 +345,8 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
     SS_ASSIGN_OR_RETURN(window_plan,
                         be.PlanAttention(in.window_attn, shape, window_step_workspace_));
   }
-  time_collectives_ = tensor_parallel() && allreduce_observer_ != nullptr &&
-                      op_by_op_steps_++ % kAllReduceTimingEvery == 0;
+  // Counted on every rank (the ranks run the same steps), observed or not: see time_collectives_.
+  time_collectives_ = tensor_parallel() && op_by_op_steps_++ % kAllReduceTimingEvery == 0;
   SS_RETURN_IF_ERROR(agreement.Agree());
   SS_RETURN_IF_ERROR(agreement.Launched(RunLayers(
       v, plan, in.mixed_windows ? &window_plan : nullptr, in.shadow ? &shadow : nullptr, cache,
@@ -462,6 +462,10 @@ absl::Status LlamaModel::AddRmsNorm(const Tensor& h, const Tensor& branch, bool 
   if (!partial || !tensor_parallel()) return backend_->AddRmsNorm(h, branch, weight, eps, x);
   if (!time_collectives_) {
     return shard_.collective->AllReduceAddRmsNorm(branch, h, weight, eps, x, *backend_);
+  }
+  if (allreduce_observer_ == nullptr) {
+    SS_RETURN_IF_ERROR(shard_.collective->AllReduceSum(branch));
+    return backend_->AddRmsNorm(h, branch, weight, eps, x);
   }
   SS_RETURN_IF_ERROR(backend_->Synchronize());
   const auto start = std::chrono::steady_clock::now();

@@ -414,8 +414,10 @@ class LlamaModel {
   TensorParallelShard shard_;
   ShardDims dims_;  // the whole model on one rank
   std::function<void(double seconds)> allreduce_observer_;
-  int64_t op_by_op_steps_ = 0;     // steps run op by op so far (the all-reduce timing's sampling)
-  bool time_collectives_ = false;  // the step in flight times its all-reduces
+  int64_t op_by_op_steps_ = 0;  // steps run op by op so far (the all-reduce timing's sampling)
+  // The step in flight runs its sums apart from the norms after them (timed where an observer
+  // listens) — on every rank alike, so a fused sum never meets a separate one.
+  bool time_collectives_ = false;
   // SliceMInferenceHeads' slices: per full config (kept alive here), this rank's heads.
   absl::flat_hash_map<const kernels::MInferenceConfig*,
                       std::pair<std::shared_ptr<const kernels::MInferenceConfig>,

@@ -118,9 +118,13 @@ __global__ void __launch_bounds__(kThreads)
   float* corr_s = sum_s + G;
 
   // The grid is sized for the most items this batch can have; the plan's arrays were uploaded
-  // before the step, so idle CTAs leave before waiting on the kernels ahead (q, this step's K/V).
+  // before the step, so idle CTAs leave before waiting on the kernels ahead (q, this step's K/V)
+  // — all but CTA 0 when there is no item, which keeps the chain (grid_dependency.cuh).
   const int item = blockIdx.x;
-  if (item >= *num_items) return;
+  if (item >= *num_items) {
+    if (item == 0) WaitForPrecedingKernels();
+    return;
+  }
   AllowNextKernelLaunch();  // the output projection's weight loads may start during the last wave
   WaitForPrecedingKernels();
   const int kv_head = blockIdx.y;
@@ -276,8 +280,11 @@ __global__ void __launch_bounds__(decode_tc::kThreads<kTiles>, kTiles == 1 ? 2 :
                                     DecodeWork work, AttentionDims dims, __nv_bfloat16* out) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int item = blockIdx.x;
-  if (item >= *work.num_items) return;  // idle, as in the kernel above
-  AllowNextKernelLaunch();              // as in the kernel above
+  if (item >= *work.num_items) {  // idle, as in the kernel above
+    if (item == 0) WaitForPrecedingKernels();
+    return;
+  }
+  AllowNextKernelLaunch();  // as in the kernel above
   WaitForPrecedingKernels();
   const int4 it = work.items[item];
   const AttentionSeqInfo seq = seq_arrays.seqs[it.x];

@@ -12,7 +12,10 @@
 // launch first thing: a dependent's wait still returns only once this kernel has finished (and
 // with it, after its own wait, everything ahead), so the GEMV after a norm may take the SM slots
 // the GEMV before it frees and prefetch its weights during that one's tail. Both calls are no-ops
-// in a kernel launched without the attribute.
+// in a kernel launched without the attribute. A wait covers only the kernel right ahead, which
+// covers the one ahead of it by its own wait: every kernel of the chain needs at least one CTA
+// that waits (a grid whose CTAs all leave first may end before the kernel ahead, and the next
+// kernel would then wait on nothing — the peer all-reduce's call counter relies on the chain).
 #ifndef SPARSESERVE_KERNELS_CUDA_GRID_DEPENDENCY_CUH_
 #define SPARSESERVE_KERNELS_CUDA_GRID_DEPENDENCY_CUH_
 

@@ -49,6 +49,13 @@ struct PeerBuffers {
   void Free() {
     int current = 0;
     cudaGetDevice(&current);
+    // Every GPU's kernels first: one still running (an aborted group's) may write another's inbox
+    // or read the abort flag.
+    for (int device : devices) {
+      cudaSetDevice(device);
+      cudaDeviceSynchronize();
+    }
+    cudaGetLastError();
     for (size_t r = 0; r < devices.size(); ++r) {
       cudaSetDevice(devices[r]);
       if (r < inbox.size()) cudaFree(inbox[r]);

@@ -16,7 +16,7 @@ using bf16_t = __nv_bfloat16;
 constexpr int kPiecesPerThread = 4;    // 16-byte pieces each thread holds in registers
 constexpr int64_t kPlainPieces = 512;  // pieces per CTA of a plain sum: 8 KiB
 constexpr uint32_t kEmptyWord = 0x80008000u;
-constexpr int kMaxThreads = 1024;
+constexpr int kMaxThreads = 512;  // rows of up to 16384 elements (4 pieces per thread)
 
 // A 32-bit word of a piece has arrived when none of its lanes is empty: for bf16 neither half is
 // 0x8000; for f32 the word is not 0x80008000 (a denormal no sender sends: it goes as -0.0).
@@ -46,6 +46,22 @@ __device__ __forceinline__ uint32_t SentWord<float>(uint32_t w) {
   return w == kEmptyWord ? 0x80000000u : w;
 }
 
+// Strong (relaxed, system-scope) 16-byte accesses for everything two GPUs touch: each 32-bit
+// element is then single-copy atomic, which "arrived" relies on, and a poll is never hoisted.
+__device__ __forceinline__ void StoreShared(uint4* p, const uint4& v) {
+  asm volatile("st.relaxed.sys.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
+__device__ __forceinline__ uint4 LoadShared(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.relaxed.sys.global.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
 template <typename T>
 __device__ __forceinline__ bool PieceArrived(const uint4& v) {
   return WordArrived<T>(v.x) && WordArrived<T>(v.y) && WordArrived<T>(v.z) && WordArrived<T>(v.w);
@@ -55,12 +71,12 @@ __device__ __forceinline__ bool PieceArrived(const uint4& v) {
 // then whatever is there), and empties it for the call after next.
 template <typename T>
 __device__ __forceinline__ uint4 TakePiece(uint4* slot, const volatile int* aborted) {
-  uint4 v = __ldcv(slot);  // volatile: the peer's stores land in this GPU's memory behind L1
+  uint4 v = LoadShared(slot);
   for (uint32_t spin = 1; !PieceArrived<T>(v); ++spin) {
     if (spin % 1024 == 0 && *aborted != 0) break;  // a host read: not every turn
-    v = __ldcv(slot);
+    v = LoadShared(slot);
   }
-  *slot = make_uint4(kEmptyWord, kEmptyWord, kEmptyWord, kEmptyWord);
+  StoreShared(slot, make_uint4(kEmptyWord, kEmptyWord, kEmptyWord, kEmptyWord));
   return v;
 }
 
@@ -99,8 +115,8 @@ __device__ __forceinline__ uint4 PackPiece(float, float (&acc)[8]) {
 // One CTA per `per_cta` pieces (kNorm: per row of the fused epilogue, pieces in the same places
 // as the RMSNorm kernel's threads hold them, so the norm's sums are the same bits).
 template <typename T, bool kNorm>
-__global__ void PeerAllReduceKernel(const __grid_constant__ PeerAllReduceParams p,
-                                    int64_t per_cta) {
+__global__ void __launch_bounds__(kMaxThreads)
+    PeerAllReduceKernel(const __grid_constant__ PeerAllReduceParams p, int64_t per_cta) {
   constexpr int kLanes = 16 / sizeof(T);  // elements per piece
   __shared__ uint32_t shared_call;
   __shared__ float scratch[32];
@@ -137,7 +153,7 @@ __global__ void PeerAllReduceKernel(const __grid_constant__ PeerAllReduceParams 
     for (int q = 0; q < p.ranks; ++q) {
       if (q == p.rank) continue;
       auto* slot = reinterpret_cast<uint4*>(p.inbox[q] + parity_base + p.rank * kPeerSlotBytes);
-      slot[first + c] = v;
+      StoreShared(slot + first + c, v);
     }
   }
   // 2. The sum in rank order, each peer's piece taken from this rank's inbox as it arrives.

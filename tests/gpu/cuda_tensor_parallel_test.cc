@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
 #include "common/engine/generator.h"
 #include "common/engine/model_runner.h"
@@ -99,8 +100,18 @@ TEST_F(CudaTensorParallelTest, AllReduceSumIsTheSumOnEveryRank) {
         Tensor h = Tensor::Zeros(DType::kF32, {c.count + c.offset});
         for (int64_t j = 0; j < h.numel(); ++j) {
           h.data<float>()[j] = static_cast<float>(value(rng_));
+          // The inbox's "empty" pattern must travel as data: rank 0 sends f32 0x80008000 (a
+          // denormal; -0.0 in bf16), counted as 0 beside rank 1's nonzero value, and rank 1 sends
+          // some -0.0.
+          if (j % 101 == 7) {
+            h.data<float>()[j] =
+                r == 0 ? absl::bit_cast<float>(0x80008000u) : static_cast<float>(value(rng_) | 1);
+          } else if (r == 1 && j % 97 == 5) {
+            h.data<float>()[j] = -0.0f;
+          }
         }
         for (int64_t j = 0; j < c.count; ++j) {
+          if (r == 0 && (c.offset + j) % 101 == 7) continue;
           want.back().data<float>()[j] += h.data<float>()[c.offset + j];
         }
         absl::StatusOr<Tensor> d = ranks[r]->Allocate(c.dtype, h.shape());
@@ -188,7 +199,9 @@ TEST_F(CudaTensorParallelTest, AllReduceAddRmsNormEqualsTheHostOnEveryRank) {
       Tensor residual = Tensor::Zeros(DType::kF32, {rows, d});
       Tensor weight = Tensor::Zeros(DType::kF32, {d});
       for (int r = 0; r < 2; ++r) {
-        for (int64_t j = 0; j < xs[r].numel(); ++j) xs[r].data<float>()[j] = value(rng_);
+        for (int64_t j = 0; j < xs[r].numel(); ++j) {
+          xs[r].data<float>()[j] = j % 97 == 5 ? -0.0f : value(rng_);  // -0.0: the empty pattern
+        }
         for (int64_t j = 0; j < plains[r].numel(); ++j) plains[r].data<float>()[j] = value(rng_);
       }
       for (int64_t j = 0; j < residual.numel(); ++j) residual.data<float>()[j] = value(rng_) / 8.0f;
