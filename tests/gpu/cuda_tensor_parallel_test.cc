@@ -42,6 +42,36 @@ class CudaTensorParallelTest : public CudaTest {
     ASSERT_TRUE(gpu_->BindThread().ok());
   }
 
+  // GPU 0's backend (the fixture's) and a new one on GPU 1 (kept in second_), this thread back on
+  // GPU 0; empty on failure.
+  std::vector<kernels::Backend*> TwoRanks() {
+    absl::StatusOr<std::unique_ptr<kernels::Backend>> second =
+        kernels::CreateBackend(Device::kCuda, 1);
+    EXPECT_TRUE(second.ok()) << second.status();
+    if (!second.ok() || !gpu_->BindThread().ok()) return {};
+    second_ = std::move(*second);
+    return {gpu_.get(), second_.get()};
+  }
+
+  // The collectives of `ranks` made with $SPARSESERVE_TP_PEER_ALLREDUCE=peer (read when a group
+  // is made); the process's own setting comes back for the later tests.
+  static absl::StatusOr<std::vector<std::unique_ptr<kernels::Collective>>> GroupWithPeer(
+      const char* peer, const std::vector<kernels::Backend*>& ranks) {
+    const char* outer = std::getenv("SPARSESERVE_TP_PEER_ALLREDUCE");
+    const std::string saved = outer == nullptr ? "" : outer;
+    if (setenv("SPARSESERVE_TP_PEER_ALLREDUCE", peer, 1) != 0) {
+      return absl::InternalError("setenv failed");
+    }
+    absl::StatusOr<std::vector<std::unique_ptr<kernels::Collective>>> group =
+        kernels::CreateCollectives(ranks);
+    if (outer == nullptr) {
+      unsetenv("SPARSESERVE_TP_PEER_ALLREDUCE");
+    } else {
+      setenv("SPARSESERVE_TP_PEER_ALLREDUCE", saved.c_str(), 1);
+    }
+    return group;
+  }
+
   std::unique_ptr<ModelRunner> Runner(const engine::ModelSource& source, int tp) {
     ModelRunnerOptions options;
     options.block_tokens = 16;
@@ -52,6 +82,8 @@ class CudaTensorParallelTest : public CudaTest {
     EXPECT_TRUE(runner.ok()) << runner.status();
     return runner.ok() ? std::move(*runner) : nullptr;
   }
+
+  std::unique_ptr<kernels::Backend> second_;  // TwoRanks' GPU 1 backend
 };
 
 // The collective's all-reduce on two GPUs equals the host's sum on every rank, exactly (integer
@@ -61,11 +93,8 @@ class CudaTensorParallelTest : public CudaTest {
 // unaligned address and a sum above the peer slot (both NCCL's), interleaved — with rank 1
 // starting late, so a rank runs calls ahead of the other and both inbox parities are reused.
 TEST_F(CudaTensorParallelTest, AllReduceSumIsTheSumOnEveryRank) {
-  absl::StatusOr<std::unique_ptr<kernels::Backend>> second =
-      kernels::CreateBackend(Device::kCuda, 1);
-  ASSERT_TRUE(second.ok()) << second.status();
-  ASSERT_TRUE(gpu_->BindThread().ok());
-  std::vector<kernels::Backend*> ranks = {gpu_.get(), second->get()};
+  const std::vector<kernels::Backend*> ranks = TwoRanks();
+  ASSERT_EQ(ranks.size(), 2u);
   struct Case {
     DType dtype;
     int64_t count;
@@ -76,19 +105,10 @@ TEST_F(CudaTensorParallelTest, AllReduceSumIsTheSumOnEveryRank) {
                         {DType::kF32, 128 * 1024, 0}, {DType::kBf16, 1000 * 1000, 0}};
   constexpr int kCalls = 40;
   std::uniform_int_distribution<int> value(-64, 64);
-  const char* outer = std::getenv("SPARSESERVE_TP_PEER_ALLREDUCE");
-  const std::string saved = outer == nullptr ? "" : outer;
   for (const char* peer : {"1", "0"}) {
     SCOPED_TRACE(absl::StrCat("SPARSESERVE_TP_PEER_ALLREDUCE=", peer));
-    // Read when the group is made; the process's own setting comes back for the later tests.
-    ASSERT_EQ(setenv("SPARSESERVE_TP_PEER_ALLREDUCE", peer, 1), 0);
     absl::StatusOr<std::vector<std::unique_ptr<kernels::Collective>>> group =
-        kernels::CreateCollectives(ranks);
-    if (outer == nullptr) {
-      unsetenv("SPARSESERVE_TP_PEER_ALLREDUCE");
-    } else {
-      setenv("SPARSESERVE_TP_PEER_ALLREDUCE", saved.c_str(), 1);
-    }
+        GroupWithPeer(peer, ranks);
     ASSERT_TRUE(group.ok()) << group.status();
     std::vector<std::vector<Tensor>> dev(2);
     std::vector<Tensor> want;
@@ -163,27 +183,16 @@ TEST_F(CudaTensorParallelTest, AllReduceSumIsTheSumOnEveryRank) {
 // rounding — for 1, 8 and 33 rows of 4096 and 8 rows of 64 (a model's small hidden size), each
 // followed by a plain sum of another tensor so the fused and plain calls share the inbox parities.
 TEST_F(CudaTensorParallelTest, AllReduceAddRmsNormEqualsTheHostOnEveryRank) {
-  absl::StatusOr<std::unique_ptr<kernels::Backend>> second =
-      kernels::CreateBackend(Device::kCuda, 1);
-  ASSERT_TRUE(second.ok()) << second.status();
-  ASSERT_TRUE(gpu_->BindThread().ok());
-  std::vector<kernels::Backend*> ranks = {gpu_.get(), second->get()};
+  const std::vector<kernels::Backend*> ranks = TwoRanks();
+  ASSERT_EQ(ranks.size(), 2u);
   const int64_t shapes[][2] = {{1, 4096}, {8, 4096}, {33, 4096}, {8, 64}};
   constexpr int kCalls = 24;
   constexpr float kEps = 1e-5f;
   std::uniform_int_distribution<int> value(-64, 64);
-  const char* outer = std::getenv("SPARSESERVE_TP_PEER_ALLREDUCE");
-  const std::string saved = outer == nullptr ? "" : outer;
   for (const char* peer : {"1", "0"}) {
     SCOPED_TRACE(absl::StrCat("SPARSESERVE_TP_PEER_ALLREDUCE=", peer));
-    ASSERT_EQ(setenv("SPARSESERVE_TP_PEER_ALLREDUCE", peer, 1), 0);
     absl::StatusOr<std::vector<std::unique_ptr<kernels::Collective>>> group =
-        kernels::CreateCollectives(ranks);
-    if (outer == nullptr) {
-      unsetenv("SPARSESERVE_TP_PEER_ALLREDUCE");
-    } else {
-      setenv("SPARSESERVE_TP_PEER_ALLREDUCE", saved.c_str(), 1);
-    }
+        GroupWithPeer(peer, ranks);
     ASSERT_TRUE(group.ok()) << group.status();
     struct Call {  // per rank: x, residual, weight, out, and a plain sum's tensor after it
       std::vector<Tensor> x, residual, weight, out, plain;
