@@ -23,7 +23,8 @@
 # decode cases with CUDA graphs off, for the A/B) shadow (the shadow-dense monitor's cost on
 # sliding-window decode: rate 0 against 0.01) profile cublas (decode GEMMs through cuBLASLt
 # instead of the skinny kernel) ncu (per-kernel device times of one decode step, from Nsight
-# Compute). tp (issue 19: tensor parallelism, two GPUs against one; needs a kind with two GPUs, so
+# Compute). tokenselect_ncu (TokenSelect's per-layer decode steps at 512K timed by Nsight
+# Compute, summed per call: bench/cuda/ncu_ranges.py). tp (issue 19: tensor parallelism, two GPUs against one; needs a kind with two GPUs, so
 # not in the default list).
 # Logs go to /tmp/gpu_check and, packed as gpu_check.tgz, to $OUT when it is set (the device
 # tool returns at most 8 files); a short table is printed last.
@@ -219,6 +220,27 @@ if has spec_self; then
 fi
 has tokenselect_bench && run tokenselect_bench python3 bench/cuda/tokenselect_bench.py \
   --lib "$lib" --out "$out/tokenselect_bench.json" ${TOKENSELECT_BENCH_FLAGS:-}
+# The same steps' device time per call from Nsight Compute (issue 13's cache-hit goal at 512K: the
+# Python-launched calls above are launch-bound; in the engine a step replays from a graph): one
+# process per NVTX range, three calls each, summed by bench/cuda/ncu_ranges.py.
+if has tokenselect_ncu; then
+  for range in cudnn ts_hit ts_reselect; do
+    run tokenselect_ncu_$range ncu --nvtx --nvtx-include "$range/" --clock-control none \
+      --metrics gpu__time_duration.sum --csv python3 bench/cuda/tokenselect_bench.py --lib "$lib" \
+      --ncu --decode-lengths "${TOKENSELECT_NCU_LENGTH:-524288}" --decode-batches 1 \
+      --prefill-lengths ''
+  done
+  run tokenselect_ncu python3 bench/cuda/ncu_ranges.py "$out"/tokenselect_ncu_*.log
+  # The token-list attention's split (SPARSESERVE_TOKENSELECT_CTAS_PER_SM, default 4) on the hit.
+  for ctas in ${TOKENSELECT_NCU_CTAS:-}; do
+    run tokenselect_ncu_ctas${ctas}_ts_hit env SPARSESERVE_TOKENSELECT_CTAS_PER_SM=$ctas ncu \
+      --nvtx --nvtx-include "ts_hit/" --clock-control none --metrics gpu__time_duration.sum \
+      --csv python3 bench/cuda/tokenselect_bench.py --lib "$lib" --ncu \
+      --decode-lengths "${TOKENSELECT_NCU_LENGTH:-524288}" --decode-batches 1 --prefill-lengths ''
+    run tokenselect_ncu_ctas$ctas python3 bench/cuda/ncu_ranges.py \
+      "$out/tokenselect_ncu_ctas${ctas}_ts_hit.log"
+  done
+fi
 has kernels && [ -f bench/cuda/kernel_check.py ] &&
   run kernels python3 bench/cuda/kernel_check.py --lib "$lib" --out "$out/kernel_check.json"
 has attention && [ -f bench/cuda/attention_bench.py ] &&
@@ -319,6 +341,6 @@ has ncu && run ncu ncu --kernel-name regex:'Skinny|Attention|Merge|RmsNorm|Rope|
   --decode-batches 1 --decode-contexts 1024 --warmup 1 --iters 1 --cuda-graph-batch 0
 
 echo "--- $(cat "$out/gpu.txt")"
-for f in tp_services_prefill2 tp_services_decode2 tp_nccl_tests tp_bench_1 tp_bench_2 tp_bench_2_nccl tp_bench_rank tp_bench_chunk32k services eval attention peer bench graphs shadow profile cublas baseline_old_1 baseline_new_1 baseline_old_2 baseline_new_2 baseline_attention_old baseline_attention_new; do [ -f "$out/$f.log" ] && { echo "--- $f"; tail -n "$([ $f = eval ] && echo 80 || echo 25)" "$out/$f.log"; }; done
+for f in tokenselect_ncu tokenselect_ncu_ctas1 tokenselect_ncu_ctas2 tokenselect_ncu_ctas8 tp_services_prefill2 tp_services_decode2 tp_nccl_tests tp_bench_1 tp_bench_2 tp_bench_2_nccl tp_bench_rank tp_bench_chunk32k services eval attention peer bench graphs shadow profile cublas baseline_old_1 baseline_new_1 baseline_old_2 baseline_new_2 baseline_attention_old baseline_attention_new; do [ -f "$out/$f.log" ] && { echo "--- $f"; tail -n "$([ $f = eval ] && echo 80 || echo 25)" "$out/$f.log"; }; done
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 [ -n "${OUT:-}" ] && tar -C "$out" -czf "$OUT/gpu_check.tgz" .

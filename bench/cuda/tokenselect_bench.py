@@ -19,6 +19,11 @@ our dense output exactly; with k = candidates - 1 the sparse path attends all ke
 must be within bf16 rounding of dense; the selection-cache counters must show the expected
 hits. Our dense output is compared with SDPA's (rel error) as in attention_bench.py.
 
+With --ncu every measurement runs three calls only, inside an NVTX range named after it
+("cudnn", "flash", "ours_dense", "ts_reselect", "ts_hit"), for Nsight Compute to time the kernels
+of one call without the launch gaps of calls made from Python (bench/cuda/ncu_ranges.py sums
+them): a TokenSelect step replays from a CUDA graph in the engine, where those gaps are gone.
+
 Both sides read the same bf16 values: K/V are drawn in SDPA's [B, kv_heads, S, hd] layout and
 scattered into our paged pool (shuffled block tables). Timing: CUDA events around loops on the
 default stream (the one our library uses), warm-up first, median of several samples. Inputs
@@ -101,8 +106,18 @@ def make_inputs(B, q_len, L, args, gen, rng):
     return q, k, v, q_sdpa, pool, [b for t in tables for b in t]
 
 
-def time_ours(fn, timing):
-    t = gpu_common.time_cuda(fn, **timing)
+def in_range(name, fn):
+    """fn() inside the NVTX range `name` (what --ncu profiles)."""
+    torch.cuda.nvtx.range_push(name)
+    try:
+        return fn()
+    finally:
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_pop()
+
+
+def time_ours(fn, timing, name):
+    t = in_range(name, lambda: gpu_common.time_cuda(fn, **timing))
     return {"us": t["median_ms"] * 1e3, "samples_us": [round(x * 1e3, 2) for x in t["samples_ms"]]}
 
 
@@ -127,7 +142,7 @@ def bench_sdpa(row, q_sdpa, k, v, causal, timing, names=("cudnn", "flash")):
             row[name] = {"refused": why}
             log("  %s refused: %s" % (name, why))
             continue
-        t = time_sdpa(name, fn, **timing)
+        t = in_range(name, lambda: time_sdpa(name, fn, **timing))
         row[name] = {"mode": mode, "us": t["median_ms"] * 1e3,
                      "samples_us": [round(x * 1e3, 2) for x in t["samples_ms"]]}
         if ref is None:
@@ -175,6 +190,8 @@ def bench_step(B, q_len, L, args, ts, gen, rng):
     row = {"batch": B, "q_len": q_len, "kv_len": L, "kv_bytes": kv_bytes, "k": args.k,
            "initial": args.initial, "local": args.local}
     timing = dict(warmup=2, reps=args.reps, target_ms=20.0, max_total_s=args.max_s)
+    if args.ncu:  # three calls: one warm-up, two timed one by one
+        timing = dict(warmup=1, reps=2, target_ms=0.0, max_total_s=args.max_s)
     q, k, v, q_sdpa, pool, tables = make_inputs(B, q_len, L, args, gen, rng)
     log("B=%d q_len=%d L=%d: SDPA" % (B, q_len, L))
     ref = bench_sdpa(row, q_sdpa, k, v, "lower_right" if q_len > 1 else False, timing)
@@ -186,7 +203,7 @@ def bench_step(B, q_len, L, args, ts, gen, rng):
         log("B=%d q_len=%d L=%d: ours dense" % (B, q_len, L))
         dense_out = torch.full_like(q, float("nan"))
         run = ts.ops.prepare_attention(q, pool, bt, q_lens, kv_lens, tables, 0.0, dense_out)
-        row["ours_dense"] = time_ours(run, timing)
+        row["ours_dense"] = time_ours(run, timing, "ours_dense")
         ts.ops.sync()
         if ref is not None:
             ref_packed = ref.transpose(1, 2).reshape(B * q_len, H, D)
@@ -202,7 +219,7 @@ def bench_step(B, q_len, L, args, ts, gen, rng):
             run = ts.prepare(q, pool, bt, q_lens, kv_lens, tables, args.k, args.initial,
                              args.local, theta, state, out)
             run()  # the first call selects in both modes
-            row["ts_" + mode] = time_ours(run, timing)
+            row["ts_" + mode] = time_ours(run, timing, "ts_" + mode)
             ts.ops.sync()
             sel, pairs = ts.stats(B)
             row["ts_" + mode]["hits_queries"] = sel[:2]
@@ -302,6 +319,8 @@ def main():
                     help="rough time budget per measurement in seconds (cuts samples)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", help="write all results as JSON here")
+    ap.add_argument("--ncu", action="store_true",
+                    help="three calls per measurement in NVTX ranges, for Nsight Compute")
     args = ap.parse_args()
 
     gpu_common.require_cuda()

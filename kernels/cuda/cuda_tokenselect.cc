@@ -4,6 +4,7 @@
 // sequences select is known here (RegionsOf depends only on lengths and parameters); whether a
 // selecting sequence reuses its last selection is decided on the device, per layer.
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,17 @@ constexpr int kMinChunkTokens = 256;
 
 int CeilDiv(int64_t a, int64_t b) {
   return static_cast<int>((a + b - 1) / b);
+}
+
+// CTAs per SM the token-list attention's items aim for over the KV heads and rows:
+// $SPARSESERVE_TOKENSELECT_CTAS_PER_SM, default 4 (an A/B switch: fewer, longer chunks trade
+// parallel loads for a cheaper split-KV merge).
+int TokenListCtasPerSm() {
+  static const int ctas = [] {
+    const char* env = std::getenv("SPARSESERVE_TOKENSELECT_CTAS_PER_SM");
+    return env == nullptr ? 4 : std::max(1, std::atoi(env));
+  }();
+  return ctas;
 }
 
 }  // namespace
@@ -109,10 +121,11 @@ absl::Status PlanTokenSelect(const AttentionBatch& batch, const AttentionShape& 
   plan->scratch_floats = per_record * selecting;
 
   // Attention: every row's list split into the same number of items of whole 64-position tiles,
-  // enough for ~4 CTAs per SM over the KV heads and rows.
+  // enough for ~TokenListCtasPerSm CTAs per SM over the KV heads and rows.
   const int num_rows = static_cast<int>(plan->merge_rows.size());
   const int tiles = CeilDiv(max_list, cuda::kDecodeTileTokens);
-  const int wanted = CeilDiv(target, int64_t{shape.num_kv_heads} * num_rows);
+  const int64_t list_target = int64_t{TokenListCtasPerSm()} * std::max(sm_count, 1);
+  const int wanted = CeilDiv(list_target, int64_t{shape.num_kv_heads} * num_rows);
   const int per_item = CeilDiv(tiles, std::clamp(wanted, 1, tiles));
   plan->item_tokens = per_item * cuda::kDecodeTileTokens;
   plan->items_per_row = CeilDiv(tiles, per_item);

@@ -165,16 +165,30 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t width = int64_t{heads} * p.dims.head_dim;
   const auto* q = reinterpret_cast<const __nv_bfloat16*>(p.q) + int64_t{seq.q_begin} * width;
   double dot = 0, query_norm = 0, selecting_norm = 0;
-  for (int64_t i = threadIdx.x; i < width; i += kThreads) {
-    // The CPU's mean: rows summed in order in f32, then divided.
-    float sum = 0.0f;
-    for (int32_t r = 0; r < seq.q_len; ++r) sum += __bfloat162float(q[r * width + i]);
-    const float mean = sum / static_cast<float>(seq.q_len);
-    v.query[i] = mean;
-    const float old = selecting[i];
-    dot += double{mean} * old;
-    query_norm += double{mean} * mean;
-    selecting_norm += double{old} * old;
+  // kDecideBatch elements per thread at a time, every load issued before the first store (the
+  // store to v.query could alias them, so a plain loop waits out one memory latency per element).
+  constexpr int kDecideBatch = 8;
+  for (int64_t base = threadIdx.x; base < width; base += int64_t{kThreads} * kDecideBatch) {
+    float mean[kDecideBatch], old[kDecideBatch];
+#pragma unroll
+    for (int j = 0; j < kDecideBatch; ++j) {
+      const int64_t i = base + int64_t{j} * kThreads;
+      if (i >= width) break;
+      // The CPU's mean: rows summed in order in f32, then divided.
+      float sum = 0.0f;
+      for (int32_t r = 0; r < seq.q_len; ++r) sum += __bfloat162float(q[r * width + i]);
+      mean[j] = sum / static_cast<float>(seq.q_len);
+      old[j] = selecting[i];
+    }
+#pragma unroll
+    for (int j = 0; j < kDecideBatch; ++j) {
+      const int64_t i = base + int64_t{j} * kThreads;
+      if (i >= width) break;
+      v.query[i] = mean[j];
+      dot += double{mean[j]} * old[j];
+      query_norm += double{mean[j]} * mean[j];
+      selecting_norm += double{old[j]} * old[j];
+    }
   }
   dot = BlockSumDouble(dot, reduce_s);
   query_norm = BlockSumDouble(query_norm, reduce_s);
