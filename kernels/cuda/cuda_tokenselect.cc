@@ -26,12 +26,13 @@ int CeilDiv(int64_t a, int64_t b) {
 }
 
 // CTAs per SM the token-list attention's items aim for over the KV heads and rows:
-// $SPARSESERVE_TOKENSELECT_CTAS_PER_SM, default 4 (an A/B switch: fewer, longer chunks trade
-// parallel loads for a cheaper split-KV merge).
+// $SPARSESERVE_TOKENSELECT_CTAS_PER_SM, default 2 — what fits on an SM at once (its registers
+// and shared memory allow 2), so the grid is one wave: 2,688 tokens at B=1 in 21.9 µs against
+// 27.8 at 4 (two waves), B=4 46.0 against 47.3 (H100, cold caches; bench/RESULTS.md).
 int TokenListCtasPerSm() {
   static const int ctas = [] {
     const char* env = std::getenv("SPARSESERVE_TOKENSELECT_CTAS_PER_SM");
-    return env == nullptr ? 4 : std::max(1, std::atoi(env));
+    return env == nullptr ? 2 : std::max(1, std::atoi(env));
   }();
   return ctas;
 }
