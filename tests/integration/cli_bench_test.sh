@@ -70,7 +70,7 @@ expect_usage_error() {  # name pattern args...
   else fail "$name (rc=$rc)"; cat "$tmp/e"; fi
 }
 expect_usage_error "unknown preset" \
-  "valid presets: llama3-8b, llama3-70b-layer, llama3-70b, mistral-7b, qwen2-7b, tiny" \
+  "valid presets: llama3-8b, llama3-8b-tp2-rank, llama3-70b-layer, llama3-70b, mistral-7b, qwen2-7b, tiny" \
   bench model --synthetic llama9
 expect_usage_error "missing preset" "--synthetic is required" bench model
 expect_usage_error "unknown bench target" "valid: model" bench frobnicate --synthetic tiny
