@@ -24,8 +24,8 @@
 # sliding-window decode: rate 0 against 0.01) profile cublas (decode GEMMs through cuBLASLt
 # instead of the skinny kernel) ncu (per-kernel device times of one decode step, from Nsight
 # Compute). tokenselect_ncu (TokenSelect's per-layer decode steps at 512K timed by Nsight
-# Compute, summed per call: bench/cuda/ncu_ranges.py). tp (issue 19: tensor parallelism, two GPUs against one; needs a kind with two GPUs, so
-# not in the default list).
+# Compute, summed per call: bench/cuda/ncu_ranges.py). tp (issue 19: tensor parallelism, two GPUs
+# against one; needs a kind with two GPUs, so not in the default list).
 # Logs go to /tmp/gpu_check and, packed as gpu_check.tgz, to $OUT when it is set (the device
 # tool returns at most 8 files); a short table is printed last.
 set -uo pipefail
@@ -224,20 +224,19 @@ has tokenselect_bench && run tokenselect_bench python3 bench/cuda/tokenselect_be
 # Python-launched calls above are launch-bound; in the engine a step replays from a graph): one
 # process per NVTX range, three calls each, summed by bench/cuda/ncu_ranges.py.
 if has tokenselect_ncu; then
-  for range in cudnn ts_hit ts_reselect; do
-    run tokenselect_ncu_$range ncu --nvtx --nvtx-include "$range/" --clock-control none \
+  ts_ncu() {  # ts_ncu NAME RANGE [VAR=VALUE...] — one NVTX range of the bench under ncu
+    local name=$1 range=$2; shift 2
+    run "$name" env "$@" ncu --nvtx --nvtx-include "$range/" --clock-control none \
       --metrics gpu__time_duration.sum --csv python3 bench/cuda/tokenselect_bench.py --lib "$lib" \
       --ncu --decode-lengths "${TOKENSELECT_NCU_LENGTH:-524288}" --decode-batches 1 \
       --prefill-lengths ''
-  done
+  }
+  for range in cudnn ts_hit ts_reselect; do ts_ncu "tokenselect_ncu_$range" "$range"; done
   run tokenselect_ncu python3 bench/cuda/ncu_ranges.py "$out"/tokenselect_ncu_*.log
-  # The token-list attention's split (SPARSESERVE_TOKENSELECT_CTAS_PER_SM, default 4) on the hit.
+  # The token-list attention's split (SPARSESERVE_TOKENSELECT_CTAS_PER_SM, default 2) on the hit.
   for ctas in ${TOKENSELECT_NCU_CTAS:-}; do
-    run tokenselect_ncu_ctas${ctas}_ts_hit env SPARSESERVE_TOKENSELECT_CTAS_PER_SM=$ctas ncu \
-      --nvtx --nvtx-include "ts_hit/" --clock-control none --metrics gpu__time_duration.sum \
-      --csv python3 bench/cuda/tokenselect_bench.py --lib "$lib" --ncu \
-      --decode-lengths "${TOKENSELECT_NCU_LENGTH:-524288}" --decode-batches 1 --prefill-lengths ''
-    run tokenselect_ncu_ctas$ctas python3 bench/cuda/ncu_ranges.py \
+    ts_ncu "tokenselect_ncu_ctas${ctas}_ts_hit" ts_hit SPARSESERVE_TOKENSELECT_CTAS_PER_SM="$ctas"
+    run "tokenselect_ncu_ctas$ctas" python3 bench/cuda/ncu_ranges.py \
       "$out/tokenselect_ncu_ctas${ctas}_ts_hit.log"
   done
 fi

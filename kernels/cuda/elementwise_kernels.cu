@@ -8,6 +8,7 @@
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/grid_dependency.cuh"
+#include "kernels/cuda/row_chunks.cuh"
 #include "kernels/uniform_random.h"
 
 namespace sparseserve::kernels::cuda {
@@ -106,38 +107,6 @@ __global__ void RmsNormKernel(void* residual, bool res_f32, const void* x, bool 
     const float v =
         residual != nullptr ? LoadAny(residual, res_f32, base + i) : LoadAny(x, x_f32, base + i);
     Store(out, base + i, v * inv_rms * Load(w, i));
-  }
-}
-
-// 8 consecutive values as f32, from bf16 (one 16-byte load) or f32 (two).
-__device__ __forceinline__ void Load8(const void* p, bool f32, int64_t chunk, float (&v)[8]) {
-  if (f32) {
-    const float4* q = static_cast<const float4*>(p) + 2 * chunk;
-    const float4 a = q[0], b = q[1];
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-  } else {
-    const uint4 raw = static_cast<const uint4*>(p)[chunk];
-    const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = __bfloat1622float2(pairs[i]);
-      v[2 * i] = f.x;
-      v[2 * i + 1] = f.y;
-    }
-  }
-}
-
-__device__ __forceinline__ void Store8(void* p, bool f32, int64_t chunk, const float (&v)[8]) {
-  if (f32) {
-    float4* q = static_cast<float4*>(p) + 2 * chunk;
-    q[0] = make_float4(v[0], v[1], v[2], v[3]);
-    q[1] = make_float4(v[4], v[5], v[6], v[7]);
-  } else {
-    uint4 raw;
-    auto* pairs = reinterpret_cast<__nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) pairs[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-    static_cast<uint4*>(p)[chunk] = raw;
   }
 }
 

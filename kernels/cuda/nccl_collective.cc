@@ -122,10 +122,10 @@ void SetUpPeerAllReduce(const std::vector<int>& devices, PeerBuffers& peer) {
     unsigned* calls = nullptr;
     const int64_t bytes = cuda::PeerInboxBytes(n);
     if (status.ok()) status = CudaStatus(cudaMalloc(&inbox, bytes), "peer all-reduce inbox");
-    if (status.ok()) status = CudaStatus(cudaMalloc(&calls, 2 * sizeof(unsigned)), "peer counter");
+    const size_t counter_bytes = 2 * sizeof(unsigned);  // the call number, the CTAs done
+    if (status.ok()) status = CudaStatus(cudaMalloc(&calls, counter_bytes), "peer counter");
     if (status.ok()) status = CudaStatus(cuda::EmptyPeerInbox(inbox, bytes, nullptr), "peer inbox");
-    if (status.ok())
-      status = CudaStatus(cudaMemset(calls, 0, 2 * sizeof(unsigned)), "peer counter");
+    if (status.ok()) status = CudaStatus(cudaMemset(calls, 0, counter_bytes), "peer counter");
     // The ranks' streams may not wait for the legacy stream these ran on: done before use.
     if (status.ok()) status = CudaStatus(cudaDeviceSynchronize(), "peer all-reduce set-up");
     peer.inbox.push_back(inbox);

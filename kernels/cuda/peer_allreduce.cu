@@ -7,6 +7,7 @@
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/peer_allreduce.h"
+#include "kernels/cuda/row_chunks.cuh"
 
 namespace sparseserve::kernels::cuda {
 namespace {
@@ -82,13 +83,10 @@ __device__ __forceinline__ uint4 TakePiece(uint4* slot, const volatile int* abor
 
 // The 8 or 4 elements of a piece, added into acc (f32).
 __device__ __forceinline__ void AddPiece(const uint4& v, bf16_t, float (&acc)[8]) {
-  const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&v);
+  float f[8];
+  UnpackBf16x8(v, f);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(pairs[i]);
-    acc[2 * i] += f.x;
-    acc[2 * i + 1] += f.y;
-  }
+  for (int i = 0; i < 8; ++i) acc[i] += f[i];
 }
 __device__ __forceinline__ void AddPiece(const uint4& v, float, float (&acc)[8]) {
   acc[0] += __uint_as_float(v.x), acc[1] += __uint_as_float(v.y);
@@ -113,7 +111,8 @@ __device__ __forceinline__ uint4 PackPiece(float, float (&acc)[8]) {
 }
 
 // One CTA per `per_cta` pieces (kNorm: per row of the fused epilogue, pieces in the same places
-// as the RMSNorm kernel's threads hold them, so the norm's sums are the same bits).
+// as the RMSNorm kernel's threads hold them and the same row-chunk arithmetic, so the norm's sums
+// are the same bits).
 template <typename T, bool kNorm>
 __global__ void __launch_bounds__(kMaxThreads)
     PeerAllReduceKernel(const __grid_constant__ PeerAllReduceParams p, int64_t per_cta) {
@@ -127,8 +126,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     for (int j = 0; j < kPiecesPerThread; ++j) {
       const int64_t c = threadIdx.x + int64_t{j} * blockDim.x;
       if (c >= per_cta) break;
-      for (int i = 0; i < 8; ++i) w[j][i] = 0.0f;
-      AddPiece(reinterpret_cast<const uint4*>(p.weight)[c], bf16_t{}, w[j]);
+      Load8(p.weight, /*f32=*/false, c, w[j]);
     }
   }
   WaitForPrecedingKernels();
@@ -170,16 +168,14 @@ __global__ void __launch_bounds__(kMaxThreads)
     }
     const uint4 packed = PackPiece(T{}, acc[j]);
     if constexpr (kNorm) {  // residual += the sum; the norm of the new residual
-      auto* res = reinterpret_cast<float4*>(p.residual) + 2 * (first + c);
-      const float4 a = res[0], b = res[1];
-      const float r[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+      float r[8];
+      Load8(p.residual, /*f32=*/true, first + c, r);
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         acc[j][i] += r[i];
         sum_sq += acc[j][i] * acc[j][i];
       }
-      res[0] = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
-      res[1] = make_float4(acc[j][4], acc[j][5], acc[j][6], acc[j][7]);
+      Store8(p.residual, /*f32=*/true, first + c, acc[j]);
     } else {
       x[c] = packed;
     }
@@ -191,15 +187,9 @@ __global__ void __launch_bounds__(kMaxThreads)
     for (int j = 0; j < kPiecesPerThread; ++j) {
       const int64_t c = threadIdx.x + int64_t{j} * blockDim.x;
       if (c >= mine) break;
-      uint4 out;
-      auto* pairs = reinterpret_cast<__nv_bfloat162*>(&out);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        // As the RMSNorm kernel rounds it: v * (inv_rms * w).
-        pairs[i] = __floats2bfloat162_rn(acc[j][2 * i] * (inv_rms * w[j][2 * i]),
-                                         acc[j][2 * i + 1] * (inv_rms * w[j][2 * i + 1]));
-      }
-      reinterpret_cast<uint4*>(p.out)[first + c] = out;
+      for (int i = 0; i < 8; ++i) acc[j][i] *= inv_rms * w[j][i];  // as the RMSNorm kernel
+      Store8(p.out, /*f32=*/false, first + c, acc[j]);
     }
   }
   // 3. The last CTA of the call advances the counter (every CTA has read it by then).
