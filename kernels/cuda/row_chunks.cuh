@@ -1,7 +1,7 @@
 // Row chunks: 8 consecutive values of a row as f32 — one 16-byte load of bf16, or two of f32 —
 // the unit the row kernels read and write in. RMSNorm (elementwise_kernels.cu) and the peer
 // all-reduce's fused add + norm (peer_allreduce.cu) share these, so the same arithmetic on a row
-// gives the same bits in both.
+// gives the same bits in both; the skinny GEMM unpacks its weight and token chunks with them.
 #ifndef SPARSESERVE_KERNELS_CUDA_ROW_CHUNKS_CUH_
 #define SPARSESERVE_KERNELS_CUDA_ROW_CHUNKS_CUH_
 

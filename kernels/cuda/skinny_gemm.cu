@@ -17,6 +17,7 @@
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/grid_dependency.cuh"
+#include "kernels/cuda/row_chunks.cuh"
 
 namespace sparseserve::kernels::cuda {
 namespace {
@@ -36,16 +37,6 @@ struct KernelArgs {
   bool out_f32;
   SkinnyRopeKv rope;
 };
-
-__device__ __forceinline__ void Unpack(const uint4& raw, float (&f)[8]) {
-  const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 v = __bfloat1622float2(pairs[i]);
-    f[2 * i] = v.x;
-    f[2 * i + 1] = v.y;
-  }
-}
 
 __device__ __forceinline__ float RoundBf16(float v) {
   return __bfloat162float(__float2bfloat16_rn(v));
@@ -146,11 +137,11 @@ __global__ void __launch_bounds__(kThreads) SkinnyGemmKernel(const KernelArgs a)
       if (c >= chunks) break;
       float wf[kRows][8];
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) Unpack(wr[u][r], wf[r]);
+      for (int r = 0; r < kRows; ++r) UnpackBf16x8(wr[u][r], wf[r]);
 #pragma unroll
       for (int n = 0; n < N; ++n) {
         float xf[8];
-        Unpack(x4[n * chunks + c], xf);  // not __ldg: x is written while this kernel runs
+        UnpackBf16x8(x4[n * chunks + c], xf);  // not __ldg: x is written while this kernel runs
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
 #pragma unroll
