@@ -129,13 +129,16 @@ struct AttentionPlan {
   float scale = 0;  // resolved softmax scale
   // Where the backend put its index arrays: int32 offsets into workspace->metadata and counts,
   // filled and read only by the backend that made the plan (the CPU reads `batch` instead).
+  // A step graph bakes the layout in and is captured again when it changes, so nothing here
+  // may follow the contexts' growth within a step shape: the block tables (whose length does)
+  // are the last section, and counts that grow with the keys are read on the device.
   struct Layout {
     int64_t seqs = 0, tables = 0, masks = 0, decode_items = 0, merges = 0, merge_rows = 0,
             prefill_tiles = 0, prefill_tile_areas = 0, row_seq = 0;
     // Per decode item the first merge of its row group, and the merge counters (decode merges,
     // then TokenSelect rows, kv_heads each) of the kernels that merge in their last chunk.
     int64_t decode_item_merges = 0, merge_counters = 0;
-    int num_decode_items = 0, max_decode_items = 0, num_merges = 0, num_prefill_tiles = 0;
+    int max_decode_items = 0, num_merges = 0, num_prefill_tiles = 0;
     // The most query rows of a decode-kernel sequence (1, or up to a few for speculative verify
     // steps): the decode partials hold that many planes of max_decode_items slots.
     int decode_rows = 1;

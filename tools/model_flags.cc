@@ -28,10 +28,10 @@ ABSL_FLAG(double, shadow_dense_rate, 0,
           "layer for their sparse sequences and record the relative L2 error of the output "
           "(metric sparseserve_sparse_attention_error{role, method}; `generate` prints a "
           "summary). Costs about rate x (dense attention / step time). 0 = off.");
-ABSL_FLAG(int, cuda_graph_batch, 64,
-          "Decode steps of up to this many sequences run as CUDA graphs (--device cuda): a batch "
-          "size's first step runs kernel by kernel, its second is captured, later ones replay "
-          "it in one launch. 0 = off.");
+ABSL_FLAG(int, cuda_graph_batch, 128,
+          "Decode steps of up to this many rows (sequences, plus the draft rows of speculative "
+          "verify steps) run as CUDA graphs (--device cuda): a step shape's first step runs "
+          "kernel by kernel, its second is captured, later ones replay it in one launch. 0 = off.");
 
 ABSL_FLAG(std::string, tokenswift_heads, "",
           "TokenSwift's trained multi-token draft heads: a safetensors adapter made by "

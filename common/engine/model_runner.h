@@ -295,7 +295,7 @@ class ModelRunner {
   bool last_step_was_graph_setup() const { return model_->last_step_was_graph_setup(); }
   // Whether steps replay graphs per shape (LlamaModel::replays_step_graphs): speculation then
   // picks one draft depth per step (spec::ChooseDraftDepths' `uniform`).
-  bool replays_step_graphs() { return model_->replays_step_graphs(); }
+  bool replays_step_graphs() const { return model_->replays_step_graphs(); }
   int max_context() const { return model_->config().max_position_embeddings; }
   // The window of a rolling-KV model (every layer windowed: blocks that left it return to the
   // pool as a sequence goes on), else 0.

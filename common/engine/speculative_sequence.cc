@@ -13,6 +13,13 @@ namespace sparseserve::engine {
 
 absl::StatusOr<std::unique_ptr<SpeculativeSequence>> SpeculativeSequence::Create(
     const SpeculationChoice& choice, const ModelRunner& runner) {
+  SS_ASSIGN_OR_RETURN(std::unique_ptr<SpeculativeSequence> seq, ForMethod(choice, runner));
+  seq->pad_drafts_ = runner.replays_step_graphs();
+  return seq;
+}
+
+absl::StatusOr<std::unique_ptr<SpeculativeSequence>> SpeculativeSequence::ForMethod(
+    const SpeculationChoice& choice, const ModelRunner& runner) {
   const model::ModelConfig& config = runner.config();
   std::unique_ptr<spec::DraftProposer> proposer;
   int depth = choice.max_draft;
@@ -198,6 +205,10 @@ void SpeculativeSequence::Plan(int depth, absl::Span<const int32_t> history, Seq
   stream_before_ = sampler.stream();
   draft_.Clear();
   if (depth > 0) proposer_->Propose(history, depth, /*verify_only=*/false, &draft_);
+  // Trees and branches come in many sizes; chains of each depth are one shape already.
+  if (pad_drafts_ && !draft_.empty() && !draft_.IsChain()) {
+    draft_.PadWithAuxiliaryRows(proposer_->RowsAt(depth), history.back());
+  }
   if (draft_.empty() && shadow_.empty() && shadow_actual_.empty() &&
       ++plain_steps_since_shadow_ >= kShadowEvery) {
     // A plain step: keep measuring what a draft would have had accepted — on every
@@ -218,9 +229,7 @@ void SpeculativeSequence::Plan(int depth, absl::Span<const int32_t> history, Seq
     rows->tokens.insert(rows->tokens.end(), draft_.tokens.begin(), draft_.tokens.end());
     rows->positions.push_back(base);
     for (const int32_t offset : draft_.offsets) rows->positions.push_back(base + offset);
-    bool chain = draft_.mask.empty();
-    for (int r = 1; r < n && chain; ++r) chain = draft_.parents[r - 1] == r - 1;
-    if (!chain) rows->mask = draft_.FullMask();  // a chain is the causal default
+    if (!draft_.IsChain()) rows->mask = draft_.FullMask();  // a chain is the causal default
     rows->sample = model::LogitRows::kAll;
     rows->speculative = true;
   }

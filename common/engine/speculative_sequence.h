@@ -51,8 +51,9 @@ class SpeculativeSequence {
   // kInvalidArgument for SpecMethod::kNone, for Lookahead and sparse-self on a model with its own
   // sliding window (ModelConfig::sliding_window) and for a sparse-self draft attention the
   // runner refuses (ModelRunner::DecodePattern: TokenSelect's k above the server's), kUnimplemented
-  // for a method this build lacks. The model's size scales Lookahead's defaults. Validate must
-  // have passed for a request with this choice.
+  // for a method this build lacks. The model's size scales Lookahead's defaults. Where the runner
+  // replays step graphs, tree and branch drafts are padded to their depth's rows (one graph per
+  // depth). Validate must have passed for a request with this choice.
   static absl::StatusOr<std::unique_ptr<SpeculativeSequence>> Create(
       const SpeculationChoice& choice, const ModelRunner& runner);
 
@@ -116,6 +117,9 @@ class SpeculativeSequence {
  private:
   SpeculativeSequence(const SpeculationChoice& choice,
                       std::unique_ptr<spec::DraftProposer> proposer, int max_depth);
+  // Create's drafter for the method, before the runner's step-graph choice.
+  static absl::StatusOr<std::unique_ptr<SpeculativeSequence>> ForMethod(
+      const SpeculationChoice& choice, const ModelRunner& runner);
   // A sequence whose drafter is the model, drafting under `pattern` (`early_exit`: through
   // Kangaroo's adapter).
   static std::unique_ptr<SpeculativeSequence> ModelDrafted(
@@ -137,6 +141,9 @@ class SpeculativeSequence {
   spec::StepDraft draft_;
   sampling::Sampler::Stream stream_before_;
   bool planned_ = false;
+  // Pad tree and branch drafts to the depth's rows (StepDraft::PadWithAuxiliaryRows): the runner
+  // replays one step graph per step shape.
+  bool pad_drafts_ = false;
   // A draft made at a plain step and the tokens that came after its root so far.
   spec::StepDraft shadow_;
   std::vector<int32_t> shadow_actual_;

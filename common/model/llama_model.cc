@@ -196,8 +196,10 @@ absl::StatusOr<LlamaModel::StepInputs> LlamaModel::FlattenBatch(
     }
     SS_RETURN_IF_ERROR(
         AnnotateStatus(CheckPattern(seq.pattern), absl::StrCat("Forward: sequence ", s)));
+    // Several rows: a verify step, every row sampled; a masked one (a tree, Lookahead's
+    // branches) of any size, since masked rows never go to cuDNN (which cannot be captured).
     in.graphable = in.graphable &&
-                   (n == 1 || (n <= kGraphRowsPerSequence && seq.mask.empty() &&
+                   (n == 1 || ((n <= kGraphRowsPerSequence || !seq.mask.empty()) &&
                                seq.logits == LogitRows::kAll &&
                                seq.pattern.kind != kernels::AttentionMethodKind::kTokenSelect)) &&
                    seq.pattern.kind != kernels::AttentionMethodKind::kMInference;

@@ -216,13 +216,14 @@ class LlamaModel {
   // Layers of the paged KV cache this model fills: its own, and the adapter's.
   int kv_layers() const { return config_.num_layers + (has_early_exit_adapter() ? 1 : 0); }
 
-  // Decode steps (one new token per sequence, or a few: verify steps; dense or sliding-window
-  // attention, no mask, no per-layer hook) of at most `rows` rows run as step graphs on backends
+  // Decode steps (one new token per sequence, or a few: verify steps — chains of a few rows, or
+  // masked trees and Lookahead's branches; dense or sliding-window attention, no per-layer hook)
+  // of at most `rows` rows run as step graphs on backends
   // that have them (CUDA graphs): a batch size's first step runs op by op, its second is captured,
   // later ones replay the capture. 0 turns graphs off. Default kDefaultStepGraphRows. Drops the
   // graphs captured so far.
   void set_step_graph_rows(int rows);
-  static constexpr int kDefaultStepGraphRows = 64;
+  static constexpr int kDefaultStepGraphRows = 128;
   // Whether decode and verify steps replay step graphs here (graphs on, and the backend captures
   // them; probed once).
   bool replays_step_graphs() { return graphs_.Eligible(1); }
@@ -308,15 +309,17 @@ class LlamaModel {
 
   // How often op-by-op steps time their all-reduces (set_allreduce_observer).
   static constexpr int64_t kAllReduceTimingEvery = 16;
-  // Rows a sequence of a graph-able step may add (the CUDA decode kernel's few-row limit).
+  // Rows an unmasked sequence of a graph-able step may add (the CUDA decode kernel's few-row
+  // limit: longer chains are prefill chunks, which may run on cuDNN).
   static constexpr int kGraphRowsPerSequence = 8;
   // A step's batch flattened on the host: what its index tensors and attention plan hold.
   struct StepInputs {
     std::vector<int32_t> ids, positions, slots, logit_rows;
     kernels::AttentionBatch attn;
     // Graph-able (StepGraphCache): every row sampled and every sequence adding one token, or a
-    // few unmasked ones (a speculative chain's verify step: at most kGraphRowsPerSequence, not
-    // TokenSelect or MInference); `max_seq_rows` is the most any sequence adds.
+    // few unmasked ones (a speculative chain's verify step: at most kGraphRowsPerSequence), or
+    // masked ones (a verify tree, Lookahead's branches), not TokenSelect or MInference;
+    // `max_seq_rows` is the most any sequence adds.
     bool graphable = true;
     int max_seq_rows = 0;
     // A model with windows on some layers only (Qwen2's max_window_layers): those layers'

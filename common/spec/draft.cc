@@ -75,6 +75,27 @@ std::vector<uint8_t> StepDraft::FullMask() const {
   return full;
 }
 
+bool StepDraft::IsChain() const {
+  if (!mask.empty()) return false;
+  for (int r = 1; r <= size(); ++r) {
+    if (parents[r - 1] != r - 1) return false;
+  }
+  return true;
+}
+
+void StepDraft::PadWithAuxiliaryRows(int rows, int32_t token) {
+  if (size() >= rows) return;
+  const std::vector<uint8_t> old = FullMask();
+  const size_t n = static_cast<size_t>(size()) + 1, padded = static_cast<size_t>(rows) + 1;
+  mask.assign(padded * padded, 0);
+  for (size_t r = 0; r < n; ++r) std::copy_n(old.begin() + r * n, n, mask.begin() + r * padded);
+  for (size_t r = n; r < padded; ++r) {
+    mask[r * padded] = 1;
+    mask[r * padded + r] = 1;
+    AddRow(token, 1, -1);
+  }
+}
+
 namespace {
 
 // The first verification child of `node` whose token is `token`, or -1.

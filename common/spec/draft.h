@@ -50,6 +50,13 @@ struct StepDraft {
   int32_t AddRow(int32_t token, int32_t offset, int32_t parent);
   // The mask over root + rows: `mask` or the tree mask.
   std::vector<uint8_t> FullMask() const;
+  // Whether the rows are one path from the root (row r's parent is r − 1, no mask): the causal
+  // default needs no mask.
+  bool IsChain() const;
+  // Pads to `rows` rows with auxiliary rows (`token` at offset 1, each seeing the root and itself;
+  // their samples go unused), setting the mask: a step's shape then follows the draft depth alone,
+  // so a backend that replays one graph per step shape captures once instead of once per size.
+  void PadWithAuxiliaryRows(int rows, int32_t token);
   // Depth of row r (0 = the root); -1 for auxiliary rows.
   int Depth(int32_t row) const;
   // Depth of the deepest verification row.

@@ -3,7 +3,7 @@
 //
 // The plan is flattened into one int32 array on the host (sequence records, work lists, masks,
 // block tables), uploaded with one copy into workspace.metadata. Single-query sequences, and those
-// of a few rows (speculative verify steps: DecodeKernelRows; up to 64 rows over a long context,
+// of a few rows (speculative verify steps: DecodeKernelRows; up to 128 rows over a long context,
 // in row groups, when the prefill kernel would leave the GPU idle: GroupVerifyRows), go to the
 // split-KV decode kernel, longer chunks to the tensor-core prefill kernel; head dims other than
 // 64/128 take the generic kernel. kMInference sequences go to their own kernels whatever their
@@ -54,12 +54,13 @@ int DecodeCtasPerSm() {
 }
 
 // The most rows a sequence may bring to the decode kernel in several row groups (each group its
-// own split-KV items over the same keys): $SPARSESERVE_DECODE_KERNEL_MAX_ROWS, default 64; 0 or
-// at most one group's rows turns grouping off (an A/B switch for the benchmarks).
+// own split-KV items over the same keys): $SPARSESERVE_DECODE_KERNEL_MAX_ROWS, default 128 (the
+// step graphs' rows; Lookahead's default window and guesses make 119); 0 or at most one group's
+// rows turns grouping off (an A/B switch for the benchmarks).
 int MaxDecodeKernelRows() {
   static const int rows = [] {
     const char* env = std::getenv("SPARSESERVE_DECODE_KERNEL_MAX_ROWS");
-    return env == nullptr ? 64 : std::max(0, std::atoi(env));
+    return env == nullptr ? 128 : std::max(0, std::atoi(env));
   }();
   return rows;
 }
@@ -85,14 +86,16 @@ bool DecodeKernelRows(int q_len, int kv_len, int group, bool group_rows) {
 // Whether the batch's groupable sequences go to the decode kernel in row groups. The prefill
 // kernel gives such a sequence one CTA per (64-row tile, query head), each walking every key: at
 // batch 1 a 13- or 41-row verify step at 32K leaves most SMs idle and cost ~15 decode steps
-// (issue 15). Row groups read the keys once per group at full parallelism on CUDA cores (a group's
+// (issue 15). Row groups read the keys once per group and KV head at full parallelism (a group's
 // items run beside the other groups' over the same keys, sharing them in L2), so their cost grows
-// with the groups while the prefill kernel's grows only with its waves. Measured on an H200
-// (Llama-3-8B shape, 32K, bench/RESULTS.md): one row group costs about a tenth of one wave of
-// prefill CTAs (two per SM) — B=1 13 rows 19 vs 74 ms a step, 41 rows 45 vs 75; B=8 13 rows 120
-// vs 82. So the groups win while there are at most 10 per prefill wave.
+// with the groups times the KV heads while the prefill kernel's grows only with its waves.
+// Measured on an H200 (Llama-3-8B shape, 8 KV heads, 32K, bench/RESULTS.md): one row group costs
+// about a tenth of one wave of prefill CTAs (two per SM) — B=1 13 rows 19 vs 74 ms a step, 41
+// rows 45 vs 75; B=8 13 rows 120 vs 82. So the groups win while there are at most 80 (group, KV
+// head) pairs per prefill wave. (A 6-layer model with 2 KV heads, H100, 4K: Lookahead's 29-row
+// steps 0.75 ms grouped against 2.14 on the prefill kernel's 4 CTAs.)
 bool GroupVerifyRows(const AttentionBatch& batch, const AttentionShape& shape, int sm_count) {
-  constexpr int64_t kGroupsPerPrefillWave = 10;
+  constexpr int64_t kGroupHeadsPerPrefillWave = 80;
   const int group = shape.num_heads / shape.num_kv_heads;
   const int rows = DecodeGroupRows(group);
   int64_t groups = 0, ctas = 0;
@@ -110,7 +113,7 @@ bool GroupVerifyRows(const AttentionBatch& batch, const AttentionShape& shape, i
   if (groups == 0) return false;
   const int64_t slots = int64_t{2} * std::max(sm_count, 1);
   const int64_t waves = (ctas + slots - 1) / slots;
-  return groups <= kGroupsPerPrefillWave * waves;
+  return groups * shape.num_kv_heads <= kGroupHeadsPerPrefillWave * waves;
 }
 
 // The key ranges a single-query sequence's split-KV items cover: its sinks (when a window leaves a
@@ -443,15 +446,15 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   std::vector<int32_t> mask_words((masks.size() + 3) / 4, 0);
   std::copy(masks.begin(), masks.end(), reinterpret_cast<uint8_t*>(mask_words.data()));
   l.masks = append_vec(mask_words);
-  l.tables = append_vec(tables);
   l.cudnn_seq_q = append_vec(cudnn_q);
   l.cudnn_seq_kv = append_vec(cudnn_kv);
   l.cudnn_offsets = append_vec(cudnn_offsets);
   l.cudnn_tables = append_vec(cudnn_tables);
+  // Last: the only section of a graph-able step that grows with its contexts (Layout's comment).
+  l.tables = append_vec(tables);
   l.cudnn_batch = static_cast<int>(cudnn_seqs.size());
   l.cudnn_max_q = cudnn_shape.max_q;
   l.cudnn_max_kv = cudnn_shape.max_kv;
-  l.num_decode_items = num_items;
   l.max_decode_items = max_items;
   l.decode_rows = decode_rows;
   l.num_merges = static_cast<int>(merge_rows.size());

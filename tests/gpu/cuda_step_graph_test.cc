@@ -1,9 +1,9 @@
 // Step graphs on the CUDA backend: decode steps replayed from a CUDA graph give exactly the logits
 // of the same steps run kernel by kernel (the same kernels read the same inputs), while contexts
 // grow across KV blocks and split-KV chunk sizes, batch sizes change, with dense and
-// sliding-window attention; speculative verify steps (a few rows per sequence) keep graphs of
-// their own beside decode steps; workspaces that grow mark the graphs read from them; captures
-// refuse ops that cannot be recorded.
+// sliding-window attention; speculative verify steps (a few rows per sequence, or masked trees
+// of many) keep graphs of their own beside decode steps; plan layouts do not follow the contexts;
+// workspaces that grow mark the graphs read from them; captures refuse ops that cannot be recorded.
 #include "common/model/llama_model.h"
 #include "tests/gpu/cuda_test_util.h"
 
@@ -157,6 +157,89 @@ TEST_F(CudaStepGraphTest, ReplayedVerifyStepsEqualKernelByKernelSteps) {
       seqs[s].tokens = {static_cast<int32_t>(std::max_element(row, row + 1000) - row)};
     }
   }
+}
+
+// A tree of `rows` rows: row 0 the root, then two chains that each see the root and their own
+// earlier rows (a verify tree's shape, as Lookahead's branches and TokenSwift's trees make).
+std::vector<uint8_t> TwoBranchMask(int rows) {
+  std::vector<uint8_t> mask(static_cast<size_t>(rows) * rows, 0);
+  const int half = (rows + 1) / 2;
+  for (int i = 0; i < rows; ++i) {
+    mask[static_cast<size_t>(i) * rows] = 1;
+    const int first = i == 0 ? 0 : (i < half ? 1 : half);
+    for (int j = first; j <= i; ++j) mask[static_cast<size_t>(i) * rows + j] = 1;
+  }
+  return mask;
+}
+
+// Masked verify steps replay graphs too: a long-context sequence whose 24 or 60 rows go to the
+// decode kernel in row groups beside a short one whose rows take the masked prefill kernel, and
+// plain steps between them; replayed logits equal kernel-by-kernel ones exactly.
+TEST_F(CudaStepGraphTest, ReplayedMaskedTreeStepsEqualKernelByKernelSteps) {
+  constexpr int kPerSeq = 256;
+  Run graphs = Make(LlamaModel::kDefaultStepGraphRows, 2 * kPerSeq);
+  Run eager = Make(0, 2 * kPerSeq);
+  std::vector<ForwardSequence> seqs = Prompts({2500, 63}, kPerSeq);
+  for (ForwardSequence& seq : seqs) {
+    ASSERT_TRUE(graphs.model->Forward({seq}, *graphs.cache).ok());
+    ASSERT_TRUE(eager.model->Forward({seq}, *eager.cache).ok());
+    seq.start_pos = static_cast<int32_t>(seq.tokens.size());
+    seq.tokens = {1};
+  }
+  for (int step = 0; step < 30; ++step) {
+    const int rows = step % 3 == 2 ? 1 : (step % 3 == 0 ? 24 : 60);
+    for (ForwardSequence& seq : seqs) {
+      while (static_cast<int>(seq.tokens.size()) < rows) {
+        seq.tokens.push_back((seq.tokens.back() * 7 + 3) % 1000);
+      }
+      seq.tokens.resize(rows);
+      seq.logits = rows > 1 ? model::LogitRows::kAll : model::LogitRows::kLast;
+      seq.mask = rows > 1 ? TwoBranchMask(rows) : std::vector<uint8_t>();
+    }
+    auto a = graphs.model->Forward(seqs, *graphs.cache);
+    auto b = eager.model->Forward(seqs, *eager.cache);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_EQ(a->numel(), static_cast<int64_t>(2 * rows * 1000));
+    ASSERT_EQ(a->numel(), b->numel());
+    for (int64_t i = 0; i < a->numel(); ++i) {
+      ASSERT_EQ(a->data<float>()[i], b->data<float>()[i])
+          << "step " << step << " rows " << rows << " element " << i;
+    }
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      const float* row = a->data<float>() + (s * rows) * 1000;  // the root's: one accepted
+      seqs[s].start_pos += 1;
+      seqs[s].tokens = {static_cast<int32_t>(std::max_element(row, row + 1000) - row)};
+    }
+  }
+}
+
+// What a step graph bakes in does not follow the contexts: a decode batch's plan layout is the
+// same at 100, 1000 and 3000 keys (block tables last, the item count read on the device), and so
+// is a masked verify sequence's at 2000 and 3000.
+TEST_F(CudaStepGraphTest, PlanLayoutsDoNotGrowWithTheContexts) {
+  const model::ModelConfig c = GraphTestConfig();
+  kernels::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, 1, 1024};
+  auto layout_at = [&](int q_len, int kv_len) {
+    kernels::AttentionBatch b;
+    b.block_tokens = 16;
+    kernels::SequenceAttention sa;
+    sa.q_len = q_len;
+    sa.kv_len = kv_len;
+    if (q_len > 1) sa.mask = TwoBranchMask(q_len);
+    for (int i = 0; i < (kv_len + 15) / 16; ++i) sa.block_table.push_back(i);
+    b.sequences.push_back(sa);
+    shape.num_rows = q_len;
+    kernels::AttentionWorkspace ws;
+    auto plan = gpu_->PlanAttention(b, shape, ws);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return plan.ok() ? plan->layout : kernels::AttentionPlan::Layout();
+  };
+  const kernels::AttentionPlan::Layout decode = layout_at(1, 100);
+  EXPECT_TRUE(decode == layout_at(1, 1000));
+  EXPECT_TRUE(decode == layout_at(1, 3000));
+  EXPECT_TRUE(layout_at(60, 2000) == layout_at(60, 3000));
+  EXPECT_TRUE(gpu_->Synchronize().ok());
 }
 
 TEST_F(CudaStepGraphTest, CaptureRefusesAllocationsCopiesAndSyncs) {

@@ -344,6 +344,48 @@ TEST_F(StepGraphTest, ShadowedStepsReplayTheirOwnGraph) {
   EXPECT_EQ(recording.captures, 2);  // one plain and one shadow graph of batch size 3
 }
 
+// Verify steps of a masked tree replay a graph whatever their rows (masked rows never take
+// cuDNN), while an unmasked chain longer than kGraphRowsPerSequence (a prefill chunk) runs op by
+// op; both give the op-by-op logits.
+TEST_F(StepGraphTest, MaskedTreeStepsReplayAGraphLongUnmaskedChainsDoNot) {
+  constexpr int kRows = 12;
+  auto steps = [&](kernels::Backend* backend, int graph_rows, bool masked) {
+    auto model = MakeModel(backend, graph_rows);
+    auto cache = MakeCache(*backend);
+    ForwardSequence seq = Prompts()[1];  // 20 tokens
+    EXPECT_TRUE(model->Forward({seq}, *cache).ok());
+    std::vector<float> all;
+    for (int step = 0; step < 6; ++step) {
+      seq.start_pos = static_cast<int32_t>(20 + step);  // one token accepted per step
+      seq.tokens.clear();
+      for (int i = 0; i < kRows; ++i) seq.tokens.push_back((step * 13 + i * 7) % 100);
+      seq.logits = model::LogitRows::kAll;
+      seq.mask.clear();
+      if (masked) {  // two branches of 6 rows under a shared root: row i sees rows of its branch
+        seq.mask.assign(kRows * kRows, 0);
+        for (int i = 0; i < kRows; ++i) {
+          seq.mask[i * kRows] = 1;
+          const int first = i == 0 ? 0 : (i <= 6 ? 1 : 7);
+          for (int j = first; j <= i; ++j) seq.mask[i * kRows + j] = 1;
+        }
+      }
+      absl::StatusOr<Tensor> logits = model->Forward({seq}, *cache);
+      EXPECT_TRUE(logits.ok()) << logits.status();
+      if (!logits.ok()) break;
+      all.insert(all.end(), logits->data<float>(), logits->data<float>() + logits->numel());
+    }
+    return all;
+  };
+  for (const bool masked : {true, false}) {
+    SCOPED_TRACE(masked ? "masked tree" : "unmasked chain");
+    RecordingBackend recording(&cpu_);
+    const std::vector<float> got = steps(&recording, 64, masked);
+    EXPECT_EQ(got, steps(&cpu_, 0, masked));
+    EXPECT_EQ(recording.captures, masked ? 1 : 0);
+    EXPECT_EQ(recording.launches, masked ? 5 : 0);  // warmed on step 0, captured on step 1
+  }
+}
+
 TEST_F(StepGraphTest, PrefillAndLargeBatchesRunOpByOp) {
   RecordingBackend recording(&cpu_);
   auto graph_model = MakeModel(&recording, 2);  // graphs for batches of at most 2

@@ -42,6 +42,42 @@ TEST(StepDraftTest, ChainsShareTheirPrefixAndTheWalkFollowsTheSampledTokens) {
   EXPECT_EQ(MatchedDepth(d, {6}), 0);
 }
 
+// Padding a tree to a fixed row count keeps its mask and its walk; the padding rows see only the
+// root and themselves, are never walked into, and are not verification rows.
+TEST(StepDraftTest, PaddingAddsAuxiliaryRowsThatChangeNothingButTheShape) {
+  StepDraft d;
+  d.AddChain({5, 6});
+  d.AddChain({5, 8});
+  EXPECT_FALSE(d.IsChain());
+  const std::vector<uint8_t> tree = d.FullMask();  // 4 x 4
+  d.PadWithAuxiliaryRows(5, 42);
+  ASSERT_EQ(d.size(), 5);
+  EXPECT_EQ(d.tokens, (std::vector<int32_t>{5, 6, 8, 42, 42}));
+  EXPECT_EQ(d.parents, (std::vector<int32_t>{0, 1, 1, -1, -1}));
+  EXPECT_EQ(d.NumVerificationRows(), 3);
+  EXPECT_EQ(d.MaxDepth(), 2);
+  const std::vector<uint8_t> mask = d.FullMask();  // 6 x 6
+  for (int r = 0; r < 4; ++r) {
+    for (int c = 0; c < 6; ++c) {
+      EXPECT_EQ(mask[r * 6 + c], c < 4 ? tree[r * 4 + c] : 0) << r << "," << c;
+    }
+  }
+  EXPECT_EQ(std::vector<uint8_t>(mask.begin() + 24, mask.begin() + 30),
+            (std::vector<uint8_t>{1, 0, 0, 0, 1, 0}));
+  EXPECT_EQ(std::vector<uint8_t>(mask.begin() + 30, mask.end()),
+            (std::vector<uint8_t>{1, 0, 0, 0, 0, 1}));
+  // Padding rows that sampled the draft's tokens are not children of anything.
+  const AcceptedDraft a = AcceptDraft(d, {5, 8, 0, 9, 6, 6});
+  EXPECT_EQ(a.emitted, (std::vector<int32_t>{5, 8, 9}));
+  EXPECT_EQ(a.kept, (std::vector<int32_t>{0, 1, 3}));
+  d.PadWithAuxiliaryRows(3, 42);  // already larger: unchanged
+  EXPECT_EQ(d.size(), 5);
+
+  StepDraft chain;
+  chain.AddChain({1, 2, 3});
+  EXPECT_TRUE(chain.IsChain());
+}
+
 TEST(NgramIndexTest, FindsTheLatestEarlierOccurrenceButNeverTheSuffixItself) {
   NgramIndex index;
   const std::vector<int32_t> h = {1, 2, 3, 9, 1, 2, 3, 7, 1, 2, 3};
