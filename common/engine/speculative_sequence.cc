@@ -98,12 +98,15 @@ absl::StatusOr<std::unique_ptr<SpeculativeSequence>> SpeculativeSequence::ForMet
 
 void RecordStepCost(const ModelRunner& runner, absl::Span<const StepRows> rows, double seconds,
                     spec::StepCostModel& cost) {
-  if (runner.last_step_was_graph_setup()) return;
   int total = 0;
   bool speculative = false;
   for (const StepRows& r : rows) {
     total += static_cast<int>(r.tokens.size());
     speculative |= r.speculative;
+  }
+  if (runner.last_step_was_graph_setup()) {
+    cost.NoteUnmeasured(speculative);
+    return;
   }
   cost.Record(total, seconds, speculative);
 }

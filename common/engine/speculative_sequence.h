@@ -155,7 +155,8 @@ class SpeculativeSequence {
 
 // Records in `cost` a step over `rows` that took `seconds` (planning to finishing: host work
 // included) — unless the runner's last step warmed up or captured a step graph, whose time says
-// nothing of the steps after it. Speculative when some row is.
+// nothing of the steps after it (a speculative one makes the controller explore again soon:
+// StepCostModel::NoteUnmeasured). Speculative when some row is.
 void RecordStepCost(const ModelRunner& runner, absl::Span<const StepRows> rows, double seconds,
                     spec::StepCostModel& cost);
 

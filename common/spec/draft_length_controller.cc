@@ -79,6 +79,7 @@ void StepCostModel::Record(int rows, double seconds, bool speculative) {
   constexpr int64_t kStaleSteps = 64;
   const int b = Bucket(rows);
   ++steps_;
+  if (speculative) retry_explore_ = false;
   if (shape_.empty()) {
     if (speculative) return;  // the level starts from a plain step
     reference_ = b;

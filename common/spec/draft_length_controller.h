@@ -31,7 +31,8 @@
 // first measurement cannot keep speculation off for good (≤ 1/128 of the steps, and only a choice
 // estimated at no worse than half of plain's rate — or any, once every 8 steps, while a model
 // drafter's acceptance rests on fewer than 8 drafts: it has no shadow draft to measure it on plain
-// steps), and a plain step runs whenever the
+// steps; and after a speculative step that set up a step graph, until one is measured), and a
+// plain step runs whenever the
 // level is stale (StepCostModel::PlainDue). A measurement counts for at most 4x the
 // estimate it updates (a first launch of a kernel must not price a bucket out of reach). At
 // acceptance 0, every E is 0 and every depth stays 0: plain decoding. Not thread-safe.
@@ -83,9 +84,17 @@ class StepCostModel {
   // The bucket `rows` is measured in (its smallest row count).
   static int Bucket(int rows);
   // True once every kExploreSteps recorded steps: ChooseDraftDepths then runs its best
-  // speculative choice even where plain decoding looks better, to measure it again.
+  // speculative choice even where plain decoding looks better, to measure it again. Also true
+  // after a speculative step that measured nothing (NoteUnmeasured) until one is recorded.
   static constexpr int kExploreSteps = 128;
-  bool ExploreDue(int every = kExploreSteps) const { return steps_ % every == every - 1; }
+  bool ExploreDue(int every = kExploreSteps) const {
+    return retry_explore_ || steps_ % every == every - 1;
+  }
+  // A step that was not recorded (it set up a step graph: warm-up or capture, far slower than
+  // its replays). When it was speculative, the next steps explore again, so the shape's first
+  // replay is measured within a few steps instead of kExploreSteps later — on a GPU a new
+  // speculative shape costs two such steps before it measures anything.
+  void NoteUnmeasured(bool speculative) { retry_explore_ = retry_explore_ || speculative; }
   // While a model-drafted sequence's acceptance rests on fewer than kMinAcceptanceSamples drafts
   // (it has no shadow drafts: only its speculative steps measure it), every
   // kExploreUnmeasuredSteps-th step explores instead.
@@ -104,6 +113,7 @@ class StepCostModel {
   double level_ = 0;
   int reference_ = 0;  // the plain bucket whose shape is 1 (see Record)
   int64_t steps_ = 0, reference_seen_ = 0;
+  bool retry_explore_ = false;  // NoteUnmeasured saw a speculative step
   // bucket -> step time / level (plain, speculative, draft pass)
   std::map<int, double> shape_, spec_shape_, draft_shape_;
 };

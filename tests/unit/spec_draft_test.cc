@@ -233,6 +233,23 @@ TEST(StepCostModelTest, PricesRowsByTheirShapeWhileTheLevelFollowsGrowingContext
   EXPECT_EQ(StepCostModel::Bucket(1000), 960);
 }
 
+// A speculative step that only set up a step graph measured nothing: exploring stays due until
+// a speculative step is recorded, instead of waiting kExploreSteps for the next chance.
+TEST(StepCostModelTest, AnUnmeasuredSpeculativeStepKeepsExploringDue) {
+  StepCostModel m;
+  for (int i = 0; i < 10; ++i) m.Record(1, 1.0);
+  EXPECT_FALSE(m.ExploreDue());
+  m.NoteUnmeasured(/*speculative=*/false);  // a plain step's graph setup: nothing to explore
+  EXPECT_FALSE(m.ExploreDue());
+  m.NoteUnmeasured(/*speculative=*/true);
+  EXPECT_TRUE(m.ExploreDue());
+  m.Record(1, 1.0);  // plain steps keep it due
+  EXPECT_TRUE(m.ExploreDue());
+  m.Record(20, 1.5, /*speculative=*/true);
+  EXPECT_FALSE(m.ExploreDue());
+  EXPECT_NEAR(m.Estimate(20, true), 1.5, 1e-9);
+}
+
 TEST(ChooseDraftDepthsTest, SpeculatesOnlyWhereTheExpectedTokensPayForTheRows) {
   AcceptanceStats good(4, 1.0), bad(4, 1.0);
   for (int i = 0; i < 200; ++i) {
