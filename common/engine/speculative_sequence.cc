@@ -213,7 +213,7 @@ void SpeculativeSequence::Plan(int depth, absl::Span<const int32_t> history, Seq
     draft_.PadWithAuxiliaryRows(proposer_->RowsAt(depth), history.back());
   }
   if (draft_.empty() && shadow_.empty() && shadow_actual_.empty() &&
-      ++plain_steps_since_shadow_ >= kShadowEvery) {
+      proposer_->shadow_predicts_acceptance() && ++plain_steps_since_shadow_ >= kShadowEvery) {
     // A plain step: keep measuring what a draft would have had accepted — on every
     // kShadowEvery-th one, which is plenty for the rates and keeps a batch of plain steps
     // cheap (a Lookahead draft builds a trie of G guesses).

@@ -8,7 +8,9 @@
 // E(k) = Σ_{i≤k} Π_{j≤i} α_j (the chain form of Lookahead's scaling law, papers/lookahead.md §1).
 // Plain steps keep measuring it: the engine matches the draft the proposer would have made
 // against the tokens that came (draft.h MatchedDepth), so a sequence that stopped speculating
-// starts again when its drafts start matching.
+// starts again when its drafts start matching — except for drafters whose plain-step drafts
+// predict nothing (model drafters; Lookahead, DraftProposer::shadow_predicts_acceptance), which
+// are measured on the steps that explore them.
 //
 // StepCostModel, one per engine: the wall time of a whole step (forward pass, sampling, commits
 // and host work) as level × shape(rows). The level follows the cost as contexts grow (an

@@ -32,6 +32,12 @@ class DraftProposer {
   virtual void Propose(absl::Span<const int32_t> history, int depth, bool verify_only,
                        StepDraft* draft) = 0;
 
+  // Whether its verify-only draft at a plain step predicts what a real step would accept (the
+  // controller's shadow measurement). Lookahead's does not: its window feeds the n-gram pool only
+  // on speculative steps, so on plain steps its guesses go stale and the shadow would price it
+  // out for good; its acceptance is then measured on the steps that explore it.
+  virtual bool shadow_predicts_acceptance() const { return true; }
+
   // After a step that ran `draft` (possibly empty: a plain step): `sampled` per row, root first,
   // and `emitted`, the tokens the step emitted (history now ends with them).
   virtual void Observe(const StepDraft& draft, absl::Span<const int32_t> sampled,

@@ -65,6 +65,7 @@ class LookaheadProposer : public DraftProposer {
 
   int max_depth() const override { return params_.ngram - 1; }
   int RowsAt(int depth) const override;
+  bool shadow_predicts_acceptance() const override { return false; }
   void Propose(absl::Span<const int32_t> history, int depth, bool verify_only,
                StepDraft* draft) override;
   void Observe(const StepDraft& draft, absl::Span<const int32_t> sampled,

@@ -350,6 +350,44 @@ double HomogeneityPValue(const std::map<std::pair<int, int>, int>& a,
   return UpperGamma(df / 2, chi2 / 2);
 }
 
+// Plain steps measure prompt lookup's acceptance with shadow drafts; Lookahead's would predict
+// nothing (its window feeds the pool only on speculative steps), so its plain steps record none.
+TEST(ShadowDraftsTest, PlainStepsMeasurePromptLookupButNotLookahead) {
+  Fixture f("stories260K");
+  if (!f.found()) GTEST_SKIP() << "stories260K.gguf not found";
+  ASSERT_TRUE(f.status().ok()) << f.status();
+  ModelRunner& runner = *f.runner();
+  for (const std::string mode : {"prompt-lookup", "lookahead"}) {
+    SCOPED_TRACE(mode);
+    std::vector<int32_t> history = Prompt(3, runner.config().vocab_size);
+    SequenceKv seq;
+    ASSERT_TRUE(runner.Prefill(std::vector<int32_t>(history.begin(), history.end() - 1), seq).ok());
+    sampling::SamplingParams greedy;
+    greedy.temperature = 0;  // stories repeat themselves: prompt lookup's shadows find matches
+    sampling::Sampler sampler(greedy);
+    std::unique_ptr<SpeculativeSequence> spec = *SpeculativeSequence::Create(Choice(mode), runner);
+    for (int step = 0; step < 60; ++step) {
+      StepRows rows;
+      kernels::SamplingBatch sampling;
+      spec->Plan(/*depth=*/0, history, &seq, {}, sampler, &rows, &sampling);
+      absl::StatusOr<std::vector<int32_t>> next =
+          runner.Step(absl::MakeConstSpan(&rows, 1), sampling);
+      ASSERT_TRUE(next.ok()) << next.status();
+      absl::StatusOr<SpecStepResult> done = spec->Finish(*next, runner, seq, sampler);
+      ASSERT_TRUE(done.ok()) << done.status();
+      ASSERT_EQ(done->drafted, 0);
+      history.insert(history.end(), done->emitted.begin(), done->emitted.end());
+    }
+    const double measured = spec->Option(1000, 1000).stats->samples();
+    if (mode == "lookahead") {
+      EXPECT_EQ(measured, 0);
+    } else {
+      EXPECT_GT(measured, 0);
+    }
+    runner.Release(seq);
+  }
+}
+
 TEST(ChiSquareTest, PValuesOfKnownStatistics) {
   EXPECT_NEAR(UpperGamma(0.5, 3.841 / 2), 0.05, 1e-3);    // chi2(1) at 3.841
   EXPECT_NEAR(UpperGamma(5, 18.307 / 2), 0.05, 1e-3);     // chi2(10) at 18.307
