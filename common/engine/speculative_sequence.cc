@@ -209,7 +209,8 @@ void SpeculativeSequence::Plan(int depth, absl::Span<const int32_t> history, Seq
   draft_.Clear();
   if (depth > 0) proposer_->Propose(history, depth, /*verify_only=*/false, &draft_);
   // Trees and branches come in many sizes; chains of each depth are one shape already.
-  if (pad_drafts_ && !draft_.empty() && !draft_.IsChain()) {
+  const bool chain = draft_.IsChain();
+  if (pad_drafts_ && !draft_.empty() && !chain) {
     draft_.PadWithAuxiliaryRows(proposer_->RowsAt(depth), history.back());
   }
   if (draft_.empty() && shadow_.empty() && shadow_actual_.empty() &&
@@ -232,7 +233,7 @@ void SpeculativeSequence::Plan(int depth, absl::Span<const int32_t> history, Seq
     rows->tokens.insert(rows->tokens.end(), draft_.tokens.begin(), draft_.tokens.end());
     rows->positions.push_back(base);
     for (const int32_t offset : draft_.offsets) rows->positions.push_back(base + offset);
-    if (!draft_.IsChain()) rows->mask = draft_.FullMask();  // a chain is the causal default
+    if (!chain) rows->mask = draft_.FullMask();  // a chain is the causal default
     rows->sample = model::LogitRows::kAll;
     rows->speculative = true;
   }

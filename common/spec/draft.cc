@@ -1,6 +1,7 @@
 #include "common/spec/draft.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "common/core/check.h"
 
@@ -85,7 +86,7 @@ bool StepDraft::IsChain() const {
 
 void StepDraft::PadWithAuxiliaryRows(int rows, int32_t token) {
   if (size() >= rows) return;
-  const std::vector<uint8_t> old = FullMask();
+  const std::vector<uint8_t> old = mask.empty() ? FullMask() : std::move(mask);
   const size_t n = static_cast<size_t>(size()) + 1, padded = static_cast<size_t>(rows) + 1;
   mask.assign(padded * padded, 0);
   for (size_t r = 0; r < n; ++r) std::copy_n(old.begin() + r * n, n, mask.begin() + r * padded);

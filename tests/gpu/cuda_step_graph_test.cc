@@ -62,19 +62,25 @@ std::vector<ForwardSequence> Prompts(const std::vector<int>& lengths, int per_se
   return seqs;
 }
 
-void ReplayMatchesKernelByKernel(CudaStepGraphTest::Run graphs, CudaStepGraphTest::Run eager,
-                                 const kernels::AttentionPattern& pattern, int per_seq) {
-  // Prompts end at different offsets within their blocks; one is long enough that its split-KV
-  // chunk count changes while it grows.
-  std::vector<ForwardSequence> seqs = Prompts({5, 63, 2000, 17}, per_seq);
+// Prefills every sequence on both runs, then leaves each at its first decode step (token 1).
+void PrefillBoth(CudaStepGraphTest::Run& graphs, CudaStepGraphTest::Run& eager,
+                 std::vector<ForwardSequence>& seqs) {
   for (ForwardSequence& seq : seqs) {
-    seq.pattern = pattern;
     auto a = graphs.model->Forward({seq}, *graphs.cache);
     auto b = eager.model->Forward({seq}, *eager.cache);
     ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
     seq.start_pos = static_cast<int32_t>(seq.tokens.size());
     seq.tokens = {1};
   }
+}
+
+void ReplayMatchesKernelByKernel(CudaStepGraphTest::Run graphs, CudaStepGraphTest::Run eager,
+                                 const kernels::AttentionPattern& pattern, int per_seq) {
+  // Prompts end at different offsets within their blocks; one is long enough that its split-KV
+  // chunk count changes while it grows.
+  std::vector<ForwardSequence> seqs = Prompts({5, 63, 2000, 17}, per_seq);
+  for (ForwardSequence& seq : seqs) seq.pattern = pattern;
+  ASSERT_NO_FATAL_FAILURE(PrefillBoth(graphs, eager, seqs));
   int replayed_steps = 0;
   for (int step = 0; step < 80; ++step) {
     // The batch shrinks to 3 sequences at step 30 and to 2 at step 55: each size warms up,
@@ -124,12 +130,7 @@ TEST_F(CudaStepGraphTest, ReplayedVerifyStepsEqualKernelByKernelSteps) {
   Run graphs = Make(LlamaModel::kDefaultStepGraphRows, 4 * kPerSeq);
   Run eager = Make(0, 4 * kPerSeq);
   std::vector<ForwardSequence> seqs = Prompts({5, 63, 2000, 17}, kPerSeq);
-  for (ForwardSequence& seq : seqs) {
-    ASSERT_TRUE(graphs.model->Forward({seq}, *graphs.cache).ok());
-    ASSERT_TRUE(eager.model->Forward({seq}, *eager.cache).ok());
-    seq.start_pos = static_cast<int32_t>(seq.tokens.size());
-    seq.tokens = {1};
-  }
+  ASSERT_NO_FATAL_FAILURE(PrefillBoth(graphs, eager, seqs));
   for (int step = 0; step < 45; ++step) {
     const size_t batch = step < 30 ? 4 : 3;
     const int rows = step % 3 == 2 ? 1 : 5;
@@ -180,12 +181,7 @@ TEST_F(CudaStepGraphTest, ReplayedMaskedTreeStepsEqualKernelByKernelSteps) {
   Run graphs = Make(LlamaModel::kDefaultStepGraphRows, 2 * kPerSeq);
   Run eager = Make(0, 2 * kPerSeq);
   std::vector<ForwardSequence> seqs = Prompts({2500, 63}, kPerSeq);
-  for (ForwardSequence& seq : seqs) {
-    ASSERT_TRUE(graphs.model->Forward({seq}, *graphs.cache).ok());
-    ASSERT_TRUE(eager.model->Forward({seq}, *eager.cache).ok());
-    seq.start_pos = static_cast<int32_t>(seq.tokens.size());
-    seq.tokens = {1};
-  }
+  ASSERT_NO_FATAL_FAILURE(PrefillBoth(graphs, eager, seqs));
   for (int step = 0; step < 30; ++step) {
     const int rows = step % 3 == 2 ? 1 : (step % 3 == 0 ? 24 : 60);
     for (ForwardSequence& seq : seqs) {

@@ -72,6 +72,17 @@ TEST(StepDraftTest, PaddingAddsAuxiliaryRowsThatChangeNothingButTheShape) {
   EXPECT_EQ(a.kept, (std::vector<int32_t>{0, 1, 3}));
   d.PadWithAuxiliaryRows(3, 42);  // already larger: unchanged
   EXPECT_EQ(d.size(), 5);
+  // A draft with its own mask (Lookahead's) keeps it in the padded one.
+  d.PadWithAuxiliaryRows(6, 7);
+  ASSERT_EQ(d.size(), 6);
+  const std::vector<uint8_t> again = d.FullMask();  // 7 x 7
+  for (int r = 0; r < 6; ++r) {
+    for (int c = 0; c < 7; ++c) {
+      EXPECT_EQ(again[r * 7 + c], c < 6 ? mask[r * 6 + c] : 0) << r << "," << c;
+    }
+  }
+  EXPECT_EQ(std::vector<uint8_t>(again.begin() + 42, again.end()),
+            (std::vector<uint8_t>{1, 0, 0, 0, 0, 0, 1}));
 
   StepDraft chain;
   chain.AddChain({1, 2, 3});
