@@ -7,13 +7,19 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/core/mapped_file.h"
 #include "common/core/status.h"
 #include "common/engine/minference_config.h"
+#include "common/engine/speculative_sequence.h"
+#include "common/model/model_config.h"
 #include "common/model/model_presets.h"
+#include "common/spec/draft_shapes.h"
 #include "tools/bench_model.h"
 #include "tools/bench_spec.h"
 #include "tools/command.h"
@@ -23,7 +29,8 @@
 ABSL_FLAG(std::string, synthetic, "",
           "Model shape preset (required): llama3-8b, llama3-8b-tp2-rank (one TP 2 rank's share "
           "of it, without collectives), llama3-70b-layer, llama3-70b, mistral-7b "
-          "(4096-token sliding window, rolling KV), qwen2-7b or tiny. The "
+          "(4096-token sliding window, rolling KV), qwen2-7b or tiny; or a Hugging Face "
+          "config.json (or a directory holding one) for a real model's shape. The "
           "weights are uniform noise made on the device; no checkpoint is read.");
 ABSL_FLAG(std::string, prefill_lengths, "4096,32768,131072",
           "Prompt lengths whose prefill is timed, comma-separated (empty: no prefill cases).");
@@ -55,6 +62,11 @@ ABSL_FLAG(int, decode_draft, 0,
           "Decode cases run speculative decoding's verify step instead: each sequence feeds its "
           "token and this many draft rows (a chain) and every row is sampled; tokens/s counts one "
           "token per sequence per step (multiply by the steps compression a drafter reaches).");
+ABSL_FLAG(std::string, decode_draft_tree, "",
+          "Decode cases verify a method's widest draft instead of a chain: 'lookahead' (the full "
+          "window and guesses of --lookahead-window/-ngram/-guesses, defaults scaled to the "
+          "model, the paper's mask) or 'tokenswift' (the tree of --tokenswift-tree and 20 "
+          "4-grams); the rows a serving step replaying graphs pads to. Empty = off.");
 ABSL_FLAG(int, decode_window, 0,
           "Decode cases attend with a sliding window of this many keys (4 sinks); 0 = dense.");
 ABSL_FLAG(bool, tokenselect_reselect, false,
@@ -90,6 +102,42 @@ absl::StatusOr<std::vector<int64_t>> ParsePositiveList(const std::string& text, 
   return values;
 }
 
+// --synthetic: a preset's name, or a config.json (or a directory holding one).
+absl::StatusOr<model::ModelConfig> SyntheticShape(const std::string& name) {
+  if (name.find('/') == std::string::npos && !absl::EndsWith(name, ".json")) {
+    return model::SyntheticModelConfig(name);
+  }
+  const std::string path = absl::EndsWith(name, ".json")
+                               ? name
+                               : absl::StrCat(absl::StripSuffix(name, "/"), "/config.json");
+  SS_ASSIGN_OR_RETURN(const std::string text, core::ReadFileToString(path));
+  return model::ParseHfConfig(text, path);
+}
+
+// --decode-draft-tree: the method's widest draft on this model (spec/draft_shapes.h).
+absl::StatusOr<spec::StepDraft> DraftTreeOf(const std::string& name,
+                                            const engine::SpeculationChoice& choice,
+                                            const model::ModelConfig& config) {
+  if (name == "lookahead") {
+    spec::LookaheadParams params = spec::DefaultLookaheadParams(model::NumModelParams(config));
+    if (choice.lookahead_window > 0) params.window = choice.lookahead_window;
+    if (choice.lookahead_ngram > 0) params.ngram = choice.lookahead_ngram;
+    if (choice.lookahead_guesses > 0) params.guesses = choice.lookahead_guesses;
+    std::printf("decode draft: lookahead W=%d N=%d G=%d\n", params.window, params.ngram,
+                params.guesses);
+    return spec::FullLookaheadDraft(params, config.vocab_size);
+  }
+  if (name == "tokenswift") {
+    const spec::TokenSwiftParams params = engine::TokenSwiftParamsOf(choice, config);
+    const int heads = static_cast<int>(params.tree.size()) - 1;  // every level a head's
+    std::printf("decode draft: tokenswift tree [%s], %d 4-grams\n",
+                absl::StrJoin(params.tree, ",").c_str(), params.ngram_k);
+    return spec::FullTokenSwiftDraft(params, heads, config.vocab_size);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--decode-draft-tree: '", name, "' is not a draft shape; valid: lookahead, tokenswift"));
+}
+
 // Every flag checked before anything is allocated: kInvalidArgument / kNotFound (unknown preset).
 absl::StatusOr<ModelBenchOptions> ModelBenchOptionsFromFlags() {
   ModelBenchOptions o;
@@ -98,7 +146,7 @@ absl::StatusOr<ModelBenchOptions> ModelBenchOptionsFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat(
         "--synthetic is required; presets: ", absl::StrJoin(model::SyntheticModelNames(), ", ")));
   }
-  SS_ASSIGN_OR_RETURN(o.config, model::SyntheticModelConfig(o.preset));
+  SS_ASSIGN_OR_RETURN(o.config, SyntheticShape(o.preset));
   SS_ASSIGN_OR_RETURN(o.device, DeviceFromFlags());
   SS_ASSIGN_OR_RETURN(o.prefill_lengths,
                       ParsePositiveList(absl::GetFlag(FLAGS_prefill_lengths), "--prefill-lengths"));
@@ -140,6 +188,14 @@ absl::StatusOr<ModelBenchOptions> ModelBenchOptionsFromFlags() {
     return absl::InvalidArgumentError("--decode-draft must be in [0, 64]");
   }
   SS_ASSIGN_OR_RETURN(const engine::RequestOptions request_options, RequestOptionsFromFlags());
+  o.decode_draft_tree_name = absl::GetFlag(FLAGS_decode_draft_tree);
+  if (!o.decode_draft_tree_name.empty()) {
+    if (o.decode_draft > 0) {
+      return absl::InvalidArgumentError("--decode-draft and --decode-draft-tree are exclusive");
+    }
+    SS_ASSIGN_OR_RETURN(o.decode_draft_tree,
+                        DraftTreeOf(o.decode_draft_tree_name, request_options.spec, o.config));
+  }
   if (request_options.prefill.method == engine::AttentionMethod::kMInference) {
     SS_ASSIGN_OR_RETURN(o.prefill_minference,
                         engine::MInferencePatternsFor(runner_options.minference_config,

@@ -101,9 +101,14 @@ absl::StatusOr<KvPlan> PlanKvCache(kernels::Backend& backend, const ModelBenchOp
   for (int64_t len : o.prefill_lengths) {
     if (len <= max_pos) needed = std::max(needed, blocks_for(len));
   }
+  // A decode step adds its rows (the token and any draft) after the context.
+  const int64_t step_rows =
+      1 + (o.decode_draft_tree.has_value() ? o.decode_draft_tree->size() : o.decode_draft);
   for (int64_t batch : o.decode_batches) {
     for (int64_t context : o.decode_contexts) {
-      if (context + 1 <= max_pos) needed = std::max(needed, batch * blocks_for(context + 1));
+      if (context + step_rows <= max_pos) {
+        needed = std::max(needed, batch * blocks_for(context + step_rows));
+      }
     }
   }
   if (o.interleave_prompt > 0) {
@@ -382,8 +387,12 @@ class ModelBench {
   absl::StatusOr<CaseResult> RunDecode(int64_t batch, int64_t context, double shadow_rate) {
     CaseResult r;
     r.label = DecodeLabel(batch, context, shadow_rate);
-    const int64_t rows = 1 + o_.decode_draft;  // per sequence
+    const spec::StepDraft* tree = o_.decode_draft_tree ? &*o_.decode_draft_tree : nullptr;
+    const int64_t rows = 1 + (tree != nullptr ? tree->size() : o_.decode_draft);  // per sequence
     if (o_.decode_draft > 0) absl::StrAppend(&r.label, " draft=", o_.decode_draft);
+    if (tree != nullptr) {
+      absl::StrAppend(&r.label, " ", o_.decode_draft_tree_name, "=", tree->size());
+    }
     r.batch = batch;
     r.context = context;
     r.shadow_rate = shadow_rate;
@@ -431,8 +440,17 @@ class ModelBench {
     greedy.rows.resize(batch * rows);  // default rows: temperature 0, no penalty
     for (int64_t s = 0; s < batch; ++s) {
       seqs[s].tokens = {SyntheticToken(s, o_.config.vocab_size)};
-      for (int64_t d = 1; d < rows; ++d) {  // a draft chain: causal, consecutive positions
-        seqs[s].tokens.push_back(SyntheticToken(s + d, o_.config.vocab_size));
+      if (tree != nullptr) {  // the tree's rows at their positions under its mask
+        seqs[s].tokens.insert(seqs[s].tokens.end(), tree->tokens.begin(), tree->tokens.end());
+        seqs[s].positions.push_back(static_cast<int32_t>(context));
+        for (const int32_t offset : tree->offsets) {
+          seqs[s].positions.push_back(static_cast<int32_t>(context) + offset);
+        }
+        seqs[s].mask = tree->FullMask();
+      } else {
+        for (int64_t d = 1; d < rows; ++d) {  // a draft chain: causal, consecutive positions
+          seqs[s].tokens.push_back(SyntheticToken(s + d, o_.config.vocab_size));
+        }
       }
       if (rows > 1) seqs[s].logits = model::LogitRows::kAll;
       seqs[s].start_pos = static_cast<int32_t>(context);

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "common/model/model_config.h"
+#include "common/spec/draft.h"
 #include "common/tensor/tensor.h"
 #include "kernels/minference_index.h"
 #include "kernels/tokenselect_index.h"
@@ -54,6 +55,10 @@ struct ModelBenchOptions {
   // verify step, issue 14): each step feeds 1 + decode_draft rows per sequence at positions
   // C .. C + decode_draft and samples every row; 0 = plain decode steps.
   int decode_draft = 0;
+  // ... or verify this draft (a method's widest, spec/draft_shapes.h; --decode-draft-tree names
+  // it): 1 + its size rows per sequence at its positions under its mask, every row sampled.
+  std::optional<spec::StepDraft> decode_draft_tree;
+  std::string decode_draft_tree_name;
   // Decode cases attend under TokenSelect with these parameters (--decode-attention tokenselect)
   // instead; every sequence gets a state slot. Each step feeds the same token at the same
   // position, so its query repeats: with theta <= 1 every step after the first reuses the

@@ -11,7 +11,7 @@ namespace sparseserve::tools {
 // The request-option flags `bench spec` takes (one literal: a list of flag files follows).
 constexpr char kBenchSpecOptionFlags[] =
     "tools/request_options_flags.cc:spec_max_draft,spec_controller,lookahead_window,"
-    "lookahead_ngram,lookahead_guesses";
+    "lookahead_ngram,lookahead_guesses,tokenswift_tree";
 
 const std::vector<Command>& Commands() {
   static const std::vector<Command> commands = {
@@ -124,7 +124,7 @@ const std::vector<Command>& Commands() {
        "Builds a model of a real shape with random weights made on the device (no checkpoint;\n"
        "presets llama3-8b, llama3-8b-tp2-rank = one TP 2 rank's share of it, llama3-70b-layer =\n"
        "one layer of Llama-3.1-70B, llama3-70b, mistral-7b\n"
-       "with its 4096-token sliding window, qwen2-7b, tiny) and\n"
+       "with its 4096-token sliding window, qwen2-7b, tiny; or a config.json's shape) and\n"
        "one KV cache sized for the largest case that fits the free device memory (10% kept\n"
        "free); a case needing more prints 'skipped: needs X GiB of KV, Y GiB free'. Then times:\n"
        "  prefill  each --prefill-lengths prompt once, in --prefill-chunk steps: tokens/s, ms;\n"
@@ -132,7 +132,9 @@ const std::vector<Command>& Commands() {
        "           tokens (random KV; each sequence its own blocks while the cache holds them,\n"
        "           else shared copies, noted in the row) add one greedy token per step (argmax\n"
        "           on the device);\n"
-       "           --warmup untimed, then --iters timed steps: tokens/s = B*iters/time.\n"
+       "           --warmup untimed, then --iters timed steps: tokens/s = B*iters/time;\n"
+       "           --decode-draft K or --decode-draft-tree lookahead|tokenswift make them\n"
+       "           speculative decoding's verify steps (a chain, or the method's widest draft);\n"
        "Each case is set against its roofline: the bytes floor (weights read per step + KV read\n"
        "and written, at the bandwidth measured by a device copy or --peak-bandwidth-gbps) and\n"
        "the arithmetic floor (2 FLOPs per weight per token + attention, at --peak-tflops);\n"

@@ -1,10 +1,12 @@
 // TokenSwiftProposer and FourGramTable: the tree [1, 3, 3, 3] built from the draft heads'
 // candidates, the 4-grams merged into it, the table counting only what lies W tokens behind the
-// end, the row bound the controller prices, and the depth without heads.
+// end, the row bound the controller prices, and the depth without heads; the widest drafts
+// bench model times (draft_shapes.h) against the proposers' row counts.
 #include "common/spec/tokenswift.h"
 
 #include <vector>
 
+#include "common/spec/draft_shapes.h"
 #include "gtest/gtest.h"
 
 namespace sparseserve::spec {
@@ -122,6 +124,46 @@ TEST(TokenSwiftProposerTest, WithoutHeadsTheDraftedTokenAndTheFourGramsAreTheDra
   proposer.Propose(std::vector<int32_t>{1, 2}, 1, false, &draft);
   ASSERT_EQ(draft.size(), 1);
   EXPECT_EQ(draft.tokens[0], 3);
+}
+
+}  // namespace
+}  // namespace sparseserve::spec
+
+namespace sparseserve::spec {
+namespace {
+
+// The full shapes bench model times must be the ones the proposers make at their widest.
+TEST(FullDraftShapeTest, LookaheadFillsItsWindowAndGuesses) {
+  const LookaheadParams small{/*window=*/4, /*ngram=*/3, /*guesses=*/2};
+  const StepDraft d = FullLookaheadDraft(small, 1000);
+  EXPECT_EQ(d.size(), LookaheadProposer(small).RowsAt(2));  // 3 + 4 + 2 x 2
+  EXPECT_EQ(d.NumVerificationRows(), 4);                    // two chains of N − 1, unpadded
+  EXPECT_EQ(d.MaxDepth(), 2);
+  ASSERT_EQ(d.mask.size(), static_cast<size_t>(d.size() + 1) * (d.size() + 1));
+  const LookaheadParams paper;  // W = 15, N = 5, G = 15
+  const StepDraft full = FullLookaheadDraft(paper, 32000);
+  EXPECT_EQ(full.size(), 119);
+  EXPECT_EQ(full.NumVerificationRows(), 60);
+  // Every row sees the root and itself.
+  const size_t n = static_cast<size_t>(full.size()) + 1;
+  for (size_t r = 0; r < n; ++r) {
+    EXPECT_EQ(full.mask[r * n], 1) << r;
+    EXPECT_EQ(full.mask[r * n + r], 1) << r;
+  }
+}
+
+TEST(FullDraftShapeTest, TokenSwiftFillsItsTreeAndFourGrams) {
+  const TokenSwiftParams paper;  // tree [1, 3, 3, 3], 20 4-grams
+  const StepDraft d = FullTokenSwiftDraft(paper, /*heads=*/3, 32000);
+  EXPECT_EQ(d.size(), TokenSwiftProposer(paper, 3, 4).RowsAt(4));  // 40 + 60
+  EXPECT_EQ(d.size(), 100);
+  EXPECT_EQ(d.NumVerificationRows(), 100);
+  EXPECT_EQ(d.MaxDepth(), 4);
+  EXPECT_FALSE(d.IsChain());
+  // Without heads: the drafted token and its 4-grams.
+  EXPECT_EQ(FullTokenSwiftDraft(paper, /*heads=*/0, 32000).size(), 61);
+  // A vocabulary too small for distinct tokens merges rows; padding keeps the shape.
+  EXPECT_EQ(FullTokenSwiftDraft(paper, 3, 5).size(), 100);
 }
 
 }  // namespace
