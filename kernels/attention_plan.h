@@ -139,6 +139,11 @@ struct AttentionPlan {
     // then TokenSelect rows, kv_heads each) of the kernels that merge in their last chunk.
     int64_t decode_item_merges = 0, merge_counters = 0;
     int max_decode_items = 0, num_merges = 0, num_prefill_tiles = 0;
+    // Split-KV prefill tiles (CUDA, cuda_kernels.h's PrefillSplit): every prefill tile's keys in
+    // prefill_splits parts, whose partial states (at split_partial floats into `partial`) the
+    // split merges (first part, parts) combine into their output rows.
+    int64_t split_merges = 0, split_merge_rows = 0, split_partial = 0;
+    int prefill_splits = 1, num_split_merges = 0;
     // The most query rows of a decode-kernel sequence (1, or up to a few for speculative verify
     // steps): the decode partials hold that many planes of max_decode_items slots.
     int decode_rows = 1;

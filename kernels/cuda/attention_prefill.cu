@@ -10,7 +10,8 @@
 // tiles are double-buffered: the next tile's copies are queued before this tile's products.
 // Masks and sliding windows (kernels/attention_visibility.h) apply per score; tiles no row of the
 // CTA can see through its window are never loaded. The tile math is shared with the sparse
-// kernel (prefill_tile.cuh's TileMath).
+// kernel (prefill_tile.cuh's TileMath). Split-KV tiles (PrefillSplit) walk one part of the keys
+// and leave partial states for the split-KV merge (flash-decoding's split, for few-row chunks).
 #include <cuda_bf16.h>
 
 #include <cstdlib>
@@ -58,12 +59,45 @@ __device__ __forceinline__ void LoadKvTile(unsigned char* k_dst, unsigned char* 
 // one warpgroup each, sharing every K/V tile copied: 1 / kHeads of the copies per product, and
 // warpgroups whose softmax and tensor-core work interleave.
 // Several heads are held to 128 registers a thread (two CTAs of 2 heads, or one of 4, per SM).
+// A split part's rows: normalised f32 outputs and their log-sum-exp (natural log, scaled
+// scores) at slot `slot0` + r * `row_stride` for tile row r, as the split-KV merge reads them. A
+// row that saw no key in this part writes zeros and -inf (weight 0 in the merge).
+template <int D>
+__device__ __forceinline__ void StorePartialRows(const PrefillSplit& split,
+                                                 const float (&o)[D / 8][4],
+                                                 const float (&row_max)[2],
+                                                 const float (&row_sum)[2], int64_t slot0,
+                                                 int64_t row_stride, int rows, int heads, int head,
+                                                 float scale, int warp, int lane) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float sum = row_sum[h];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const int r = warp * 16 + lane / 4 + h * 8;
+    if (r >= rows) continue;
+    const int64_t slot = slot0 + r * row_stride;
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    float* dst = split.partial_out + (slot * heads + head) * D;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      const int col = dt * 8 + (lane % 4) * 2;
+      *reinterpret_cast<float2*>(dst + col) =
+          make_float2(o[dt][2 * h] * inv, o[dt][2 * h + 1] * inv);
+    }
+    if (lane % 4 == 0) {
+      split.partial_lse[slot * heads + head] =
+          sum > 0.0f ? row_max[h] * scale + __logf(sum) : -INFINITY;
+    }
+  }
+}
+
 template <int D, bool kMasked, bool kWgmma, int kHeads>
 __global__ void __launch_bounds__(kThreads* kHeads, kHeads == 2 ? 2 : 1)
     PrefillAttentionKernel(const __nv_bfloat16* __restrict__ q,
                            const __nv_bfloat16* __restrict__ kv, AttentionSeqs seq_arrays,
                            const int2* tiles, AttentionDims dims, PrefillTileGates gates,
-                           __nv_bfloat16* __restrict__ out) {
+                           PrefillSplit split, __nv_bfloat16* __restrict__ out) {
   using Math = TileMath<D, kWgmma, 2, kHeads>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const auto smem = Math::Carve(smem_raw);
@@ -118,12 +152,30 @@ __global__ void __launch_bounds__(kThreads* kHeads, kHeads == 2 ? 2 : 1)
   const bool per_key = kMasked && (vis.window > 0 || vis.mask != nullptr);
   const int64_t token_stride = int64_t{dims.kv_heads} * D;
   const int32_t* table = seq_arrays.block_tables + seq.table_begin;
+  // A split part walks visited tiles [jj_begin, jj_end) of the tile's (no window: tile_at(jj) =
+  // jj); one without any leaves empty partials.
+  int jj_begin = 0, jj_end = tile_count;
+  // Part z of tile t: its row r's partial state at slot (t * splits + z) + r * tiles * splits.
+  auto slot0 = [&] { return int64_t{blockIdx.x} * split.splits + blockIdx.z; };
+  auto row_stride = [&] { return int64_t{gridDim.x} * split.splits; };
+  if (split.splits > 1) {
+    jj_begin = static_cast<int>(int64_t{tile_count} * blockIdx.z / split.splits);
+    jj_end = static_cast<int>(int64_t{tile_count} * (blockIdx.z + 1) / split.splits);
+    if (jj_begin == jj_end) {
+      if (!active) return;
+      float zeros[D / 8][4] = {};
+      const float no_max[2] = {-INFINITY, -INFINITY}, no_sum[2] = {0.0f, 0.0f};
+      StorePartialRows<D>(split, zeros, no_max, no_sum, slot0(), row_stride(), rows, dims.heads,
+                          head, dims.scale, warp, lane);
+      return;
+    }
+  }
 
   // The Q tile and the first K and V tiles form one copy group; each iteration queues the next
   // tile's into the other stage while it computes on this one.
   Math::LoadQ(q_s, q, seq.q_begin + q0, rows, dims.heads, head);
-  LoadKvTile<Math>(smem.k(0), smem.v(0), kv, table, tile_at(0) * kKeys, kv_end, dims, token_stride,
-                   kv_head);
+  LoadKvTile<Math>(smem.k(0), smem.v(0), kv, table, tile_at(jj_begin) * kKeys, kv_end, dims,
+                   token_stride, kv_head);
   CpAsyncCommit();
 
   uint32_t q_frag[D / 16][4];
@@ -140,14 +192,14 @@ __global__ void __launch_bounds__(kThreads* kHeads, kHeads == 2 ? 2 : 1)
   const int my_row1 = my_row0 + 8;
   const int warp_first_pos = first_pos + warp * 16;
 
-  for (int jj = 0; jj < tile_count; ++jj) {
+  for (int jj = jj_begin; jj < jj_end; ++jj) {
     const int j = tile_at(jj);
-    const int stage = jj & 1;
+    const int stage = (jj - jj_begin) & 1;
     CpAsyncWait<0>();  // tile j's K and V (the only group in flight) have landed
     Math::Landed();
     __syncthreads();  // ... for every warp, and every warp is done with the other stage
-    if (jj == 0) Math::QFragments(q_frag, q_s, warp, lane);  // first visited tile
-    if (jj + 1 < tile_count) {
+    if (jj == jj_begin) Math::QFragments(q_frag, q_s, warp, lane);  // first visited tile
+    if (jj + 1 < jj_end) {
       LoadKvTile<Math>(smem.k(stage ^ 1), smem.v(stage ^ 1), kv, table, tile_at(jj + 1) * kKeys,
                        kv_end, dims, token_stride, kv_head);
       CpAsyncCommit();
@@ -180,13 +232,20 @@ __global__ void __launch_bounds__(kThreads* kHeads, kHeads == 2 ? 2 : 1)
     Math::Pv(o, s, smem.v(stage), lane);
   }
 
-  if (active) StoreRows<D>(out, o, row_sum, seq.q_begin + q0, rows, dims.heads, head, warp, lane);
+  if (!active) return;
+  if (split.splits > 1) {
+    StorePartialRows<D>(split, o, row_max, row_sum, slot0(), row_stride(), rows, dims.heads, head,
+                        dims.scale, warp, lane);
+  } else {
+    StoreRows<D>(out, o, row_sum, seq.q_begin + q0, rows, dims.heads, head, warp, lane);
+  }
 }
 
 template <int D, bool kMasked, bool kWgmma, int kHeads>
 cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqs& seqs,
                    const int2* tiles, int num_tiles, const AttentionDims& dims,
-                   const PrefillTileGates& gates, bf16_t* out, cudaStream_t stream) {
+                   const PrefillTileGates& gates, const PrefillSplit& split, bf16_t* out,
+                   cudaStream_t stream) {
   constexpr size_t kSmem = TileMath<D, kWgmma, 2, kHeads>::kSmemBytes;
   static std::atomic<uint64_t> configured{0};
   const cudaError_t attr = OncePerDevice(configured, [] {
@@ -194,10 +253,10 @@ cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqs&
                                 cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   });
   if (attr != cudaSuccess) return attr;
-  const dim3 grid(num_tiles, dims.heads / kHeads);
+  const dim3 grid(num_tiles, dims.heads / kHeads, split.splits);
   PrefillAttentionKernel<D, kMasked, kWgmma, kHeads><<<grid, kThreads * kHeads, kSmem, stream>>>(
       reinterpret_cast<const __nv_bfloat16*>(q), reinterpret_cast<const __nv_bfloat16*>(kv_layer),
-      seqs, tiles, dims, gates, reinterpret_cast<__nv_bfloat16*>(out));
+      seqs, tiles, dims, gates, split, reinterpret_cast<__nv_bfloat16*>(out));
   return cudaGetLastError();
 }
 
@@ -217,30 +276,44 @@ cudaError_t LaunchVariant(bool wgmma, int heads, Args... args) {
 cudaError_t LaunchPrefillAttention(const bf16_t* q, const bf16_t* kv_layer,
                                    const AttentionSeqs& seqs, const int2* tiles, int num_tiles,
                                    const AttentionDims& dims, bool masked,
-                                   const PrefillTileGates& gates, bf16_t* out,
-                                   cudaStream_t stream) {
+                                   const PrefillTileGates& gates, const PrefillSplit& split,
+                                   bf16_t* out, cudaStream_t stream) {
   if (num_tiles == 0) return cudaSuccess;
-  // wgmma: as many heads of a GQA group per CTA as divide it, up to PrefillHeadsPerCta();
-  // mma.sync: one.
-  const bool wgmma = PrefillTilesOnWgmma();
-  int heads = 1;
-  while (wgmma && heads * 2 <= PrefillHeadsPerCta() &&
-         (dims.heads / dims.kv_heads) % (heads * 2) == 0) {
-    heads *= 2;
+  if (split.splits < 1 || split.splits > 65535 ||
+      (split.splits > 1 && (split.partial_out == nullptr || split.partial_lse == nullptr))) {
+    return cudaErrorInvalidValue;
   }
+  const bool wgmma = PrefillTilesOnWgmma();
+  const int heads = PrefillCtaHeads(dims.heads / dims.kv_heads);
   switch (dims.head_dim) {
     case 64:
       return masked ? LaunchVariant<64, true>(wgmma, heads, q, kv_layer, seqs, tiles, num_tiles,
-                                              dims, gates, out, stream)
+                                              dims, gates, split, out, stream)
                     : LaunchVariant<64, false>(wgmma, heads, q, kv_layer, seqs, tiles, num_tiles,
-                                               dims, gates, out, stream);
+                                               dims, gates, split, out, stream);
     case 128:
       return masked ? LaunchVariant<128, true>(wgmma, heads, q, kv_layer, seqs, tiles, num_tiles,
-                                               dims, gates, out, stream)
+                                               dims, gates, split, out, stream)
                     : LaunchVariant<128, false>(wgmma, heads, q, kv_layer, seqs, tiles, num_tiles,
-                                                dims, gates, out, stream);
+                                                dims, gates, split, out, stream);
     default: return cudaErrorInvalidValue;
   }
+}
+
+int PrefillCtaHeads(int group) {
+  int heads = 1;
+  while (PrefillTilesOnWgmma() && heads * 2 <= PrefillHeadsPerCta() && group % (heads * 2) == 0) {
+    heads *= 2;
+  }
+  return heads;
+}
+
+bool PrefillSplitKv() {
+  static const bool split = [] {
+    const char* env = std::getenv("SPARSESERVE_PREFILL_SPLIT_KV");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }();
+  return split;
 }
 
 int PrefillHeadsPerCta() {

@@ -3,9 +3,9 @@
 //
 // The plan is flattened into one int32 array on the host (sequence records, work lists, masks,
 // block tables), uploaded with one copy into workspace.metadata. Single-query sequences, and those
-// of a few rows (speculative verify steps: DecodeKernelRows; up to 128 rows over a long context,
-// in row groups, when the prefill kernel would leave the GPU idle: GroupVerifyRows), go to the
-// split-KV decode kernel, longer chunks to the tensor-core prefill kernel; head dims other than
+// of a few rows (speculative verify steps: DecodeKernelRows), go to the split-KV decode kernel,
+// longer chunks to the tensor-core prefill kernel, whose tiles split their keys too where they
+// are too few to fill the GPU (verify trees over long contexts: PrefillSplit); head dims other than
 // 64/128 take the generic kernel. kMInference sequences go to their own kernels whatever their
 // shape: BuildAttentionIndex builds their per-layer index, Attention reads it; where the
 // tensor-core prefill kernel exists, their chunks also get its tiles, which run only the heads
@@ -94,7 +94,12 @@ bool DecodeKernelRows(int q_len, int kv_len, int group, bool group_rows) {
 // rows 45 vs 75; B=8 13 rows 120 vs 82. So the groups win while there are at most 80 (group, KV
 // head) pairs per prefill wave. (A 6-layer model with 2 KV heads, H100, 4K: Lookahead's 29-row
 // steps 0.75 ms grouped against 2.14 on the prefill kernel's 4 CTAs.)
+// With split-KV prefill tiles (the default, cuda::PrefillSplitKv) the prefill kernel no longer
+// leaves the GPU idle there, and they read each key once per (tile, KV head) on wgmma where row
+// groups read it once per group: they take every such sequence, and row groups are the A/B
+// alternative when the split is off (bench/RESULTS.md, session 25).
 bool GroupVerifyRows(const AttentionBatch& batch, const AttentionShape& shape, int sm_count) {
+  if (cuda::PrefillSplitKv()) return false;
   constexpr int64_t kGroupHeadsPerPrefillWave = 80;
   const int group = shape.num_heads / shape.num_kv_heads;
   const int rows = DecodeGroupRows(group);
@@ -328,6 +333,37 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
     tiles.insert(tiles.end(), {w.tile.x, w.tile.y});
     if (gated) tile_areas.insert(tile_areas.end(), {w.area.x, w.area.y});
   }
+  // Split-KV prefill tiles: a chunk of few tiles (a verify tree of 13-128 rows, a small chunk)
+  // over a long context gives one CTA per (tile, head group), each walking every key, and leaves
+  // most SMs idle (8B shape at 32K: a 119-row Lookahead step 94.6 ms against 7.6 plain, H100).
+  // Its keys are then cut into parts, up to one wave of CTAs and at least kMinSplitKeyTiles key
+  // tiles a part, in powers of two (the layout changes a few times as a context grows, so step
+  // graphs stay valid between). MInference-gated batches keep whole tiles.
+  constexpr int kMinSplitKeyTiles = 4;
+  int splits = 1;
+  std::vector<int32_t> split_merges, split_merge_rows;
+  if (!generic && !gated && !tile_work.empty() && cuda::PrefillSplitKv()) {
+    const int cta_heads = cuda::PrefillCtaHeads(group);
+    const int64_t ctas = static_cast<int64_t>(tile_work.size()) * (shape.num_heads / cta_heads);
+    const int64_t wave = int64_t{std::max(sm_count_, 1)} * (cta_heads == 4 ? 1 : 2);
+    int max_key_tiles = 0;
+    for (const TileWork& w : tile_work) {
+      max_key_tiles =
+          std::max(max_key_tiles, (w.keys + cuda::kPrefillTileRows - 1) / cuda::kPrefillTileRows);
+    }
+    while (2 * splits * ctas <= wave && 2 * splits * kMinSplitKeyTiles <= max_key_tiles) {
+      splits *= 2;
+    }
+    const int num_tiles = static_cast<int>(tile_work.size());
+    for (int t = 0; splits > 1 && t < num_tiles; ++t) {
+      const SequenceAttention& sa = batch.sequences[tile_work[t].tile.x];
+      const int q0 = tile_work[t].tile.y;
+      for (int r = 0; r < std::min(cuda::kPrefillTileRows, sa.q_len - q0); ++r) {
+        split_merges.insert(split_merges.end(), {t * splits + r * num_tiles * splits, splits});
+        split_merge_rows.push_back(sa.q_begin + q0 + r);
+      }
+    }
+  }
 
   // Split-KV: chunks of whole 64-key tiles, as many as give ~4 CTAs per SM over all KV heads,
   // but chunks of at least kMinChunkTiles where that still leaves 2 CTAs per SM: a short chunk
@@ -431,6 +467,8 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   l.merge_counters = append_vec(counters);
   l.prefill_tiles = append_vec(tiles);
   l.prefill_tile_areas = append_vec(tile_areas);
+  l.split_merges = append_vec(split_merges);
+  l.split_merge_rows = append_vec(split_merge_rows);
   l.row_seq = append_vec(row_seq);
   l.minference_seqs =
       append(reinterpret_cast<const int32_t*>(minference.seqs.data()),
@@ -459,6 +497,8 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   l.decode_rows = decode_rows;
   l.num_merges = static_cast<int>(merge_rows.size());
   l.num_prefill_tiles = static_cast<int>(tiles.size() / 2);
+  l.prefill_splits = splits;
+  l.num_split_merges = static_cast<int>(split_merge_rows.size());
   l.total_q = total_q;
   l.generic = generic;
   l.prefill_gated = gated;
@@ -481,7 +521,13 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   // (16-byte aligned: the merge reads partial outputs as float4.)
   l.tokenselect_partial =
       (int64_t{max_items} * decode_rows * shape.num_heads * (shape.head_dim + 1) + 3) / 4 * 4;
-  const int64_t partial_floats = l.tokenselect_partial + tokenselect.partial_floats;
+  // Then the split prefill tiles' partials (64 rows of every part of every tile).
+  l.split_partial = (l.tokenselect_partial + tokenselect.partial_floats + 3) / 4 * 4;
+  const int64_t split_floats = splits > 1 ? int64_t{l.num_prefill_tiles} * splits *
+                                                cuda::kPrefillTileRows * shape.num_heads *
+                                                (shape.head_dim + 1)
+                                          : 0;
+  const int64_t partial_floats = l.split_partial + split_floats;
   const int64_t stats_floats = 2 * std::max<int64_t>(1, num_seqs);
   const bool grow_metadata = workspace.metadata.numel() < static_cast<int64_t>(host.size());
   const bool grow_partial =
@@ -730,11 +776,30 @@ absl::Status CudaBackend::Attention(const AttentionPlan& plan, const Tensor& q,
       SS_RETURN_IF_ERROR(
           cudnn_->Run(CudnnShapeOf(plan), args, cudnn_workspace_.raw_data(), stream()));
     }
-    SS_RETURN_IF_ERROR(
-        CudaStatus(cuda::LaunchPrefillAttention(
-                       q_ptr, kv_ptr, seqs, reinterpret_cast<const int2*>(base + l.prefill_tiles),
-                       l.num_prefill_tiles, dims, l.prefill_masked, gates, out_ptr, stream()),
-                   "Attention (prefill)"));
+    cuda::PrefillSplit split;
+    split.splits = l.prefill_splits;
+    if (split.splits > 1) {
+      split.partial_out = ws.partial.data<float>() + l.split_partial;
+      split.partial_lse = split.partial_out + int64_t{l.num_prefill_tiles} * split.splits *
+                                                  cuda::kPrefillTileRows * dims.heads *
+                                                  dims.head_dim;
+    }
+    SS_RETURN_IF_ERROR(CudaStatus(
+        cuda::LaunchPrefillAttention(
+            q_ptr, kv_ptr, seqs, reinterpret_cast<const int2*>(base + l.prefill_tiles),
+            l.num_prefill_tiles, dims, l.prefill_masked, gates, split, out_ptr, stream()),
+        "Attention (prefill)"));
+    if (split.splits > 1) {
+      cuda::SplitKvMerge merge;
+      merge.partial_out = split.partial_out;
+      merge.partial_lse = split.partial_lse;
+      merge.merges = reinterpret_cast<const int2*>(base + l.split_merges);
+      merge.merge_rows = base + l.split_merge_rows;
+      merge.num_merges = l.num_split_merges;
+      merge.max_chunks = split.splits;
+      SS_RETURN_IF_ERROR(CudaStatus(cuda::LaunchSplitKvMerge(merge, dims, out_ptr, stream()),
+                                    "Attention (split prefill merge)"));
+    }
     cuda::DecodeWork work;
     work.num_items = base;
     work.items = reinterpret_cast<const int4*>(base + l.decode_items);
@@ -821,6 +886,52 @@ absl::Status CudaBackend::ReadKv(const Tensor& kv_layer, const Tensor& slots, co
                                        static_cast<int>(k.dim(1)), static_cast<int>(k.dim(2)),
                                        k.data<cuda::bf16_t>(), v.data<cuda::bf16_t>(), stream()),
                     "ReadKv");
+}
+
+absl::Status CudaBackend::MoveKvRows(absl::Span<const Tensor> kv_layers,
+                                     absl::Span<const int32_t> src, absl::Span<const int32_t> dst) {
+  if (src.size() != dst.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MoveKvRows: ", src.size(), " sources for ", dst.size(), " destinations"));
+  }
+  if (src.empty() || kv_layers.empty()) return absl::OkStatus();
+  const Tensor& first = kv_layers.front();
+  for (const Tensor& t : kv_layers) {
+    if (t.device() != Device::kCuda || t.dtype() != DType::kBf16 || !t.is_contiguous() ||
+        t.ndim() != 4 || !(t.shape() == first.shape())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "MoveKvRows: needs contiguous CUDA bf16 layers of one shape, got ", t.DebugString()));
+    }
+  }
+  const int64_t slots = first.dim(0) / 2 * first.dim(1);
+  for (size_t i = 0; i < src.size(); ++i) {
+    if (src[i] < 0 || src[i] >= slots || dst[i] < 0 || dst[i] >= slots) {
+      return absl::InvalidArgumentError(absl::StrCat("MoveKvRows: move ", i, " (", src[i], " -> ",
+                                                     dst[i], ") outside the ", slots, " slots"));
+    }
+  }
+  // Moves in launches of kMaxMoves, in order (the REQUIRES holds across launches too), over
+  // layers kMaxLayers at a time.
+  using cuda::KvRowMoves;
+  for (size_t m0 = 0; m0 < src.size(); m0 += KvRowMoves::kMaxMoves) {
+    KvRowMoves moves;
+    moves.num_moves = static_cast<int>(std::min<size_t>(KvRowMoves::kMaxMoves, src.size() - m0));
+    std::copy_n(src.begin() + m0, moves.num_moves, moves.src);
+    std::copy_n(dst.begin() + m0, moves.num_moves, moves.dst);
+    for (size_t l0 = 0; l0 < kv_layers.size(); l0 += KvRowMoves::kMaxLayers) {
+      moves.num_layers =
+          static_cast<int>(std::min<size_t>(KvRowMoves::kMaxLayers, kv_layers.size() - l0));
+      for (int l = 0; l < moves.num_layers; ++l) {
+        moves.layers[l] = kv_layers[l0 + l].data<cuda::bf16_t>();
+      }
+      SS_RETURN_IF_ERROR(
+          CudaStatus(cuda::LaunchMoveKvRows(moves, static_cast<int>(first.dim(1)),
+                                            static_cast<int>(first.dim(2)),
+                                            static_cast<int>(first.dim(3)), stream()),
+                     "MoveKvRows"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace sparseserve::kernels

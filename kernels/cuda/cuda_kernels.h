@@ -169,11 +169,29 @@ struct PrefillTileGates {
   const int2* areas = nullptr;
   const int32_t* index = nullptr;  // int32 the built MInference index (workspace.sparse_index)
 };
+// Split-KV prefill tiles (`splits` > 1): each tile's visible key tiles are cut into `splits`
+// contiguous parts, one CTA each (grid z), that write their rows' partial softmax states instead
+// of `out` — tile t's part z, row r at slot (t * splits + z) + r * num_tiles * splits — for a
+// SplitKvMerge to combine (a part with no key writes zeros and lse -inf). For chunks of few rows
+// over long contexts (speculative verify trees): one CTA per (tile, head group) walking every key
+// would leave most SMs idle.
+struct PrefillSplit {
+  int splits = 1;
+  float* partial_out = nullptr;  // [num_tiles * splits * 64, heads, head_dim]
+  float* partial_lse = nullptr;  // [num_tiles * splits * 64, heads]
+};
 cudaError_t LaunchPrefillAttention(const bf16_t* q, const bf16_t* kv_layer,
                                    const AttentionSeqs& seqs, const int2* tiles, int num_tiles,
                                    const AttentionDims& dims, bool masked,
-                                   const PrefillTileGates& gates, bf16_t* out, cudaStream_t stream);
+                                   const PrefillTileGates& gates, const PrefillSplit& split,
+                                   bf16_t* out, cudaStream_t stream);
 inline constexpr int kPrefillTileRows = 64;
+// Query heads of one GQA group (of `group` heads) a prefill CTA computes: as many as divide the
+// group up to PrefillHeadsPerCta() on wgmma, one on mma.sync.
+int PrefillCtaHeads(int group);
+// Whether chunks of few tiles over long contexts take split-KV prefill tiles (the default) or
+// keep one CTA per tile ($SPARSESERVE_PREFILL_SPLIT_KV=0, read once: an A/B switch).
+bool PrefillSplitKv();
 // Whether the prefill kernels (dense and MInference tiles) run their products on Hopper's wgmma
 // (the default) or on mma.sync ($SPARSESERVE_PREFILL_MMA=sync, read once: an A/B switch).
 bool PrefillTilesOnWgmma();
@@ -420,6 +438,19 @@ cudaError_t LaunchRelativeL2Error(const bf16_t* actual, const bf16_t* expected, 
 // k, v [n, kv_heads, head_dim] = the keys and values at slots [n] (WriteKv's inverse).
 cudaError_t LaunchReadKv(const bf16_t* kv_layer, const int32_t* slots, int64_t n, int block_tokens,
                          int kv_heads, int head_dim, bf16_t* k, bf16_t* v, cudaStream_t stream);
+
+// Backend::MoveKvRows in one launch: the keys and values at slot src[i] go to slot dst[i] in
+// every layer (REQUIRES as there: no move reads a slot an earlier move writes). Passed by value
+// (kernel parameters): up to kMaxLayers layers and kMaxMoves moves a launch.
+struct KvRowMoves {
+  static constexpr int kMaxLayers = 128, kMaxMoves = 64;
+  bf16_t* layers[kMaxLayers];
+  int32_t src[kMaxMoves];
+  int32_t dst[kMaxMoves];
+  int num_layers = 0, num_moves = 0;
+};
+cudaError_t LaunchMoveKvRows(const KvRowMoves& moves, int block_tokens, int kv_heads, int head_dim,
+                             cudaStream_t stream);
 
 }  // namespace sparseserve::kernels::cuda
 

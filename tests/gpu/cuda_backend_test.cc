@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cudnn_prefill.h"
 #include "kernels/rope_frequencies.h"
 #include "kernels/sampling_plan.h"
@@ -328,6 +329,7 @@ struct AttnCase {
   int window = 0;      // > 0: every sequence uses a sliding window of this many keys
   int sinks = 0;       // with a window: leading keys kept
   bool masks = false;  // chunks get a random tree mask (verification-shaped)
+  int min_splits = 1;  // the plan must split the prefill tiles' keys at least this many ways
 };
 
 std::string Describe(const AttnCase& c) {
@@ -416,6 +418,7 @@ void RunAttentionCase(CudaTest& t, kernels::Backend& cpu, kernels::Backend& gpu,
   const Tensor out_host = t.ToHost(out);
   EXPECT_EQ(CudaTest::RelError(t.ToHost(again), out_host), 0.0) << "the plan's second run";
   const auto& l = plan->layout;
+  EXPECT_GE(l.prefill_splits, c.min_splits) << "split-KV prefill tiles";
   Tensor meta = Tensor::Zeros(DType::kI32, ws.metadata.shape());
   ASSERT_TRUE(gpu.CopyToHost(ws.metadata, meta).ok());
   const int64_t counters = int64_t{l.num_merges + l.num_tokenselect_rows} * c.kv_heads;
@@ -473,11 +476,11 @@ TEST_F(CudaBackendTest, AttentionMasksAndSlidingWindows) {
 }
 
 // Speculative verify steps: a few rows per sequence go to the split-KV decode kernel while their
-// (row, query head) pairs per KV head fit one CTA (rows x group <= 32), and up to 64 rows over a
-// cached prefix 32 times longer go there in row groups (TokenSwift's trees: 13 and 41 rows; the
-// 8-row sequences of group 7 as two groups of 4), as chains (causal) and trees (masks), with
-// windows and beside single-row and prefill sequences in one batch; 40 rows over 300 keys stay
-// on the prefill kernel.
+// (row, query head) pairs per KV head fit one CTA (rows x group <= 32), and more to the prefill
+// kernel (with split-KV tiles over long prefixes, or to the decode kernel in row groups with
+// SPARSESERVE_PREFILL_SPLIT_KV=0: TokenSwift's trees of 13 and 41 rows; the 8-row sequences of
+// group 7 as two groups of 4), as chains (causal) and trees (masks), with windows and beside
+// single-row and prefill sequences in one batch; 40 rows over 300 keys stay on whole tiles.
 TEST_F(CudaBackendTest, AttentionFewRowVerifySteps) {
   const std::vector<std::vector<std::pair<int, int>>> shapes = {
       {{2, 3000}},  {{5, 9000}},
@@ -497,6 +500,32 @@ TEST_F(CudaBackendTest, AttentionFewRowVerifySteps) {
       }
     }
   }
+}
+
+// The one-launch MoveKvRows equals the default (ReadKv + WriteKv per layer, on the CPU) bit for
+// bit: a commit's moves (each row down, a later one writing where an earlier one read), 70 of
+// them (two launches of at most 64) over 3 layers; a slot outside the layers is refused.
+TEST_F(CudaBackendTest, MoveKvRowsEqualsReadAndWritePerLayer) {
+  const Shape shape{2 * 10, 16, 2, 64};
+  std::vector<Tensor> cpu_layers, gpu_layers;
+  for (int l = 0; l < 3; ++l) {
+    Tensor t = Tensor::Zeros(DType::kF32, shape);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      t.data<float>()[i] = static_cast<float>((i * 7 + l) % 251);  // exact in bf16
+    }
+    gpu_layers.push_back(ToGpu(t));
+    cpu_layers.push_back(t);
+  }
+  std::vector<int32_t> src, dst;
+  for (int32_t j = 1; j <= 70; ++j) {
+    src.push_back(2 * j);
+    dst.push_back(j);
+  }
+  ASSERT_TRUE(cpu_.MoveKvRows(cpu_layers, src, dst).ok());
+  const absl::Status moved = gpu_->MoveKvRows(gpu_layers, src, dst);
+  ASSERT_TRUE(moved.ok()) << moved;
+  for (int l = 0; l < 3; ++l) EXPECT_EQ(RelError(ToHost(gpu_layers[l]), cpu_layers[l]), 0.0) << l;
+  EXPECT_EQ(gpu_->MoveKvRows(gpu_layers, {3}, {160}).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(CudaBackendTest, ReadKvInvertsWriteKv) {
@@ -590,6 +619,33 @@ TEST_F(CudaBackendTest, PlansPickTheMaskedKernelVariantsOnlyWhenNeeded) {
   EXPECT_EQ(verify.num_prefill_tiles, 0);
   EXPECT_TRUE(verify.decode_masked);
   EXPECT_FALSE(plan_of(1, 1000, 0, false).decode_masked);
+}
+
+// Split-KV prefill tiles: chunks of one or two tiles over long prefixes (Lookahead's 119-row
+// branches and TokenSwift's 100-row trees at 4K-9K keys, a causal 70-row chunk off cuDNN, a
+// windowed one, a batch mixing them with decode rows) have their keys cut into parts whose partial
+// states merge into the same output as the CPU reference; the long-context test model's shape
+// (head_dim 64, 4 heads over 2 KV heads) and the 8B's (128, 32 over 8).
+TEST_F(CudaBackendTest, AttentionSplitKvPrefillTiles) {
+  if (!kernels::cuda::PrefillSplitKv()) GTEST_SKIP() << "SPARSESERVE_PREFILL_SPLIT_KV=0";
+  const std::vector<std::vector<std::pair<int, int>>> shapes = {
+      {{119, 4215}},
+      {{100, 9000}},
+      {{70, 5000}},
+      {{119, 4000}, {1, 3000}, {13, 6000}},
+  };
+  for (auto [hd, heads, kv_heads] : {std::tuple{64, 4, 2}, std::tuple{128, 32, 8}}) {
+    for (const auto& seqs : shapes) {
+      for (bool masks : {false, true}) {
+        // Causal chunks without a mask run on cuDNN where it loads.
+        const int splits = masks || !OnCudnn() ? 2 : 1;
+        RunAttentionCase(*this, cpu_, *gpu_,
+                         AttnCase{hd, heads, kv_heads, 64, seqs, 0, 0, masks, splits}, rng_);
+      }
+    }
+    RunAttentionCase(*this, cpu_, *gpu_,
+                     AttnCase{hd, heads, kv_heads, 16, {{64, 3000}}, 1000, 4, true, 2}, rng_);
+  }
 }
 
 TEST_F(CudaBackendTest, BadInputsAreRejected) {
