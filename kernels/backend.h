@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/core/status.h"
 #include "common/tensor/tensor.h"
 #include "kernels/attention_plan.h"
@@ -170,9 +171,17 @@ class Backend {
                                  int layer, const Tensor& out) = 0;
 
   // WriteKv's inverse: k, v [n, kv_heads, head_dim] = the keys and values at slots i32 [n].
-  // With WriteKv it moves KV between slots (a commit keeps accepted draft rows).
   virtual absl::Status ReadKv(const Tensor& kv_layer, const Tensor& slots, const Tensor& k,
                               const Tensor& v) = 0;
+
+  // Moves KV rows between slots in every layer of `kv_layers` (each as in WriteKv): the keys and
+  // values at slot src[i] go to slot dst[i], every move reading the values from before the call
+  // (a speculative commit keeps its accepted rows). REQUIRES: no move reads a slot an earlier
+  // move writes (src[i] != dst[j] for j < i) — true of a commit, whose kept rows move down in
+  // order. This default runs ReadKv and WriteKv per layer through scratch tensors; a backend may
+  // move every layer in one pass.
+  virtual absl::Status MoveKvRows(absl::Span<const Tensor> kv_layers, absl::Span<const int32_t> src,
+                                  absl::Span<const int32_t> dst);
 
   // out[i, :] = x[rows[i], :]. x [n, d], rows i32 [m], out [m, d].
   virtual absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) = 0;

@@ -115,6 +115,12 @@ absl::Status OpTimingBackend::ReadKv(const Tensor& kv_layer, const Tensor& slots
   return Timed("ReadKv", [&] { return inner_->ReadKv(kv_layer, slots, k, v); });
 }
 
+absl::Status OpTimingBackend::MoveKvRows(absl::Span<const Tensor> kv_layers,
+                                         absl::Span<const int32_t> src,
+                                         absl::Span<const int32_t> dst) {
+  return Timed("MoveKvRows", [&] { return inner_->MoveKvRows(kv_layers, src, dst); });
+}
+
 absl::Status OpTimingBackend::GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) {
   return Timed("GatherRows", [&] { return inner_->GatherRows(x, rows, out); });
 }

@@ -67,6 +67,8 @@ class OpTimingBackend final : public Backend {
                          int layer, const Tensor& out) override;
   absl::Status ReadKv(const Tensor& kv_layer, const Tensor& slots, const Tensor& k,
                       const Tensor& v) override;
+  absl::Status MoveKvRows(absl::Span<const Tensor> kv_layers, absl::Span<const int32_t> src,
+                          absl::Span<const int32_t> dst) override;
   absl::StatusOr<AttentionPlan> PlanAttention(const AttentionBatch& batch,
                                               const AttentionShape& shape,
                                               AttentionWorkspace& workspace) override;

@@ -718,27 +718,14 @@ absl::Status ModelRunner::Commit(SequenceKv& seq, absl::Span<const int32_t> keep
     }
   }
   if (!src.empty()) {
-    // Every moved row is read before any is written: a destination may be another's source. Each
-    // tensor-parallel rank moves its own KV heads.
+    // Kept rows move down in order, so no move reads a slot an earlier one wrote
+    // (MoveKvRows' REQUIRES). Each tensor-parallel rank moves its own KV heads, in every layer
+    // (the adapter's too) at once.
     const absl::Status moved = OnEveryRank([&](model::LlamaModel& m, model::PagedKvCache& cache) {
-      kernels::Backend& be = m.backend();
-      const int64_t rows = static_cast<int64_t>(src.size());
-      const Shape kv_shape{rows, cache.shape().num_kv_heads, config().head_dim};
-      Tensor host_slots = Tensor::Zeros(DType::kI32, {2, rows});
-      std::copy(src.begin(), src.end(), host_slots.data<int32_t>());
-      std::copy(dst.begin(), dst.end(), host_slots.data<int32_t>() + rows);
-      SS_ASSIGN_OR_RETURN(Tensor slots, be.Allocate(DType::kI32, {2, rows}));
-      SS_RETURN_IF_ERROR(be.CopyFromHost(host_slots, slots));
-      const Tensor src_slots = slots.Slice(0, 0, 1), dst_slots = slots.Slice(0, 1, 2);
-      SS_ASSIGN_OR_RETURN(const Tensor src_flat, src_slots.Reshape({rows}));
-      SS_ASSIGN_OR_RETURN(const Tensor dst_flat, dst_slots.Reshape({rows}));
-      SS_ASSIGN_OR_RETURN(Tensor k, be.Allocate(be.compute_dtype(), kv_shape));
-      SS_ASSIGN_OR_RETURN(Tensor v, be.Allocate(be.compute_dtype(), kv_shape));
-      for (int l = 0; l < cache.shape().num_layers; ++l) {  // the adapter's layer too
-        SS_RETURN_IF_ERROR(be.ReadKv(cache.layer(l), src_flat, k, v));
-        SS_RETURN_IF_ERROR(be.WriteKv(k, v, dst_flat, cache.layer(l)));
-      }
-      return absl::OkStatus();
+      std::vector<Tensor> layers;
+      layers.reserve(static_cast<size_t>(cache.shape().num_layers));
+      for (int l = 0; l < cache.shape().num_layers; ++l) layers.push_back(cache.layer(l));
+      return m.backend().MoveKvRows(layers, src, dst);
     });
     SS_RETURN_IF_ERROR(moved);
   }

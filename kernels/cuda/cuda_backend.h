@@ -74,6 +74,10 @@ class CudaBackend final : public Backend {
                          int layer, const Tensor& out) override;
   absl::Status ReadKv(const Tensor& kv_layer, const Tensor& slots, const Tensor& k,
                       const Tensor& v) override;
+  // One kernel for every layer, slots passed by value (no copies, no scratch): a commit's KV
+  // moves cost one launch instead of two per layer plus allocations and an upload.
+  absl::Status MoveKvRows(absl::Span<const Tensor> kv_layers, absl::Span<const int32_t> src,
+                          absl::Span<const int32_t> dst) override;
   absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
   absl::Status RelativeL2Error(const Tensor& actual, const Tensor& expected, const Tensor& ranges,
                                const Tensor& out) override;

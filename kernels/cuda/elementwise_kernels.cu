@@ -263,6 +263,33 @@ __global__ void ReadKvKernel(const bf16_t* kv_layer, const int32_t* slots, int64
   }
 }
 
+// One thread per 8-element vector of a row, per (layer, keys or values) in grid (x, y, z): it
+// reads the vector of up to kBatch moves before writing them, batch after batch (a later move
+// never reads what an earlier one wrote: KvRowMoves' REQUIRES).
+__global__ void MoveKvRowsKernel(KvRowMoves moves, int block_tokens, int64_t row_elems) {
+  constexpr int kBatch = 8;
+  WaitForPrecedingKernels();
+  AllowNextKernelLaunch();
+  const int64_t vec = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (vec * 8 >= row_elems) return;
+  uint4* layer = reinterpret_cast<uint4*>(moves.layers[blockIdx.z]);
+  const int64_t values = blockIdx.y == 0 ? 0 : int64_t{block_tokens} * row_elems;
+  auto at = [&](int32_t slot) {
+    return (SlotElement(slot, block_tokens, row_elems) + values) / 8 + vec;
+  };
+  for (int m0 = 0; m0 < moves.num_moves; m0 += kBatch) {
+    uint4 held[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      if (m0 + i < moves.num_moves) held[i] = layer[at(moves.src[m0 + i])];
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      if (m0 + i < moves.num_moves) layer[at(moves.dst[m0 + i])] = held[i];
+    }
+  }
+}
+
 // One thread per rotation pair: (row, head, i) pairs dimensions i and i + head_dim / 2. Query
 // heads come first, then key heads (rotated into their slot), then value heads (copied).
 __global__ void RopeWriteKvKernel(const bf16_t* qkv, int64_t n, int heads, int kv_heads,
@@ -392,6 +419,21 @@ cudaError_t LaunchReadKv(const bf16_t* kv_layer, const int32_t* slots, int64_t n
   if (n * row_elems == 0) return cudaSuccess;
   return LaunchOverlapping(ReadKvKernel, GridFor(n * row_elems, 256), 256, 0, stream, kv_layer,
                            slots, n, block_tokens, row_elems, k, v);
+}
+
+cudaError_t LaunchMoveKvRows(const KvRowMoves& moves, int block_tokens, int kv_heads, int head_dim,
+                             cudaStream_t stream) {
+  const int64_t row_elems = int64_t{kv_heads} * head_dim;
+  if (moves.num_moves == 0 || moves.num_layers == 0) return cudaSuccess;
+  if (row_elems % 8 != 0 || moves.num_moves > KvRowMoves::kMaxMoves ||
+      moves.num_layers > KvRowMoves::kMaxLayers) {
+    return cudaErrorInvalidValue;
+  }
+  constexpr int kThreads = 128;
+  const dim3 grid(static_cast<unsigned>((row_elems / 8 + kThreads - 1) / kThreads), 2,
+                  static_cast<unsigned>(moves.num_layers));
+  return LaunchOverlapping(MoveKvRowsKernel, grid, kThreads, 0, stream, moves, block_tokens,
+                           row_elems);
 }
 
 }  // namespace sparseserve::kernels::cuda

@@ -101,6 +101,10 @@ class ForwardingBackend : public kernels::Backend {
                       const Tensor& v) override {
     return inner_->ReadKv(kv, slots, k, v);
   }
+  absl::Status MoveKvRows(absl::Span<const Tensor> kv_layers, absl::Span<const int32_t> src,
+                          absl::Span<const int32_t> dst) override {
+    return inner_->MoveKvRows(kv_layers, src, dst);
+  }
   absl::Status GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override {
     return inner_->GatherRows(x, rows, out);
   }

@@ -265,3 +265,51 @@ TEST_F(CpuBackendTest, AttentionRejectsBadPlans) {
 
 }  // namespace
 }  // namespace sparseserve::kernels
+
+namespace sparseserve::kernels {
+namespace {
+
+// The element of slot `slot`'s key (value: + block_tokens * row) in a paged layer.
+int64_t KeyElement(int64_t slot, int64_t block_tokens, int64_t row) {
+  return ((slot / block_tokens) * 2 * block_tokens + slot % block_tokens) * row;
+}
+
+// Backend::MoveKvRows (the default, ReadKv + WriteKv per layer): every layer's keys and values
+// move from the values before the call, where a later move writes a slot an earlier one read.
+TEST(MoveKvRowsTest, MovesKeysAndValuesOfEveryLayer) {
+  core::ThreadPool pool(2);
+  CpuBackend be(&pool);
+  constexpr int64_t kBt = 16, kRow = 2 * 8;
+  std::vector<Tensor> layers;
+  for (int l = 0; l < 3; ++l) {
+    Tensor t = Tensor::Zeros(DType::kF32, {2 * 4, kBt, 2, 8});
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(l * 100000 + i);
+    layers.push_back(t);
+  }
+  std::vector<std::vector<float>> before;
+  for (const Tensor& t : layers) before.emplace_back(t.data<float>(), t.data<float>() + t.numel());
+  const std::vector<int32_t> src = {5, 9, 10, 40}, dst = {3, 5, 9, 10};  // a commit's shape
+  ASSERT_TRUE(be.MoveKvRows(layers, src, dst).ok());
+  for (int l = 0; l < 3; ++l) {
+    const float* now = layers[l].data<float>();
+    const float* old = before[l].data();
+    for (int64_t slot = 0; slot < 4 * kBt; ++slot) {
+      int64_t from = slot;
+      for (size_t i = 0; i < dst.size(); ++i) {
+        if (dst[i] == slot) from = src[i];
+      }
+      for (int64_t half : {int64_t{0}, kBt * kRow}) {  // keys, values
+        for (int64_t e = 0; e < kRow; ++e) {
+          ASSERT_EQ(now[KeyElement(slot, kBt, kRow) + half + e],
+                    old[KeyElement(from, kBt, kRow) + half + e])
+              << "layer " << l << " slot " << slot;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(be.MoveKvRows(layers, src, {3}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(be.MoveKvRows(layers, {}, {}).ok());
+}
+
+}  // namespace
+}  // namespace sparseserve::kernels
