@@ -273,8 +273,29 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
   // off for good.
   // Only choices priced within 2x of plain are retried (a CPU's linear rows are measured well),
   // unless an acceptance was never measured.
+  // An explore drafts for as few sequences as measure it: at batch 64 the best speculative choice
+  // can be thousands of rows (Lookahead's 119 a sequence), a step that costs dozens of plain ones
+  // (stories260K, B=64 on an H100: 0.82-0.88x plain with nothing verified, session 24). In turn
+  // from a rotating start, sequences keep their depths while the draft rows stay within the
+  // step's own rows (at least one sequence): a few percent of one step in kExploreSteps.
   if (best_rate == plain_rate && explore && !best_speculative.empty() &&
       (best_speculative_rate >= 0.5 * plain_rate || unmeasured)) {
+    const size_t n = options.size();
+    // Explores come every kExploreSteps (or kExploreUnmeasuredSteps) steps; this start moves by
+    // 17 (or 1) sequences from one to the next, so every sequence gets its turn.
+    const int64_t turn = cost.steps() / StepCostModel::kExploreSteps +
+                         cost.steps() / StepCostModel::kExploreUnmeasuredSteps;
+    const size_t first = static_cast<size_t>(turn % static_cast<int64_t>(n));
+    int extra = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const size_t s = (first + i) % n;
+      const int rows = rows_of(s, best_speculative[s]);
+      if (rows > 0 && extra > 0 && extra + rows > base_rows) {
+        best_speculative[s] = 0;
+      } else {
+        extra += rows;
+      }
+    }
     return best_speculative;
   }
   return best_depth;

@@ -29,7 +29,8 @@
 // + E_s(k_s)) / cost(base + Σ_s rows_s(k_s)), by coordinate ascent from all zeros and from every
 // uniform depth (a GPU's jump from plain to speculative steps is paid once per step, so one
 // sequence alone may not pay for it where all of them do), keeping the best; once every
-// StepCostModel::kExploreSteps steps a plain decision becomes the best speculative one, so a bad
+// StepCostModel::kExploreSteps steps a plain decision becomes the best speculative one — for as
+// many sequences, in turn, as keep its draft rows within the step's other rows — so a bad
 // first measurement cannot keep speculation off for good (≤ 1/128 of the steps, and only a choice
 // estimated at no worse than half of plain's rate — or any, once every 8 steps, while a model
 // drafter's acceptance rests on fewer than 8 drafts: it has no shadow draft to measure it on plain
@@ -108,6 +109,8 @@ class StepCostModel {
   // so ChooseDraftDepths runs one plain step.
   static constexpr int kPlainSteps = 32;
   bool PlainDue() const { return measured() && steps_ - reference_seen_ >= kPlainSteps; }
+  // Steps recorded so far (plain, speculative; not draft passes).
+  int64_t steps() const { return steps_; }
 
  private:
   double Shape(int rows, bool speculative) const;

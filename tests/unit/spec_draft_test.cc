@@ -1,6 +1,7 @@
 // The speculation library without a model: draft trees and the verification walk, prompt
 // lookup's n-gram index, Lookahead's mask and window against the paper's rules, and the
 // controller's arithmetic.
+#include <algorithm>
 #include <map>
 #include <set>
 #include <vector>
@@ -313,6 +314,47 @@ TEST(ChooseDraftDepthsTest, SpeculatesOnlyWhereTheExpectedTokensPayForTheRows) {
   EXPECT_FALSE(jump.PlainDue());
 }
 
+// An explore at a large batch drafts for as few sequences as the step has rows for, in turn: 64
+// sequences of Lookahead's 29-119-row drafts explore two at a time, others each time; prompt
+// lookup's few rows explore many sequences, never more draft rows than roots.
+TEST(ChooseDraftDepthsTest, ExploresDraftOnlyAsManySequencesAsTheStepHasRows) {
+  // Acceptances that plain decoding beats but explores retry (within half of plain's rate at the
+  // cost model's optimistic first guess): the prior's for the big drafts, none for the small.
+  AcceptanceStats prior(4, 1.0), bad(4, 1.0);
+  for (int i = 0; i < 200; ++i) bad.Record(4, 0);
+  for (const std::vector<int>& rows_at :
+       {std::vector<int>{29, 59, 89, 119}, std::vector<int>{1, 2, 3, 4}}) {
+    SCOPED_TRACE(rows_at.back());
+    const std::vector<DraftOption> options(
+        64, DraftOption{rows_at.back() > 64 ? &prior : &bad, rows_at});
+    StepCostModel cost;
+    std::vector<std::vector<int>> explores;
+    for (int i = 0; i < 2 * StepCostModel::kExploreSteps; ++i) {
+      const std::vector<int> depth = ChooseDraftDepths(cost, options, 64, /*uniform=*/true);
+      if (std::any_of(depth.begin(), depth.end(), [](int d) { return d > 0; })) {
+        explores.push_back(depth);
+      }
+      cost.Record(64, 1.0);
+    }
+    ASSERT_EQ(explores.size(), 2u);
+    for (const std::vector<int>& depth : explores) {
+      int rows = 0, drafting = 0;
+      for (const int d : depth) {
+        rows += d > 0 ? rows_at[d - 1] : 0;
+        drafting += d > 0;
+      }
+      ASSERT_GE(drafting, 1);
+      EXPECT_LE(rows, std::max(64, rows_at.back()));
+      EXPECT_GT(rows + rows / drafting, 64);  // as many as fit (uniform: one depth for all)
+    }
+    const auto drafting =
+        std::count_if(explores[0].begin(), explores[0].end(), [](int d) { return d > 0; });
+    if (drafting < 64) {
+      EXPECT_NE(explores[0], explores[1]);  // other sequences' turn
+    }
+  }
+}
+
 // Model drafters (sparse-self): a depth-k draft also costs k draft passes, priced by the
 // sequences in each pass, so drafting pays only where a pass is cheap next to a step; and an
 // acceptance never measured (no shadow drafts) is explored once per kExploreSteps steps whatever
@@ -356,7 +398,7 @@ TEST(ChooseDraftDepthsTest, ModelDraftsPayForTheirDraftPasses) {
   int explored = 0;
   for (int i = 0; i < StepCostModel::kExploreSteps; ++i) {
     const std::vector<int> depth = ChooseDraftDepths(dear, std::vector<DraftOption>{f, f}, 2);
-    explored += depth[0] > 0;
+    explored += depth[0] > 0 || depth[1] > 0;
     dear.Record(2, dear.Estimate(2));
   }
   EXPECT_EQ(explored, StepCostModel::kExploreSteps / StepCostModel::kExploreUnmeasuredSteps);
