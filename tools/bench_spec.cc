@@ -257,6 +257,9 @@ class SpecBench {
     return result;
   }
 
+  // The step-cost model the runs share (as the scheduler's steps share theirs).
+  const spec::StepCostModel& cost() const { return cost_; }
+
  private:
   engine::ModelRunner* runner_;
   engine::SpeculationChoice choice_;
@@ -366,6 +369,10 @@ absl::Status RunSpecBench() {
     for (const Mode& mode : modes) {
       std::fprintf(stderr, "batch %d: %s\n", batch, mode.name.c_str());
       SS_ASSIGN_OR_RETURN(const RunResult r, bench.Run(prompts, mode, &plain));
+      if (request.spec.controller) {  // what the controller priced its choices with
+        std::fprintf(stderr, "batch %d: %s: step costs learned: %s\n", batch, mode.name.c_str(),
+                     bench.cost().Describe().c_str());
+      }
       std::string by_position;
       for (size_t p = 0; p < r.reached.size(); ++p) {
         absl::StrAppendFormat(&by_position, "%s%.2f", p ? " " : "",

@@ -5,6 +5,7 @@
 #include <iterator>
 #include <limits>
 
+#include "absl/strings/str_format.h"
 #include "common/core/check.h"
 
 namespace sparseserve::spec {
@@ -110,6 +111,18 @@ void StepCostModel::Record(int rows, double seconds, bool speculative) {
   std::map<int, double>& shapes = speculative ? spec_shape_ : shape_;
   const auto [it, inserted] = shapes.try_emplace(b, measured);
   if (!inserted) it->second += kShapeWeight * (measured - it->second);
+}
+
+std::string StepCostModel::Describe() const {
+  auto shapes = [](const std::map<int, double>& m) {
+    std::string out;
+    for (const auto& [bucket, shape] : m) {
+      absl::StrAppendFormat(&out, "%s%d:%.2f", out.empty() ? "" : " ", bucket, shape);
+    }
+    return out.empty() ? std::string("-") : out;
+  };
+  return absl::StrFormat("level %.3f ms; plain %s; speculative %s; draft pass %s", level_ * 1e3,
+                         shapes(shape_), shapes(spec_shape_), shapes(draft_shape_));
 }
 
 double StepCostModel::Estimate(int rows, bool speculative) const {

@@ -44,6 +44,7 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -111,6 +112,9 @@ class StepCostModel {
   bool PlainDue() const { return measured() && steps_ - reference_seen_ >= kPlainSteps; }
   // Steps recorded so far (plain, speculative; not draft passes).
   int64_t steps() const { return steps_; }
+  // What the model has learned, for benchmarks' logs: the level and each measured bucket's
+  // shape, e.g. "level 0.905 ms; plain 64:1.00 128:1.31; speculative 72:1.52; draft pass -".
+  std::string Describe() const;
 
  private:
   double Shape(int rows, bool speculative) const;

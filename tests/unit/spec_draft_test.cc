@@ -6,6 +6,7 @@
 #include <set>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "common/spec/draft.h"
 #include "common/spec/draft_length_controller.h"
 #include "common/spec/lookahead.h"
@@ -240,6 +241,11 @@ TEST(StepCostModelTest, PricesRowsByTheirShapeWhileTheLevelFollowsGrowingContext
   EXPECT_NEAR(m.Estimate(8, true), m.Estimate(8), 1e-9);  // none measured: the plain shape
   for (int i = 0; i < 40; ++i) m.Record(5, 1.5 * m.Estimate(4), true);
   EXPECT_NEAR(m.Estimate(5, true) / m.Estimate(4), 1.5, 0.05);
+  // The benchmarks' log line: the level and every bucket's shape.
+  EXPECT_EQ(m.Describe().substr(0, 15),
+            absl::StrFormat("level %.3f ms", m.Estimate(4) * 1e3).substr(0, 15));
+  EXPECT_NE(m.Describe().find("plain 4:1.00 8:2."), std::string::npos) << m.Describe();
+  EXPECT_NE(m.Describe().find("speculative 5:1.5"), std::string::npos) << m.Describe();
   EXPECT_EQ(StepCostModel::Bucket(13), 13);
   EXPECT_EQ(StepCostModel::Bucket(100), 96);
   EXPECT_EQ(StepCostModel::Bucket(1000), 960);
