@@ -71,10 +71,8 @@ __device__ __forceinline__ void StorePartialRows(const PrefillSplit& split,
                                                  float scale, int warp, int lane) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float sum = row_sum[h];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const int r = warp * 16 + lane / 4 + h * 8;
+    const float sum = prefill_tile::QuadRowSum(row_sum[h]);
+    const int r = prefill_tile::FragmentRow(warp, lane, h);
     if (r >= rows) continue;
     const int64_t slot = slot0 + r * row_stride;
     const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;

@@ -175,6 +175,17 @@ __device__ __forceinline__ void AccumulatePv(float (&o)[D / 8][4],
   }
 }
 
+// A fragment row's whole sum from the shares of its quad's 4 lanes (each holds 2 of 8 columns).
+__device__ __forceinline__ float QuadRowSum(float share) {
+  share += __shfl_xor_sync(0xffffffffu, share, 1);
+  return share + __shfl_xor_sync(0xffffffffu, share, 2);
+}
+
+// The tile row (0..63) of a thread's fragment row h (0: lane / 4, 1: lane / 4 + 8).
+__device__ __forceinline__ int FragmentRow(int warp, int lane, int h) {
+  return warp * 16 + lane / 4 + h * 8;
+}
+
 // Normalises and stores the thread's rows below `rows` of the tile starting at q_row0.
 template <int D>
 __device__ __forceinline__ void StoreRows(__nv_bfloat16* out, const float (&o)[D / 8][4],
@@ -182,10 +193,8 @@ __device__ __forceinline__ void StoreRows(__nv_bfloat16* out, const float (&o)[D
                                           int heads, int head, int warp, int lane) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float sum = row_sum[h];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const int r = warp * 16 + lane / 4 + h * 8;
+    const float sum = QuadRowSum(row_sum[h]);
+    const int r = FragmentRow(warp, lane, h);
     if (r >= rows) continue;
     const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // a row that sees no key outputs zeros
     __nv_bfloat16* dst = out + (int64_t{q_row0 + r} * heads + head) * D;
