@@ -2,6 +2,7 @@
 // shape, random weights made on the device) set against the roofline of the device.
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <string>
 #include <vector>
@@ -104,7 +105,9 @@ absl::StatusOr<std::vector<int64_t>> ParsePositiveList(const std::string& text, 
 
 // --synthetic: a preset's name, or a config.json (or a directory holding one).
 absl::StatusOr<model::ModelConfig> SyntheticShape(const std::string& name) {
-  if (name.find('/') == std::string::npos && !absl::EndsWith(name, ".json")) {
+  std::error_code error;
+  if (name.find('/') == std::string::npos && !absl::EndsWith(name, ".json") &&
+      !std::filesystem::exists(name, error)) {
     return model::SyntheticModelConfig(name);
   }
   const std::string path = absl::EndsWith(name, ".json")

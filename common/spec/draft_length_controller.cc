@@ -289,16 +289,16 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
   // An explore drafts for as few sequences as measure it: at batch 64 the best speculative choice
   // can be thousands of rows (Lookahead's 119 a sequence), a step that costs dozens of plain ones
   // (stories260K, B=64 on an H100: 0.82-0.88x plain with nothing verified, session 24). In turn
-  // from a rotating start, sequences keep their depths while the draft rows stay within the
-  // step's own rows (at least one sequence): a few percent of one step in kExploreSteps.
+  // from a start that moves between explores, sequences keep their depths while the draft rows
+  // stay within the step's own rows (at least one sequence): a few percent of one step in
+  // kExploreSteps.
   if (best_rate == plain_rate && explore && !best_speculative.empty() &&
       (best_speculative_rate >= 0.5 * plain_rate || unmeasured)) {
     const size_t n = options.size();
-    // Explores come every kExploreSteps (or kExploreUnmeasuredSteps) steps; this start moves by
-    // 17 (or 1) sequences from one to the next, so every sequence gets its turn.
-    const int64_t turn = cost.steps() / StepCostModel::kExploreSteps +
-                         cost.steps() / StepCostModel::kExploreUnmeasuredSteps;
-    const size_t first = static_cast<size_t>(turn % static_cast<int64_t>(n));
+    // A start spread by a hash of the step count (explores come every kExploreSteps or
+    // kExploreUnmeasuredSteps steps: a stride would cycle over a few starts for some batches).
+    const uint64_t hash = static_cast<uint64_t>(cost.steps() + 1) * 0x9e3779b97f4a7c15ULL;
+    const size_t first = static_cast<size_t>((hash >> 33) % n);
     int extra = 0;
     for (size_t i = 0; i < n; ++i) {
       const size_t s = (first + i) % n;

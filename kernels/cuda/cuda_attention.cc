@@ -99,7 +99,11 @@ bool DecodeKernelRows(int q_len, int kv_len, int group, bool group_rows) {
 // groups read it once per group: they take every such sequence, and row groups are the A/B
 // alternative when the split is off (bench/RESULTS.md, session 25).
 bool GroupVerifyRows(const AttentionBatch& batch, const AttentionShape& shape, int sm_count) {
-  if (cuda::PrefillSplitKv()) return false;
+  // Batches with MInference sequences keep whole tiles (PlanAttention): row groups stay theirs.
+  const bool gated = std::any_of(
+      batch.sequences.begin(), batch.sequences.end(),
+      [](const auto& sa) { return sa.pattern.kind == AttentionMethodKind::kMInference; });
+  if (cuda::PrefillSplitKv() && !gated) return false;
   constexpr int64_t kGroupHeadsPerPrefillWave = 80;
   const int group = shape.num_heads / shape.num_kv_heads;
   const int rows = DecodeGroupRows(group);
@@ -238,7 +242,10 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
             int64_t{groups} * ((e - b + cuda::kDecodeTileTokens - 1) / cuda::kDecodeTileTokens);
       }
       decode_groups += groups;
-    } else if (cudnn != nullptr && !window && sa.mask.empty()) {
+    } else if (cudnn != nullptr && !window && sa.mask.empty() &&
+               !(cuda::PrefillSplitKv() && GroupableRows(sa.q_len, sa.kv_len, group))) {
+      // (A causal verify chain over a long prefix takes split tiles: cuDNN would give its one
+      // or two tiles a CTA per head walking every key.)
       cudnn_seqs.push_back(s);
     } else {
       plan.layout.prefill_masked |= window || !sa.mask.empty();
@@ -903,6 +910,7 @@ absl::Status CudaBackend::MoveKvRows(absl::Span<const Tensor> kv_layers,
           "MoveKvRows: needs contiguous CUDA bf16 layers of one shape, got ", t.DebugString()));
     }
   }
+  if (first.dim(2) * first.dim(3) % 8 != 0) return Backend::MoveKvRows(kv_layers, src, dst);
   const int64_t slots = first.dim(0) / 2 * first.dim(1);
   for (size_t i = 0; i < src.size(); ++i) {
     if (src[i] < 0 || src[i] >= slots || dst[i] < 0 || dst[i] >= slots) {

@@ -615,6 +615,14 @@ TEST_F(CudaBackendTest, PlansPickTheMaskedKernelVariantsOnlyWhenNeeded) {
     EXPECT_GT(masked.num_prefill_tiles, 0);
     EXPECT_EQ(masked.cudnn_batch, 0);
   }
+  // A causal verify chain of 40 rows over a long prefix: split-KV tiles, not cuDNN's few CTAs
+  // (with the split off: the decode kernel's row groups).
+  if (kernels::cuda::PrefillSplitKv()) {
+    const auto chain = plan_of(40, 2000, 0, false);
+    EXPECT_EQ(chain.cudnn_batch, 0);
+    EXPECT_EQ(chain.num_prefill_tiles, 1);
+    EXPECT_GE(chain.prefill_splits, 2);
+  }
   const auto verify = plan_of(4, 1000, 0, false);  // few rows: the decode kernel, masked
   EXPECT_EQ(verify.num_prefill_tiles, 0);
   EXPECT_TRUE(verify.decode_masked);
@@ -636,11 +644,10 @@ TEST_F(CudaBackendTest, AttentionSplitKvPrefillTiles) {
   };
   for (auto [hd, heads, kv_heads] : {std::tuple{64, 4, 2}, std::tuple{128, 32, 8}}) {
     for (const auto& seqs : shapes) {
-      for (bool masks : {false, true}) {
-        // Causal chunks without a mask run on cuDNN where it loads.
-        const int splits = masks || !OnCudnn() ? 2 : 1;
+      for (bool masks : {false, true}) {  // causal chains too: never cuDNN's few CTAs
         RunAttentionCase(*this, cpu_, *gpu_,
-                         AttnCase{hd, heads, kv_heads, 64, seqs, 0, 0, masks, splits}, rng_);
+                         AttnCase{hd, heads, kv_heads, 64, seqs, 0, 0, masks, /*min_splits=*/2},
+                         rng_);
       }
     }
     RunAttentionCase(*this, cpu_, *gpu_,
