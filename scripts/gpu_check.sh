@@ -12,7 +12,7 @@
 # acceptance, tokens/s with the controller and at a fixed draft length) spec_eval (the same on
 # the long-context test model's long-generation task, bench/longctx/spec_check.sh) spec_verify
 # (the synthetic Llama-3-8B's verify-step cost per draft length and batch: `bench model
-# --decode-draft K`, K in $SPEC_DRAFTS) spec_self (sparse self-speculation's step costs on the
+# --decode-draft K`, K in $SPEC_DRAFTS, and `--decode-draft-tree T`, T in $SPEC_TREES) spec_self (sparse self-speculation's step costs on the
 # synthetic Llama-3-8B at long contexts, issue 15: plain decode, the verify step of 4 drafts and
 # the TokenSelect draft step, for the projection in bench/RESULTS.md) spec_train (TokenSwift's
 # draft heads trained for stories260K and the long-context test model by
@@ -205,6 +205,13 @@ if has spec_verify; then
     run "spec_verify_$draft" sparseserve bench model --synthetic llama3-8b --device cuda \
       --prefill-lengths "" --decode-batches 1,8,64 --decode-contexts 1024,32768 --iters 10 \
       --decode-draft "$draft"
+  done
+  # The widest trees (Lookahead's window and guesses, TokenSwift's tree and 4-grams): the 8B
+  # projection of issues 14 and 15 (bench/RESULTS.md, session 25).
+  for tree in ${SPEC_TREES:-lookahead tokenswift}; do
+    run "spec_verify_tree_$tree" sparseserve bench model --synthetic llama3-8b --device cuda \
+      --prefill-lengths "" --decode-batches 1,4 --decode-contexts 1024,32768 --iters 10 \
+      --decode-draft-tree "$tree"
   done
 fi
 if has spec_self; then
