@@ -122,10 +122,7 @@ absl::StatusOr<spec::StepDraft> DraftTreeOf(const std::string& name,
                                             const engine::SpeculationChoice& choice,
                                             const model::ModelConfig& config) {
   if (name == "lookahead") {
-    spec::LookaheadParams params = spec::DefaultLookaheadParams(model::NumModelParams(config));
-    if (choice.lookahead_window > 0) params.window = choice.lookahead_window;
-    if (choice.lookahead_ngram > 0) params.ngram = choice.lookahead_ngram;
-    if (choice.lookahead_guesses > 0) params.guesses = choice.lookahead_guesses;
+    const spec::LookaheadParams params = engine::LookaheadParamsOf(choice, config);
     std::printf("decode draft: lookahead W=%d N=%d G=%d\n", params.window, params.ngram,
                 params.guesses);
     return spec::FullLookaheadDraft(params, config.vocab_size);

@@ -442,10 +442,7 @@ class ModelBench {
       seqs[s].tokens = {SyntheticToken(s, o_.config.vocab_size)};
       if (tree != nullptr) {  // the tree's rows at their positions under its mask
         seqs[s].tokens.insert(seqs[s].tokens.end(), tree->tokens.begin(), tree->tokens.end());
-        seqs[s].positions.push_back(static_cast<int32_t>(context));
-        for (const int32_t offset : tree->offsets) {
-          seqs[s].positions.push_back(static_cast<int32_t>(context) + offset);
-        }
+        seqs[s].positions = tree->Positions(static_cast<int32_t>(context));
         seqs[s].mask = tree->FullMask();
       } else {
         for (int64_t d = 1; d < rows; ++d) {  // a draft chain: causal, consecutive positions

@@ -722,10 +722,7 @@ absl::Status ModelRunner::Commit(SequenceKv& seq, absl::Span<const int32_t> keep
     // (MoveKvRows' REQUIRES). Each tensor-parallel rank moves its own KV heads, in every layer
     // (the adapter's too) at once.
     const absl::Status moved = OnEveryRank([&](model::LlamaModel& m, model::PagedKvCache& cache) {
-      std::vector<Tensor> layers;
-      layers.reserve(static_cast<size_t>(cache.shape().num_layers));
-      for (int l = 0; l < cache.shape().num_layers; ++l) layers.push_back(cache.layer(l));
-      return m.backend().MoveKvRows(layers, src, dst);
+      return m.backend().MoveKvRows(cache.layers(), src, dst);
     });
     SS_RETURN_IF_ERROR(moved);
   }

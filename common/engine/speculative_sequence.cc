@@ -38,11 +38,7 @@ absl::StatusOr<std::unique_ptr<SpeculativeSequence>> SpeculativeSequence::ForMet
             "speculation lookahead: not available on a model with its own sliding window (",
             config.sliding_window, " tokens); prompt-lookup is"));
       }
-      spec::LookaheadParams params = spec::DefaultLookaheadParams(model::NumModelParams(config));
-      if (choice.lookahead_window > 0) params.window = choice.lookahead_window;
-      if (choice.lookahead_ngram > 0) params.ngram = choice.lookahead_ngram;
-      if (choice.lookahead_guesses > 0) params.guesses = choice.lookahead_guesses;
-      proposer = std::make_unique<spec::LookaheadProposer>(params);
+      proposer = std::make_unique<spec::LookaheadProposer>(LookaheadParamsOf(choice, config));
       break;
     }
     case SpecMethod::kSparseSelf:
@@ -109,6 +105,15 @@ void RecordStepCost(const ModelRunner& runner, absl::Span<const StepRows> rows, 
     return;
   }
   cost.Record(total, seconds, speculative);
+}
+
+spec::LookaheadParams LookaheadParamsOf(const SpeculationChoice& spec,
+                                        const model::ModelConfig& config) {
+  spec::LookaheadParams p = spec::DefaultLookaheadParams(model::NumModelParams(config));
+  if (spec.lookahead_window > 0) p.window = spec.lookahead_window;
+  if (spec.lookahead_ngram > 0) p.ngram = spec.lookahead_ngram;
+  if (spec.lookahead_guesses > 0) p.guesses = spec.lookahead_guesses;
+  return p;
 }
 
 spec::TokenSwiftParams TokenSwiftParamsOf(const SpeculationChoice& spec,
@@ -231,8 +236,7 @@ void SpeculativeSequence::Plan(int depth, absl::Span<const int32_t> history, Seq
     rows->sample = model::LogitRows::kLast;
   } else {
     rows->tokens.insert(rows->tokens.end(), draft_.tokens.begin(), draft_.tokens.end());
-    rows->positions.push_back(base);
-    for (const int32_t offset : draft_.offsets) rows->positions.push_back(base + offset);
+    rows->positions = draft_.Positions(base);
     if (!chain) rows->mask = draft_.FullMask();  // a chain is the causal default
     rows->sample = model::LogitRows::kAll;
     rows->speculative = true;

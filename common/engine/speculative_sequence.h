@@ -29,6 +29,7 @@
 #include "common/spec/draft.h"
 #include "common/spec/draft_length_controller.h"
 #include "common/spec/draft_proposer.h"
+#include "common/spec/lookahead.h"
 #include "common/spec/model_draft.h"
 #include "common/spec/tokenswift.h"
 #include "kernels/sampling_plan.h"
@@ -159,6 +160,11 @@ class SpeculativeSequence {
 // StepCostModel::NoteUnmeasured). Speculative when some row is.
 void RecordStepCost(const ModelRunner& runner, absl::Span<const StepRows> rows, double seconds,
                     spec::StepCostModel& cost);
+
+// Lookahead's parameters of `spec` on a model of `config`: the paper's defaults by model size,
+// then the request's W, N, G where it sets them.
+spec::LookaheadParams LookaheadParamsOf(const SpeculationChoice& spec,
+                                        const model::ModelConfig& config);
 
 // TokenSwift's parameters of `spec` on a model of `config` (the defaults of TokenSwiftParams;
 // the 4-gram lag scaled down to an eighth of a shorter context).

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/tensor/tensor.h"
 #include "kernels/backend.h"
 
@@ -37,6 +38,8 @@ class PagedKvCache {
   DType dtype() const { return layers_.front().dtype(); }
   // [num_blocks * 2, block_tokens, kv_heads, head_dim]
   const Tensor& layer(int idx) const { return layers_[idx]; }
+  // Every layer (an early-exit adapter's too: PagedKvCacheShape::num_layers of them).
+  absl::Span<const Tensor> layers() const { return layers_; }
 
  private:
   PagedKvCache(PagedKvCacheShape shape, std::vector<Tensor> layers)

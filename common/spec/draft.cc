@@ -76,6 +76,12 @@ std::vector<uint8_t> StepDraft::FullMask() const {
   return full;
 }
 
+std::vector<int32_t> StepDraft::Positions(int32_t root_position) const {
+  std::vector<int32_t> positions = {root_position};
+  for (const int32_t offset : offsets) positions.push_back(root_position + offset);
+  return positions;
+}
+
 bool StepDraft::IsChain() const {
   if (!mask.empty()) return false;
   for (int r = 1; r <= size(); ++r) {

@@ -50,6 +50,8 @@ struct StepDraft {
   int32_t AddRow(int32_t token, int32_t offset, int32_t parent);
   // The mask over root + rows: `mask` or the tree mask.
   std::vector<uint8_t> FullMask() const;
+  // The positions of the root and the rows when the root sits at `root_position`.
+  std::vector<int32_t> Positions(int32_t root_position) const;
   // Whether the rows are one path from the root (row r's parent is r − 1, no mask): the causal
   // default needs no mask.
   bool IsChain() const;

@@ -97,13 +97,11 @@ bool DecodeKernelRows(int q_len, int kv_len, int group, bool group_rows) {
 // With split-KV prefill tiles (the default, cuda::PrefillSplitKv) the prefill kernel no longer
 // leaves the GPU idle there, and they read each key once per (tile, KV head) on wgmma where row
 // groups read it once per group: they take every such sequence, and row groups are the A/B
-// alternative when the split is off (bench/RESULTS.md, session 25).
-bool GroupVerifyRows(const AttentionBatch& batch, const AttentionShape& shape, int sm_count) {
-  // Batches with MInference sequences keep whole tiles (PlanAttention): row groups stay theirs.
-  const bool gated = std::any_of(
-      batch.sequences.begin(), batch.sequences.end(),
-      [](const auto& sa) { return sa.pattern.kind == AttentionMethodKind::kMInference; });
-  if (cuda::PrefillSplitKv() && !gated) return false;
+// alternative when the split is off (bench/RESULTS.md, session 25) or the batch cannot split
+// (`split_tiles`: SplitTilesFor).
+bool GroupVerifyRows(const AttentionBatch& batch, const AttentionShape& shape, int sm_count,
+                     bool split_tiles) {
+  if (split_tiles) return false;
   constexpr int64_t kGroupHeadsPerPrefillWave = 80;
   const int group = shape.num_heads / shape.num_kv_heads;
   const int rows = DecodeGroupRows(group);
@@ -123,6 +121,24 @@ bool GroupVerifyRows(const AttentionBatch& batch, const AttentionShape& shape, i
   const int64_t slots = int64_t{2} * std::max(sm_count, 1);
   const int64_t waves = (ctas + slots - 1) / slots;
   return groups * shape.num_kv_heads <= kGroupHeadsPerPrefillWave * waves;
+}
+
+// Whether the batch's prefill tiles may split their keys (cuda::PrefillSplit): the tensor-core
+// kernels run it, the switch is on, and no MInference sequence gates tiles per head (gated
+// batches keep whole tiles, and their verify rows the decode kernel's row groups).
+bool SplitTilesFor(const AttentionBatch& batch, bool generic) {
+  return !generic && cuda::PrefillSplitKv() &&
+         std::none_of(batch.sequences.begin(), batch.sequences.end(), [](const auto& sa) {
+           return sa.pattern.kind == AttentionMethodKind::kMInference;
+         });
+}
+
+// Floats of the split prefill tiles' partial outputs (64 rows of every part of every tile, each
+// of `heads` x `per_head` floats): head_dim for the outputs, 1 for the log-sum-exps.
+int64_t SplitPartialFloats(const AttentionPlan::Layout& l, int heads, int per_head) {
+  return l.prefill_splits > 1 ? int64_t{l.num_prefill_tiles} * l.prefill_splits *
+                                    cuda::kPrefillTileRows * heads * per_head
+                              : 0;
 }
 
 // The key ranges a single-query sequence's split-KV items cover: its sinks (when a window leaves a
@@ -184,7 +200,8 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   std::vector<int32_t> table_begins(num_seqs, 0), mask_begins(num_seqs, -1);
   int total_q = 0, decode_groups = 0, decode_rows = 1;
   const int group_rows = DecodeGroupRows(group);
-  const bool grouped = !generic && GroupVerifyRows(batch, shape, sm_count_);
+  const bool split_tiles = SplitTilesFor(batch, generic);
+  const bool grouped = !generic && GroupVerifyRows(batch, shape, sm_count_, split_tiles);
   int64_t decode_tiles = 0;
   const float scale =
       batch.scale > 0 ? batch.scale : 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
@@ -243,7 +260,7 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
       }
       decode_groups += groups;
     } else if (cudnn != nullptr && !window && sa.mask.empty() &&
-               !(cuda::PrefillSplitKv() && GroupableRows(sa.q_len, sa.kv_len, group))) {
+               !(split_tiles && GroupableRows(sa.q_len, sa.kv_len, group))) {
       // (A causal verify chain over a long prefix takes split tiles: cuDNN would give its one
       // or two tiles a CTA per head walking every key.)
       cudnn_seqs.push_back(s);
@@ -345,11 +362,11 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   // most SMs idle (8B shape at 32K: a 119-row Lookahead step 94.6 ms against 7.6 plain, H100).
   // Its keys are then cut into parts, up to one wave of CTAs and at least kMinSplitKeyTiles key
   // tiles a part, in powers of two (the layout changes a few times as a context grows, so step
-  // graphs stay valid between). MInference-gated batches keep whole tiles.
+  // graphs stay valid between). MInference-gated batches keep whole tiles (SplitTilesFor).
   constexpr int kMinSplitKeyTiles = 4;
   int splits = 1;
   std::vector<int32_t> split_merges, split_merge_rows;
-  if (!generic && !gated && !tile_work.empty() && cuda::PrefillSplitKv()) {
+  if (split_tiles && !tile_work.empty()) {
     const int cta_heads = cuda::PrefillCtaHeads(group);
     const int64_t ctas = static_cast<int64_t>(tile_work.size()) * (shape.num_heads / cta_heads);
     const int64_t wave = int64_t{std::max(sm_count_, 1)} * (cta_heads == 4 ? 1 : 2);
@@ -530,11 +547,8 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
       (int64_t{max_items} * decode_rows * shape.num_heads * (shape.head_dim + 1) + 3) / 4 * 4;
   // Then the split prefill tiles' partials (64 rows of every part of every tile).
   l.split_partial = (l.tokenselect_partial + tokenselect.partial_floats + 3) / 4 * 4;
-  const int64_t split_floats = splits > 1 ? int64_t{l.num_prefill_tiles} * splits *
-                                                cuda::kPrefillTileRows * shape.num_heads *
-                                                (shape.head_dim + 1)
-                                          : 0;
-  const int64_t partial_floats = l.split_partial + split_floats;
+  const int64_t partial_floats =
+      l.split_partial + SplitPartialFloats(l, shape.num_heads, shape.head_dim + 1);
   const int64_t stats_floats = 2 * std::max<int64_t>(1, num_seqs);
   const bool grow_metadata = workspace.metadata.numel() < static_cast<int64_t>(host.size());
   const bool grow_partial =
@@ -787,9 +801,7 @@ absl::Status CudaBackend::Attention(const AttentionPlan& plan, const Tensor& q,
     split.splits = l.prefill_splits;
     if (split.splits > 1) {
       split.partial_out = ws.partial.data<float>() + l.split_partial;
-      split.partial_lse = split.partial_out + int64_t{l.num_prefill_tiles} * split.splits *
-                                                  cuda::kPrefillTileRows * dims.heads *
-                                                  dims.head_dim;
+      split.partial_lse = split.partial_out + SplitPartialFloats(l, dims.heads, dims.head_dim);
     }
     SS_RETURN_IF_ERROR(CudaStatus(
         cuda::LaunchPrefillAttention(

@@ -25,6 +25,7 @@ TEST(StepDraftTest, ChainsShareTheirPrefixAndTheWalkFollowsTheSampledTokens) {
   EXPECT_EQ(d.size(), 4);
   EXPECT_EQ(d.MaxDepth(), 3);
   EXPECT_EQ(d.offsets, (std::vector<int32_t>{1, 2, 3, 2}));
+  EXPECT_EQ(d.Positions(10), (std::vector<int32_t>{10, 11, 12, 13, 12}));  // root first
   const std::vector<uint8_t> mask = d.FullMask();
   // Row 4 (token 8) sees the root, row 1 and itself only.
   EXPECT_EQ(std::vector<uint8_t>(mask.begin() + 20, mask.begin() + 25),
