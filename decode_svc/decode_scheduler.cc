@@ -415,7 +415,7 @@ void DecodeScheduler::EngineStep() {
   absl::StatusOr<std::vector<int32_t>> next =
       runner_->Step(rows, sampling, nullptr, nullptr, logprobs);
   if (!next.ok()) {
-    for (Running* r : planned) r->spec->Abandon(*r->sampler);
+    for (Running* r : planned) r->spec->Abandon();
   }
   if (next.status().code() == absl::StatusCode::kResourceExhausted && running_.size() > 1) {
     Preempt(*running_.back());  // newest first, as vLLM does; retried next iteration

@@ -41,6 +41,10 @@ ABSL_FLAG(std::string, spec_modes,
           "probability A). --spec-max-draft, --spec-controller and the --lookahead-*, "
           "--sparse-self-*, --tokenswift-* and --kangaroo-* flags apply to all.");
 ABSL_FLAG(int, spec_tokens, 256, "bench spec: tokens generated per sequence (EOS ignored).");
+ABSL_FLAG(int, spec_repeats, 1,
+          "bench spec: runs of each mode, each right after a plain run of its own; the table "
+          "gives the median of the runs' ratios to their plain runs (and their range when > 1). "
+          "Each run starts the controller afresh, as a new engine would.");
 ABSL_FLAG(std::string, spec_prompts, "",
           "bench spec: a file of prompts, one per line (sequence i takes line i mod lines); "
           "empty = eight story openings.");
@@ -83,9 +87,20 @@ struct Mode {
   double oracle = -1;  // >= 0: the oracle's acceptance
 };
 
+// Where a run's decode loop spent its time, summed over its steps (seconds).
+struct LoopTimes {
+  double choose = 0;  // the controller's depths (PickDraftDepths)
+  double drafts = 0;  // model drafters' passes before the steps
+  double plan = 0;    // each sequence's rows and sampling rows
+  double step = 0;    // ModelRunner::Step (forward pass, sampling, copy back)
+  double finish = 0;  // verification, commits, emitting
+};
+
 struct RunResult {
   std::vector<std::vector<int32_t>> outputs;  // per sequence
   double seconds = 0;                         // the decode loop
+  LoopTimes times;
+  int64_t speculative_steps = 0;  // steps where some sequence drafted
   int64_t steps = 0, tokens = 0;
   int64_t sequence_steps = 0;             // steps summed over the sequences in them
   std::vector<double> reached, accepted;  // per draft position
@@ -179,6 +194,13 @@ class SpecBench {
       }
       if (live.empty()) break;
       // Depths: the controller over every speculating sequence, or the fixed depth.
+      Clock::time_point mark = Clock::now();
+      // Adds the time since `mark` to `into` and moves `mark` on.
+      auto lap = [&mark](double& into) {
+        const Clock::time_point now = Clock::now();
+        into += std::chrono::duration<double>(now - mark).count();
+        mark = now;
+      };
       std::vector<int> depth(live.size(), 0);
       if (mode.method != engine::SpecMethod::kNone) {
         std::vector<engine::DraftRoom> rooms;
@@ -191,6 +213,9 @@ class SpecBench {
         depth = engine::PickDraftDepths(cost_, rooms, static_cast<int>(live.size()), nullptr,
                                         runner_->replays_step_graphs());
       }
+      lap(result.times.choose);
+      result.speculative_steps +=
+          std::any_of(depth.begin(), depth.end(), [](int d) { return d > 0; });
       std::vector<engine::ModelDraftJob> model_drafts;
       for (size_t j = 0; j < live.size(); ++j) {
         const int i = live[j];
@@ -202,6 +227,7 @@ class SpecBench {
       if (!model_drafts.empty()) {
         SS_RETURN_IF_ERROR(engine::RunModelDrafts(*runner_, model_drafts, &cost_));
       }
+      lap(result.times.drafts);
       const Clock::time_point step_start = Clock::now();  // draft passes are priced apart
       result.sequence_steps += static_cast<int64_t>(live.size());
       std::vector<engine::StepRows> rows(live.size());
@@ -218,7 +244,9 @@ class SpecBench {
           sampling.penalized_begin.push_back(0);
         }
       }
+      lap(result.times.plan);
       SS_ASSIGN_OR_RETURN(const std::vector<int32_t> next, runner_->Step(rows, sampling));
+      lap(result.times.step);
       size_t k = 0;
       for (size_t j = 0; j < live.size(); ++j) {
         const int i = live[j];
@@ -250,6 +278,7 @@ class SpecBench {
       }
       engine::RecordStepCost(
           *runner_, rows, std::chrono::duration<double>(Clock::now() - step_start).count(), cost_);
+      lap(result.times.finish);
       ++result.steps;
     }
     result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -257,15 +286,28 @@ class SpecBench {
     return result;
   }
 
-  // The step-cost model the runs share (as the scheduler's steps share theirs).
+  // What the controller learned in this bench's runs.
   const spec::StepCostModel& cost() const { return cost_; }
 
  private:
   engine::ModelRunner* runner_;
   engine::SpeculationChoice choice_;
   int tokens_;
-  spec::StepCostModel cost_;  // shared by the runs, as the scheduler's is by its steps
+  spec::StepCostModel cost_;  // shared by this bench's runs, as the scheduler's by its steps
 };
+
+// "choose 1.2, plan 3.4, step 370.1, finish 5.6 us/step" (drafts too where there were any).
+std::string DescribeTimes(const RunResult& r) {
+  const double per = 1e6 / static_cast<double>(std::max<int64_t>(r.steps, 1));
+  std::string out = absl::StrFormat("choose %.1f, ", r.times.choose * per);
+  if (r.times.drafts * per >= 0.05)
+    absl::StrAppendFormat(&out, "drafts %.1f, ", r.times.drafts * per);
+  absl::StrAppendFormat(
+      &out, "plan %.1f, step %.1f, finish %.1f us/step; %lld of %lld steps drafted",
+      r.times.plan * per, r.times.step * per, r.times.finish * per,
+      static_cast<long long>(r.speculative_steps), static_cast<long long>(r.steps));
+  return out;
+}
 
 // "= plain", or how many sequences differ and, for each, the plain logits' top-1 minus top-2 gap
 // where it first differs (a near tie flipped by other kernels' rounding: on a GPU multi-row
@@ -320,6 +362,10 @@ absl::Status RunSpecBench() {
   SS_ASSIGN_OR_RETURN(const std::vector<Mode> modes, ParseModes(absl::GetFlag(FLAGS_spec_modes)));
   const int tokens = absl::GetFlag(FLAGS_spec_tokens);
   if (tokens < 2) return absl::InvalidArgumentError("--spec-tokens must be >= 2");
+  const int repeats = absl::GetFlag(FLAGS_spec_repeats);
+  if (repeats < 1 || repeats > 100) {
+    return absl::InvalidArgumentError("--spec-repeats must be in [1, 100]");
+  }
   SS_ASSIGN_OR_RETURN(const engine::RequestOptions request, RequestOptionsFromFlags());
   SS_ASSIGN_OR_RETURN(const Device device, DeviceFromFlags());
   SS_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend, kernels::CreateBackend(device));
@@ -366,21 +412,42 @@ absl::Status RunSpecBench() {
     SS_ASSIGN_OR_RETURN(const RunResult plain, bench.Run(prompts, Mode{"plain"}, nullptr));
     const double plain_rate = plain.tokens / plain.seconds;
     std::printf("| %d | plain | %.1f | 1.00 | 1.00 | - | - | - |\n", batch, plain_rate);
+    std::fprintf(stderr, "batch %d: plain: %s\n", batch, DescribeTimes(plain).c_str());
     for (const Mode& mode : modes) {
-      std::fprintf(stderr, "batch %d: %s\n", batch, mode.name.c_str());
-      SS_ASSIGN_OR_RETURN(const RunResult r, bench.Run(prompts, mode, &plain));
-      if (request.spec.controller) {  // what the controller priced its choices with
-        std::fprintf(stderr, "batch %d: %s: step costs learned: %s\n", batch, mode.name.c_str(),
-                     bench.cost().Describe().c_str());
+      // Each run right after a plain run of its own (the GPU's speed drifts between runs by as
+      // much as the gaps measured) and with a controller that starts afresh (one that priced
+      // another mode's shapes, at other contexts, decides differently).
+      std::vector<double> ratios;
+      RunResult r;
+      double rate = 0;
+      for (int rep = 0; rep < repeats; ++rep) {
+        std::fprintf(stderr, "batch %d: %s (run %d of %d)\n", batch, mode.name.c_str(), rep + 1,
+                     repeats);
+        SS_ASSIGN_OR_RETURN(const RunResult beside, bench.Run(prompts, Mode{"plain"}, nullptr));
+        SpecBench fresh(runner.get(), request.spec, tokens);
+        SS_ASSIGN_OR_RETURN(r, fresh.Run(prompts, mode, &plain));
+        rate = r.tokens / r.seconds;
+        ratios.push_back(rate / (beside.tokens / beside.seconds));
+        std::fprintf(stderr, "batch %d: %s: %.3fx plain; %s\n", batch, mode.name.c_str(),
+                     ratios.back(), DescribeTimes(r).c_str());
+        if (request.spec.controller) {  // what the controller priced its choices with
+          std::fprintf(stderr, "batch %d: %s: step costs learned: %s\n", batch, mode.name.c_str(),
+                       fresh.cost().Describe().c_str());
+        }
+      }
+      std::vector<double> sorted = ratios;
+      std::sort(sorted.begin(), sorted.end());
+      std::string vs_plain = absl::StrFormat("%.2f", sorted[sorted.size() / 2]);
+      if (repeats > 1) {
+        absl::StrAppendFormat(&vs_plain, " (%.2f-%.2f)", sorted.front(), sorted.back());
       }
       std::string by_position;
       for (size_t p = 0; p < r.reached.size(); ++p) {
         absl::StrAppendFormat(&by_position, "%s%.2f", p ? " " : "",
                               r.reached[p] > 0 ? r.accepted[p] / r.reached[p] : 0.0);
       }
-      const double rate = r.tokens / r.seconds;
-      std::printf("| %d | %s | %.1f | %.2f | %.2f | %lld / %lld | %s | %s |\n", batch,
-                  mode.name.c_str(), rate, rate / plain_rate,
+      std::printf("| %d | %s | %.1f | %s | %.2f | %lld / %lld | %s | %s |\n", batch,
+                  mode.name.c_str(), rate, vs_plain.c_str(),
                   static_cast<double>(r.tokens) / r.sequence_steps,
                   static_cast<long long>(r.accepted_total), static_cast<long long>(r.drafted),
                   by_position.empty() ? "-" : by_position.c_str(),

@@ -153,7 +153,7 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
     absl::StatusOr<std::vector<int32_t>> next =
         runner_->Step(absl::MakeConstSpan(&rows, 1), sampling);
     if (!next.ok()) {
-      spec->Abandon(sampler);
+      spec->Abandon();
       status = next.status();
       break;
     }

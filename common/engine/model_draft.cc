@@ -24,9 +24,7 @@ absl::Status RunModelDrafts(ModelRunner& runner, absl::Span<const ModelDraftJob>
     SS_CHECK(job.spec != nullptr && job.spec->drafts_on_model() && !job.history.empty());
     Drafting d{&job, job.spec->DraftPassesAt(job.depth), {}, {}};
     // Peeked, not taken: the verification step draws the same ones again.
-    const sampling::Sampler::Stream before = job.sampler->stream();
-    for (int i = 0; i < d.passes; ++i) d.draws.push_back(job.sampler->DrawUniform());
-    job.sampler->set_stream(before);
+    for (int i = 0; i < d.passes; ++i) d.draws.push_back(job.sampler->PeekUniform(i));
     // Heads draft depths 2 and deeper: a depth-1 draft has no use for them.
     if (runner.num_draft_heads() > 0 && job.depth >= 2) {
       head_top_k = std::max(head_top_k, job.spec->DraftHeadTopK());

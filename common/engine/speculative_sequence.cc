@@ -154,7 +154,9 @@ SpeculativeSequence::SpeculativeSequence(const SpeculationChoice& choice,
     : choice_(choice),
       proposer_(std::move(proposer)),
       max_depth_(max_depth),
-      acceptance_(max_depth) {}
+      acceptance_(max_depth) {
+  for (int k = 1; k <= max_depth_; ++k) rows_at_.push_back(proposer_->RowsAt(k));
+}
 
 void SpeculativeSequence::SetModelDraft(spec::ModelDraft draft) {
   SS_CHECK(model_draft_ != nullptr);
@@ -166,17 +168,17 @@ spec::DraftOption SpeculativeSequence::Option(int room, int wanted) const {
   option.stats = &acceptance_;
   option.model_draft = drafts_on_model();
   option.one_pass = drafts_on_model() && model_draft_->PassesAt(max_depth_) == 1;
-  for (int k = 1; k <= std::min(max_depth_, wanted); ++k) {
-    const int rows = proposer_->RowsAt(k);
-    if (rows > room) break;
-    option.rows_at.push_back(rows);
-  }
+  option.shadowed = proposer_->shadow_predicts_acceptance() && !drafts_on_model();
+  const int depth = FixedDepth(room, wanted);
+  option.rows_at = absl::MakeConstSpan(rows_at_).first(static_cast<size_t>(depth));
   return option;
 }
 
 int SpeculativeSequence::FixedDepth(int room, int wanted) const {
   int depth = 0;
-  while (depth < std::min(max_depth_, wanted) && proposer_->RowsAt(depth + 1) <= room) ++depth;
+  while (depth < std::min(max_depth_, wanted) && rows_at_[static_cast<size_t>(depth)] <= room) {
+    ++depth;
+  }
   return depth;
 }
 
@@ -210,13 +212,12 @@ void SpeculativeSequence::Plan(int depth, absl::Span<const int32_t> history, Seq
                                StepRows* rows, kernels::SamplingBatch* sampling) {
   SS_CHECK(!history.empty() && !planned_);
   planned_ = true;
-  stream_before_ = sampler.stream();
   draft_.Clear();
   if (depth > 0) proposer_->Propose(history, depth, /*verify_only=*/false, &draft_);
   // Trees and branches come in many sizes; chains of each depth are one shape already.
   const bool chain = draft_.IsChain();
   if (pad_drafts_ && !draft_.empty() && !chain) {
-    draft_.PadWithAuxiliaryRows(proposer_->RowsAt(depth), history.back());
+    draft_.PadWithAuxiliaryRows(rows_at_[static_cast<size_t>(depth - 1)], history.back());
   }
   if (draft_.empty() && shadow_.empty() && shadow_actual_.empty() &&
       proposer_->shadow_predicts_acceptance() && ++plain_steps_since_shadow_ >= kShadowEvery) {
@@ -242,10 +243,7 @@ void SpeculativeSequence::Plan(int depth, absl::Span<const int32_t> history, Seq
     rows->speculative = true;
   }
   // One draw per depth: a verification row at depth d samples the token plain decoding would
-  // draw d tokens from now, with that token's draw.
-  const int depth_drawn = draft_.MaxDepth();
-  std::vector<double> uniforms(static_cast<size_t>(depth_drawn) + 1);
-  for (double& u : uniforms) u = sampler.DrawUniform();
+  // draw d tokens from now, with that token's draw (peeked: Finish takes the emitted ones').
   if (sampling->penalized_begin.empty()) sampling->penalized_begin.push_back(0);
   for (int r = 0; r < n; ++r) {
     if (r > 0 && draft_.parents[r - 1] < 0) {  // auxiliary: greedy, unpenalised
@@ -255,16 +253,16 @@ void SpeculativeSequence::Plan(int depth, absl::Span<const int32_t> history, Seq
       for (int32_t a = r; a != 0; a = draft_.parents[a - 1]) path_.push_back(draft_.tokens[a - 1]);
       std::reverse(path_.begin(), path_.end());  // root side first
       sampling->rows.push_back(
-          sampler.RowWithDraw(history, path_, uniforms[path_.size()], &sampling->penalized_ids));
+          sampler.RowWithDraw(history, path_, sampler.PeekUniform(static_cast<int>(path_.size())),
+                              &sampling->penalized_ids));
     }
     sampling->penalized_begin.push_back(static_cast<int32_t>(sampling->penalized_ids.size()));
   }
 }
 
-void SpeculativeSequence::Abandon(sampling::Sampler& sampler) {
+void SpeculativeSequence::Abandon() {
   if (!planned_) return;
-  planned_ = false;
-  sampler.set_stream(stream_before_);
+  planned_ = false;  // Plan only peeked at the sampler's draws
   draft_.Clear();
 }
 
@@ -291,7 +289,6 @@ absl::StatusOr<SpecStepResult> SpeculativeSequence::Finish(absl::Span<const int3
   if (draft_.empty()) {
     result.emitted = {sampled[0]};
     result.emitted_rows = {0};
-    // The one draw taken is the one plain decoding takes.
   } else {
     spec::AcceptedDraft accepted = verifier_(draft_, sampled);
     SS_RETURN_IF_ERROR(runner.Commit(seq, accepted.kept));
@@ -302,9 +299,9 @@ absl::StatusOr<SpecStepResult> SpeculativeSequence::Finish(absl::Span<const int3
     result.depth = draft_.MaxDepth();
     result.accepted = static_cast<int>(result.emitted.size()) - 1;
     acceptance_.Record(result.depth, result.accepted);
-    sampler.set_stream(stream_before_);
-    for (size_t i = 0; i < result.emitted.size(); ++i) sampler.SkipDraw();
   }
+  // The emitted tokens' draws, as plain decoding takes them.
+  for (size_t i = 0; i < result.emitted.size(); ++i) sampler.SkipDraw();
   proposer_->Observe(draft_, sampled, result.emitted);
   FeedShadow(result.emitted);
   draft_.Clear();

@@ -106,8 +106,8 @@ class SpeculativeSequence {
   // from ModelRunner::Commit (the sequence should be finished then).
   absl::StatusOr<SpecStepResult> Finish(absl::Span<const int32_t> sampled, ModelRunner& runner,
                                         SequenceKv& seq, sampling::Sampler& sampler);
-  // The step did not run: rewinds `sampler` to before Plan.
-  void Abandon(sampling::Sampler& sampler);
+  // The step did not run: forgets the plan (the sampler's draws were only peeked at).
+  void Abandon();
 
   // The walk Finish verifies drafts with: spec::AcceptDraft; tests swap in a deliberately biased
   // one to show that the lossless-sampling check can fail.
@@ -137,10 +137,10 @@ class SpeculativeSequence {
   SpeculationChoice choice_;
   std::unique_ptr<spec::DraftProposer> proposer_;
   int max_depth_;
+  std::vector<int> rows_at_;  // proposer_->RowsAt(k) at [k - 1], k = 1..max_depth_ (per step)
   spec::AcceptanceStats acceptance_;
   // The planned step: its draft (empty: a plain row) and the sampler's stream before it.
   spec::StepDraft draft_;
-  sampling::Sampler::Stream stream_before_;
   bool planned_ = false;
   // Pad tree and branch drafts to the depth's rows (StepDraft::PadWithAuxiliaryRows): the runner
   // replays one step graph per step shape.
@@ -148,7 +148,7 @@ class SpeculativeSequence {
   // A draft made at a plain step and the tokens that came after its root so far.
   spec::StepDraft shadow_;
   std::vector<int32_t> shadow_actual_;
-  static constexpr int kShadowEvery = 4;
+  static constexpr int kShadowEvery = 8;
   int plain_steps_since_shadow_ = kShadowEvery - 1;  // the first plain step makes one
   std::vector<int32_t> path_;                        // a row's draft path
   Verifier verifier_ = &spec::AcceptDraft;

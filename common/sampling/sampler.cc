@@ -47,8 +47,10 @@ kernels::SamplingRow Sampler::NextRow(absl::Span<const int32_t> history,
   return row;
 }
 
-double Sampler::DrawUniform() {
-  return params_.temperature != 0.0f ? NextUniform() : 0.0;
+double Sampler::PeekUniform(int i) {
+  if (params_.temperature == 0.0f) return 0.0;
+  while (static_cast<int>(peeked_.size()) <= i) peeked_.push_back(EngineUniform());
+  return peeked_[static_cast<size_t>(i)];
 }
 
 kernels::SamplingRow Sampler::RowWithDraw(absl::Span<const int32_t> history,
@@ -73,6 +75,13 @@ void Sampler::SkipDraw() {
 }
 
 double Sampler::NextUniform() {
+  if (peeked_.empty()) return EngineUniform();
+  const double u = peeked_.front();
+  peeked_.erase(peeked_.begin());  // a few at most (a draft's depth)
+  return u;
+}
+
+double Sampler::EngineUniform() {
   return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
 }
 

@@ -49,17 +49,15 @@ class Sampler {
 
   // Speculative decoding (common/spec/draft.h) samples several rows of one step, each with the
   // draw plain decoding would give its token, then keeps the draws of the tokens it emitted:
-  // DrawUniform takes the next draw (0 without touching the stream when greedy), RowWithDraw
-  // builds a row from a given draw for the token after `history` followed by `continuation` (a
-  // draft row's path: the penalty window spans both), and stream/set_stream save and rewind the
-  // random stream.
-  double DrawUniform();
+  // PeekUniform(i) is the draw i places ahead, without taking it (0 when greedy: no draws), then
+  // SkipDraw takes as many as were kept. RowWithDraw builds a row from a given draw for the token
+  // after `history` followed by `continuation` (a draft row's path: the penalty window spans
+  // both). (Peeked draws wait in a small queue: saving and rewinding the 2.5 KB engine state
+  // instead cost a batch-64 step more host time than its sampling.)
+  double PeekUniform(int i);
   kernels::SamplingRow RowWithDraw(absl::Span<const int32_t> history,
                                    absl::Span<const int32_t> continuation, double uniform,
                                    std::vector<int32_t>* penalized_ids);
-  using Stream = std::mt19937_64;
-  const Stream& stream() const { return rng_; }
-  void set_stream(const Stream& stream) { rng_ = stream; }
 
   // Advances the random stream exactly as one Sample call would (no-op when greedy), without
   // sampling: for a sequence whose first token was drawn elsewhere from the same seed (the
@@ -77,11 +75,13 @@ class Sampler {
   kernels::SamplingRow Row() const;
   // Appends the distinct ids of the history's penalty window to `ids` (see NextRow).
   void AppendPenalizedIds(absl::Span<const int32_t> history, std::vector<int32_t>* ids);
-  // Uniform double in [0, 1) from 53 bits of the engine.
+  // The next uniform double in [0, 1): the first peeked one, else 53 bits of the engine.
   double NextUniform();
+  double EngineUniform();
 
   SamplingParams params_;
   std::mt19937_64 rng_;
+  std::vector<double> peeked_;  // draws PeekUniform took from rng_ ahead of their turn
   kernels::SamplingScratch scratch_;
   std::vector<int32_t> ids_;     // penalised ids of the current call
   std::vector<uint8_t> seen_;    // 1 while an id is in ids_ (grown to the largest id seen)

@@ -13,7 +13,18 @@ namespace sparseserve::spec {
 AcceptanceStats::AcceptanceStats(int max_depth, double decay)
     : decay_(decay),
       reached_(static_cast<size_t>(std::max(max_depth, 0)), 0.0),
-      accepted_(static_cast<size_t>(std::max(max_depth, 0)), 0.0) {}
+      accepted_(static_cast<size_t>(std::max(max_depth, 0)), 0.0) {
+  UpdateExpected();
+}
+
+void AcceptanceStats::UpdateExpected() {
+  expected_.assign(reached_.size() + 1, 0.0);
+  double chain = 1;
+  for (size_t i = 0; i < reached_.size(); ++i) {
+    chain *= Alpha(static_cast<int>(i) + 1);
+    expected_[i + 1] = expected_[i] + chain;
+  }
+}
 
 void AcceptanceStats::Record(int depth, int accepted) {
   depth = std::min(depth, max_depth());
@@ -27,6 +38,7 @@ void AcceptanceStats::Record(int depth, int accepted) {
     reached_[i] += 1;
     if (i < accepted) accepted_[i] += 1;
   }
+  UpdateExpected();
 }
 
 double AcceptanceStats::Alpha(int position) const {
@@ -35,12 +47,7 @@ double AcceptanceStats::Alpha(int position) const {
 }
 
 double AcceptanceStats::ExpectedAccepted(int depth) const {
-  double expected = 0, chain = 1;
-  for (int i = 1; i <= std::min(depth, max_depth()); ++i) {
-    chain *= Alpha(i);
-    expected += chain;
-  }
-  return expected;
+  return expected_[static_cast<size_t>(std::clamp(depth, 0, max_depth()))];
 }
 
 int StepCostModel::Bucket(int rows) {
@@ -79,13 +86,32 @@ void StepCostModel::Record(int rows, double seconds, bool speculative) {
   constexpr double kLevelWeight = 0.2, kShapeWeight = 0.2;  // of the newest measurement
   constexpr int64_t kStaleSteps = 64;
   const int b = Bucket(rows);
+  const bool explored = steps_ >= next_explore_;  // the step was chosen while ExploreDue()
   ++steps_;
-  if (speculative) retry_explore_ = false;
+  if (speculative) {
+    retry_explore_ = false;
+    unmeasured_in_row_ = 0;
+  }
+  if (explored) {
+    // Back off while explores change nothing; a plain step here declined to explore.
+    if (speculative) {
+      explore_interval_ = chosen_since_explore_ > 0
+                              ? kExploreSteps
+                              : std::min(2 * explore_interval_, kMaxExploreSteps);
+      chosen_since_explore_ = 0;
+    }
+    next_explore_ = steps_ - 1 + explore_interval_;
+  } else if (speculative) {  // chosen: explores every kExploreSteps again, from here
+    ++chosen_since_explore_;
+    explore_interval_ = kExploreSteps;
+    next_explore_ = std::min(next_explore_, steps_ - 1 + kExploreSteps);
+  }
   if (shape_.empty()) {
     if (speculative) return;  // the level starts from a plain step
     reference_ = b;
     shape_[b] = 1;
     level_ = seconds;
+    level_samples_ = 1;
     reference_seen_ = steps_;
     return;
   }
@@ -101,7 +127,26 @@ void StepCostModel::Record(int rows, double seconds, bool speculative) {
     reference_ = b;
   }
   if (!speculative && b == reference_) {
-    level_ += kLevelWeight * (seconds - level_);
+    ++level_samples_;
+    if (level_samples_ <= kLevelWarmup) {
+      // A first step is often a cold one (a graph's first replay: at batch 64 on the long-context
+      // model 0.71 ms against 0.31 after it), and speculative steps measured against it looked
+      // twice as cheap as they are for a whole PlainDue streak.
+      level_ = std::min(level_, seconds);
+    } else if (PlainDue(/*after=*/1)) {
+      // The first plain step after a streak (PlainDue): contexts moved under the streak, so this
+      // measurement replaces the level, and the shapes measured during the streak — against the
+      // stale level, at today's contexts — keep the seconds they measured. (A server's first
+      // short requests after long ones, or a batch of fresh sequences after a run's long ones,
+      // would otherwise price speculative steps at a fraction of their cost for hundreds of
+      // steps: the level's average moves a fifth of the way per plain step, one in kPlainSteps.)
+      const double scale = level_ / seconds;
+      for (auto& [bucket, shape] : spec_shape_) shape *= scale;
+      for (auto& [bucket, shape] : draft_shape_) shape *= scale;
+      level_ = seconds;
+    } else {
+      level_ += kLevelWeight * (seconds - level_);
+    }
     reference_seen_ = steps_;
     return;
   }
@@ -145,25 +190,41 @@ double StepCostModel::EstimateDraftPass(int rows) const {
 
 std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const DraftOption> options,
                                    int base_rows, bool uniform) {
-  // Tables first: E_s(k) per option, and the cost of every row count a choice can reach (the
-  // search below evaluates thousands of configurations at batch 64; each must be a lookup).
-  int max_depth = 0, max_rows = base_rows;
-  std::vector<std::vector<double>> expected(options.size());
-  for (size_t s = 0; s < options.size(); ++s) {
-    const int depths = static_cast<int>(options[s].rows_at.size());
-    max_depth = std::max(max_depth, depths);
-    if (depths > 0) max_rows += options[s].rows_at.back();
-    for (int k = 0; k <= depths; ++k) expected[s].push_back(options[s].stats->ExpectedAccepted(k));
-  }
+  constexpr double kSpeculationMargin = 1.05;
+  constexpr double kKnownExploreBar = 0.9;
   std::vector<int> best_depth(options.size(), 0);
-  if (max_depth == 0 || !cost.measured() || cost.PlainDue()) return best_depth;
+  if (!cost.measured() || cost.PlainDue()) return best_depth;
+  // What the cheap way out below needs, without the tables (most steps at large batches end
+  // there: at batch 64 the controller's host time is a few percent of a GPU step).
+  int max_depth = 0, max_rows = base_rows;
   bool unmeasured = false;  // some sequence's acceptance rests on too few drafts
+  bool unshadowed = false;  // some sequence's acceptance is measured by explores alone
   bool model_drafts = false;
+  double most_tokens = static_cast<double>(options.size());
+  int fewest_rows = std::numeric_limits<int>::max();
   for (const DraftOption& o : options) {
+    const int depths = static_cast<int>(o.rows_at.size());
+    if (depths == 0) continue;
+    max_depth = std::max(max_depth, depths);
+    max_rows += o.rows_at.back();
+    most_tokens += o.stats->ExpectedAccepted(depths);
+    fewest_rows = std::min(fewest_rows, o.rows_at[0]);
     // Only model drafters: the others' acceptance is measured on plain steps too (shadow drafts).
-    unmeasured |= o.model_draft && !o.rows_at.empty() &&
-                  o.stats->samples() < StepCostModel::kMinAcceptanceSamples;
-    model_drafts |= o.model_draft && !o.rows_at.empty();
+    unmeasured |= o.model_draft && o.stats->samples() < StepCostModel::kMinAcceptanceSamples;
+    model_drafts |= o.model_draft;
+    unshadowed |= !o.shadowed;
+  }
+  if (max_depth == 0) return best_depth;
+  // The cheap way out, every step that speculation cannot win: even every sequence's deepest
+  // draft for the price of the cheapest speculative step does not beat plain decoding (whose
+  // steps have no draft passes).
+  const bool explore = cost.ExploreDue() ||
+                       (unshadowed && cost.ExploreDue(StepCostModel::kExploreSteps)) ||
+                       (unmeasured && cost.ExploreDue(StepCostModel::kExploreUnmeasuredSteps));
+  if (most_tokens / cost.Estimate(base_rows + fewest_rows, true) <=
+          static_cast<double>(options.size()) / cost.Estimate(base_rows) * kSpeculationMargin &&
+      !explore) {
+    return best_depth;
   }
   // Model drafters' passes: passes[j] = model-drafted sequences drafting deeper than j; a pass of
   // n sequences costs EstimateDraftPass(n), looked up in a table.
@@ -192,29 +253,20 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
       passes[static_cast<size_t>(j)] += delta;
     }
   };
-  // Costs by row count, filled as the search reaches them (0 = not yet).
-  std::vector<double> plain_cost(static_cast<size_t>(max_rows - base_rows) + 1, 0.0);
-  std::vector<double> spec_cost(plain_cost.size(), 0.0);
+  // Costs by row count, filled as the ascent reaches them (0 = not yet): it evaluates
+  // thousands of configurations at batch 64, each must be a lookup. Uniform steps evaluate one
+  // per depth, and their row counts reach thousands (Lookahead's 119 rows a sequence): no tables.
+  const size_t table = uniform ? 0 : static_cast<size_t>(max_rows - base_rows) + 1;
+  std::vector<double> plain_cost(table, 0.0), spec_cost(table, 0.0);
   auto rows_of = [&](size_t s, int k) { return k == 0 ? 0 : options[s].rows_at[k - 1]; };
+  auto expected = [&](size_t s, int k) { return options[s].stats->ExpectedAccepted(k); };
   auto rate = [&](double tokens, int rows, int drafting) {
+    if (uniform) return tokens / (cost.Estimate(rows, drafting > 0) + draft_seconds());
     double& c = (drafting > 0 ? spec_cost : plain_cost)[static_cast<size_t>(rows - base_rows)];
     if (c == 0) c = cost.Estimate(rows, drafting > 0);
     return tokens / (c + draft_seconds());
   };
   const double plain_rate = rate(static_cast<double>(options.size()), base_rows, 0);
-  // The cheap way out, every step that speculation cannot win: even every sequence's deepest
-  // draft for the price of the cheapest speculative step does not beat plain decoding.
-  double most_tokens = static_cast<double>(options.size());
-  int fewest_rows = std::numeric_limits<int>::max();
-  for (size_t s = 0; s < options.size(); ++s) {
-    most_tokens += expected[s].back();
-    if (!options[s].rows_at.empty()) fewest_rows = std::min(fewest_rows, options[s].rows_at[0]);
-  }
-  const bool explore =
-      cost.ExploreDue() || (unmeasured && cost.ExploreDue(StepCostModel::kExploreUnmeasuredSteps));
-  if (most_tokens / cost.Estimate(base_rows + fewest_rows, true) <= plain_rate * 1.01 && !explore) {
-    return best_depth;
-  }
   double best_rate = plain_rate, best_speculative_rate = 0;
   std::vector<int> best_speculative;
   // Starts: all plain, every sequence at depth 1, and every sequence at its deepest; uniform
@@ -233,7 +285,7 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
     for (size_t s = 0; s < options.size(); ++s) {
       depth[s] = std::min(start, static_cast<int>(options[s].rows_at.size()));
       set_passes(s, 0, depth[s]);
-      tokens += expected[s][depth[s]];
+      tokens += expected(s, depth[s]);
       rows += rows_of(s, depth[s]);
       drafting += depth[s] > 0;
     }
@@ -245,13 +297,13 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
       bool changed = false;
       for (size_t s = 0; s < options.size(); ++s) {
         const int now = depth[s];
-        const double tokens_without = tokens - expected[s][now];
+        const double tokens_without = tokens - expected(s, now);
         const int rows_without = rows - rows_of(s, now);
         const int drafting_without = drafting - (now > 0);
         int pick = now;
         for (int k = 0; k <= static_cast<int>(options[s].rows_at.size()); ++k) {
           set_passes(s, now, k);
-          const double r = rate(tokens_without + expected[s][k], rows_without + rows_of(s, k),
+          const double r = rate(tokens_without + expected(s, k), rows_without + rows_of(s, k),
                                 drafting_without + (k > 0));
           set_passes(s, k, now);
           // A change must gain 1% (measurement noise must not flip depths every step).
@@ -263,7 +315,7 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
         if (pick != now) {
           set_passes(s, now, pick);
           depth[s] = pick;
-          tokens = tokens_without + expected[s][pick];
+          tokens = tokens_without + expected(s, pick);
           rows = rows_without + rows_of(s, pick);
           drafting = drafting_without + (pick > 0);
           changed = true;
@@ -271,11 +323,15 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
       }
       if (!changed) break;
     }
-    if (current > best_rate * 1.01) {
+    const bool speculative = drafting > 0;
+    // Speculation must beat plain decoding by kSpeculationMargin: the estimates are averages
+    // (first launches, graph setups and the verify rows' host work scatter around them), and a
+    // speculative step that only breaks even loses to that scatter (oracle acceptance 0.3 at
+    // batch 64 on the long-context model: 0.93x plain with a 1% margin).
+    if (current > best_rate * 1.01 && (!speculative || current > plain_rate * kSpeculationMargin)) {
       best_rate = current;
       best_depth = depth;
     }
-    const bool speculative = drafting > 0;
     if (start > 0 && (speculative ? current : start_rate) > best_speculative_rate) {
       best_speculative_rate = speculative ? current : start_rate;
       best_speculative = speculative ? depth : start_depth;
@@ -309,7 +365,11 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
         extra += rows;
       }
     }
-    return best_speculative;
+    // Where plain steps measure every acceptance (shadow drafts) and this step's cost was
+    // measured too, an explore re-measures a known cost: only worth it within reach of plain
+    // (on a GPU an explore's new shape costs a dozen plain steps to set up and measure).
+    const bool known = !unmeasured && !unshadowed && cost.measured(base_rows + extra, true);
+    if (!known || best_speculative_rate >= kKnownExploreBar * plain_rate) return best_speculative;
   }
   return best_depth;
 }

@@ -15,7 +15,8 @@
 // StepCostModel, one per engine: the wall time of a whole step (forward pass, sampling, commits
 // and host work) as level × shape(rows). The level follows the cost as contexts grow (an
 // exponential average of the steps in a reference bucket: the plain steps' row count, re-anchored
-// when the batch moves); the shape, 1 at the reference, is an exponential average per row bucket
+// when the batch moves; replaced by the first such step after a speculative streak, whose shapes
+// keep their seconds); the shape, 1 at the reference, is an exponential average per row bucket
 // (exact up to 64 rows) of each step's time over the level — so a speculative step measured at a
 // short context still prices its rows right at a long one. Between measured buckets the shape is
 // interpolated; past the largest it extends the last two buckets' slope, and with one bucket
@@ -31,7 +32,10 @@
 // sequence alone may not pay for it where all of them do), keeping the best; once every
 // StepCostModel::kExploreSteps steps a plain decision becomes the best speculative one — for as
 // many sequences, in turn, as keep its draft rows within the step's other rows — so a bad
-// first measurement cannot keep speculation off for good (≤ 1/128 of the steps, and only a choice
+// first measurement cannot keep speculation off for good (≤ 1/128 of the steps — fewer while
+// explores change nothing and shadow drafts measure every sequence's acceptance:
+// StepCostModel::ExploreDue backs off, and an explore whose step was measured already runs only
+// when estimated within 0.9x of plain — and only a choice
 // estimated at no worse than half of plain's rate — or any, once every 8 steps, while a model
 // drafter's acceptance rests on fewer than 8 drafts: it has no shadow draft to measure it on plain
 // steps; and after a speculative step that set up a step graph, until one is measured), and a
@@ -60,15 +64,18 @@ class AcceptanceStats {
   void Record(int depth, int accepted);
   // α_i for position i (1-based).
   double Alpha(int position) const;
-  // E(k), k in 0..max_depth.
+  // E(k), k in 0..max_depth (kept up to date by Record: the controller reads it for every
+  // sequence at every step).
   double ExpectedAccepted(int depth) const;
   int max_depth() const { return static_cast<int>(reached_.size()); }
   // Drafts recorded (decayed): below a few, the prior still weighs on every α.
   double samples() const { return reached_.empty() ? 0 : reached_[0]; }
 
  private:
+  void UpdateExpected();
   double decay_;
   std::vector<double> reached_, accepted_;  // [max_depth], decayed
+  std::vector<double> expected_;            // [max_depth + 1]: E(k)
 };
 
 class StepCostModel {
@@ -83,22 +90,39 @@ class StepCostModel {
   // estimate: a plain step of as many rows until one was measured.
   void RecordDraftPass(int rows, double seconds);
   double EstimateDraftPass(int rows) const;
-  // Whether a plain step was measured (the level every estimate scales).
-  bool measured() const { return !shape_.empty(); }
+  // Whether the level every estimate scales was measured (the least of kLevelWarmup plain steps);
+  // whether a step of `rows` rows was (its bucket).
+  static constexpr int kLevelWarmup = 2;
+  bool measured() const { return level_samples_ >= kLevelWarmup; }
+  bool measured(int rows, bool speculative) const {
+    return (speculative ? spec_shape_ : shape_).contains(Bucket(rows));
+  }
   // The bucket `rows` is measured in (its smallest row count).
   static int Bucket(int rows);
   // True once every kExploreSteps recorded steps: ChooseDraftDepths then runs its best
   // speculative choice even where plain decoding looks better, to measure it again. Also true
-  // after a speculative step that measured nothing (NoteUnmeasured) until one is recorded.
+  // after a speculative step that measured nothing (NoteUnmeasured) until one is recorded. While
+  // no step chose speculation between two explores, the interval doubles up to kMaxExploreSteps
+  // (an explore on a GPU costs several plain steps: a new shape is run op by op and captured
+  // before its replay is measured — at batch 64 on a small model, explores every 128 steps cost
+  // 7-10% with nothing accepted); a step that chooses speculation sets it back to kExploreSteps.
   static constexpr int kExploreSteps = 128;
-  bool ExploreDue(int every = kExploreSteps) const {
-    return retry_explore_ || steps_ % every == every - 1;
-  }
+  static constexpr int kMaxExploreSteps = 1024;
+  bool ExploreDue() const { return retry_explore_ || steps_ >= next_explore_; }
+  // Every `every`-th step (or after an unmeasured speculative step), without backing off.
+  bool ExploreDue(int every) const { return retry_explore_ || steps_ % every == every - 1; }
   // A step that was not recorded (it set up a step graph: warm-up or capture, far slower than
   // its replays). When it was speculative, the next steps explore again, so the shape's first
   // replay is measured within a few steps instead of kExploreSteps later — on a GPU a new
-  // speculative shape costs two such steps before it measures anything.
-  void NoteUnmeasured(bool speculative) { retry_explore_ = retry_explore_ || speculative; }
+  // speculative shape costs two such steps before it measures anything. At most
+  // kExploreRetries in a row: a shape whose graph is captured again at every step (its plan's
+  // layout moved with the contexts) would otherwise explore at every step.
+  static constexpr int kExploreRetries = 2;
+  void NoteUnmeasured(bool speculative) {
+    if (!speculative) return;
+    retry_explore_ = unmeasured_in_row_ < kExploreRetries;
+    ++unmeasured_in_row_;
+  }
   // While a model-drafted sequence's acceptance rests on fewer than kMinAcceptanceSamples drafts
   // (it has no shadow drafts: only its speculative steps measure it), every
   // kExploreUnmeasuredSteps-th step explores instead.
@@ -109,7 +133,10 @@ class StepCostModel {
   // speculative steps, which would otherwise keep pricing themselves against an old level —
   // so ChooseDraftDepths runs one plain step.
   static constexpr int kPlainSteps = 32;
-  bool PlainDue() const { return measured() && steps_ - reference_seen_ >= kPlainSteps; }
+  // `after`: counting a step just recorded (Record asks whether the step it records was due).
+  bool PlainDue(int after = 0) const {
+    return measured() && steps_ - after - reference_seen_ >= kPlainSteps;
+  }
   // Steps recorded so far (plain, speculative; not draft passes).
   int64_t steps() const { return steps_; }
   // What the model has learned, for benchmarks' logs: the level and each measured bucket's
@@ -120,9 +147,16 @@ class StepCostModel {
   double Shape(int rows, bool speculative) const;
   double ShapeIn(const std::map<int, double>& shapes, int rows) const;
   double level_ = 0;
-  int reference_ = 0;  // the plain bucket whose shape is 1 (see Record)
+  int reference_ = 0;          // the plain bucket whose shape is 1 (see Record)
+  int64_t level_samples_ = 0;  // plain steps of the reference bucket recorded
   int64_t steps_ = 0, reference_seen_ = 0;
   bool retry_explore_ = false;  // NoteUnmeasured saw a speculative step
+  int unmeasured_in_row_ = 0;   // speculative steps NoteUnmeasured saw since one was recorded
+  // ExploreDue's schedule: the step count of the next explore, the interval that put it there,
+  // and the speculative steps recorded since the last explore that were not explores.
+  int64_t next_explore_ = kExploreSteps - 1;
+  int explore_interval_ = kExploreSteps;
+  int64_t chosen_since_explore_ = 0;
   // bucket -> step time / level (plain, speculative, draft pass)
   std::map<int, double> shape_, spec_shape_, draft_shape_;
 };
@@ -130,14 +164,20 @@ class StepCostModel {
 // One speculating sequence's choices for a step.
 struct DraftOption {
   const AcceptanceStats* stats = nullptr;
-  // Extra rows a draft of depth k adds (k = 1..), [max depth allowed]; rows_at[k - 1].
-  std::vector<int> rows_at;
+  // Extra rows a draft of depth k adds (k = 1..), [max depth allowed]; rows_at[k - 1]. A view
+  // of its sequence's table (valid while the sequence lives: built for every sequence at every
+  // step, a copy was a large part of the controller's host time at batch 64).
+  absl::Span<const int> rows_at;
   // The model drafts it (sparse-self, Kangaroo): depth k also costs k draft passes before the
   // step, shared with the other model-drafted sequences (StepCostModel::EstimateDraftPass; one
   // price for every kind of pass: a batch mixing Kangaroo's early exits with full passes is priced
   // roughly); `one_pass` (TokenSwift): every depth costs one.
   bool model_draft = false;
   bool one_pass = false;
+  // Plain steps measure its acceptance (shadow drafts: DraftProposer::shadow_predicts_acceptance,
+  // and not a model drafter). Explores are the only measure of the others' acceptance, so while
+  // a step has any of those, explores keep to every kExploreSteps steps (no back-off).
+  bool shadowed = true;
 };
 
 // Depth per option (0 = plain), for a step whose other rows (every sequence's root row, prefill

@@ -244,6 +244,30 @@ TEST(SamplerTest, SkipDrawContinuesTheStreamOfAnotherSampler) {
   for (int i = 1; i < 20; ++i) EXPECT_EQ(rest.Sample(logits.data(), 5, {}), expected[i]) << i;
 }
 
+// Speculative steps peek at the draws ahead and take only the emitted tokens': peeking changes
+// nothing a later draw sees, however far it looked, and greedy samplers have no draws.
+TEST(SamplerTest, PeekedDrawsAreTheNextDrawsAndTakingThemContinuesTheStream) {
+  SamplingParams params;
+  params.temperature = 0.8f;
+  params.seed = 7;
+  Sampler plain(params), peeking(params);
+  std::vector<double> draws;
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 12; ++i) draws.push_back(plain.NextRow({}, &ids).uniform);
+  EXPECT_EQ(peeking.PeekUniform(3), draws[3]);  // the 4th draw, peeked first
+  EXPECT_EQ(peeking.PeekUniform(0), draws[0]);
+  EXPECT_EQ(peeking.PeekUniform(3), draws[3]);  // peeking twice takes nothing
+  peeking.SkipDraw();                           // one token emitted
+  EXPECT_EQ(peeking.PeekUniform(0), draws[1]);
+  EXPECT_EQ(peeking.PeekUniform(5), draws[6]);  // past what was peeked before
+  peeking.SkipDraw();
+  peeking.SkipDraw();
+  for (int i = 3; i < 12; ++i) EXPECT_EQ(peeking.NextRow({}, &ids).uniform, draws[i]) << i;
+  params.temperature = 0.0f;
+  Sampler greedy(params);
+  EXPECT_EQ(greedy.PeekUniform(2), 0.0);
+}
+
 // The draw walks the kept ids in ascending id order, not in probability order: with
 // probabilities {0.2, 0.5, 0.3}, the thirds of [0, 1) below 0.2, 0.7 and 1 go to ids 0, 1, 2.
 TEST(SampleRowTest, DrawWalksKeptIdsInAscendingOrder) {

@@ -3,6 +3,7 @@
 // controller's arithmetic.
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <set>
 #include <vector>
 
@@ -15,6 +16,10 @@
 
 namespace sparseserve::spec {
 namespace {
+
+// Rows per depth of a chain drafter (DraftOption::rows_at views them).
+const std::vector<int> kOneDepth = {1};
+const std::vector<int> kFourDepths = {1, 2, 3, 4};
 
 using ::testing::Test;
 
@@ -267,6 +272,17 @@ TEST(StepCostModelTest, AnUnmeasuredSpeculativeStepKeepsExploringDue) {
   m.Record(20, 1.5, /*speculative=*/true);
   EXPECT_FALSE(m.ExploreDue());
   EXPECT_NEAR(m.Estimate(20, true), 1.5, 1e-9);
+  // A shape captured again at every step (its layout moves with the contexts) stops retrying
+  // after kExploreRetries unmeasured steps in a row.
+  for (int i = 0; i < StepCostModel::kExploreRetries; ++i) {
+    m.NoteUnmeasured(true);
+    EXPECT_TRUE(m.ExploreDue()) << i;
+  }
+  m.NoteUnmeasured(true);
+  EXPECT_FALSE(m.ExploreDue());
+  m.Record(20, 1.5, true);  // measured at last: the next one may retry again
+  m.NoteUnmeasured(true);
+  EXPECT_TRUE(m.ExploreDue());
 }
 
 TEST(ChooseDraftDepthsTest, SpeculatesOnlyWhereTheExpectedTokensPayForTheRows) {
@@ -275,7 +291,7 @@ TEST(ChooseDraftDepthsTest, SpeculatesOnlyWhereTheExpectedTokensPayForTheRows) {
     good.Record(4, 4);
     bad.Record(4, 0);
   }
-  const DraftOption g{&good, {1, 2, 3, 4}}, b{&bad, {1, 2, 3, 4}};
+  const DraftOption g{&good, kFourDepths}, b{&bad, kFourDepths};
   // Nothing measured yet: plain, whose step prices every other (a speculative step first would
   // leave the model without a level for good).
   EXPECT_EQ(ChooseDraftDepths(StepCostModel(), std::vector<DraftOption>{g}, 1),
@@ -299,7 +315,7 @@ TEST(ChooseDraftDepthsTest, SpeculatesOnlyWhereTheExpectedTokensPayForTheRows) {
     jump.Record(12, 1.3, true);
     jump.Record(40, 1.3, true);
   }
-  const DraftOption g1{&good, {1}};
+  const DraftOption g1{&good, kOneDepth};
   EXPECT_EQ(ChooseDraftDepths(jump, std::vector<DraftOption>(8, g1), 8), std::vector<int>(8, 1));
   std::vector<DraftOption> one_good(8, b);
   one_good[0] = g1;
@@ -319,6 +335,48 @@ TEST(ChooseDraftDepthsTest, SpeculatesOnlyWhereTheExpectedTokensPayForTheRows) {
   EXPECT_EQ(ChooseDraftDepths(jump, std::vector<DraftOption>(8, g), 8), std::vector<int>(8, 0));
   jump.Record(8, 1.0);
   EXPECT_FALSE(jump.PlainDue());
+}
+
+// A cold first step (a graph's first replay) must not set the level: it is the least of the first
+// two plain steps, and nothing speculates before both ran (a level twice too high priced 128-row
+// speculative steps at half a plain one for a whole PlainDue streak).
+TEST(StepCostModelTest, TheLevelIsTheLeastOfTheFirstPlainSteps) {
+  StepCostModel cost;
+  cost.Record(64, 0.7);
+  EXPECT_FALSE(cost.measured());
+  AcceptanceStats prior(4);
+  EXPECT_EQ(
+      ChooseDraftDepths(cost, std::vector<DraftOption>(64, DraftOption{&prior, kFourDepths}), 64),
+      std::vector<int>(64, 0));
+  cost.Record(64, 0.31);
+  EXPECT_TRUE(cost.measured());
+  EXPECT_NEAR(cost.Estimate(64), 0.31, 1e-12);
+  cost.Record(64, 0.41);  // then the usual average
+  EXPECT_NEAR(cost.Estimate(64), 0.33, 1e-12);
+}
+
+// Contexts that shrink under a speculative streak (fresh short requests after long ones): the
+// plain step PlainDue brings replaces the stale level, and the streak's speculative shapes keep
+// the seconds they measured — with the level's usual average (a fifth of the way per plain step)
+// a 5.5 s speculative step stayed priced at 4.8 s against 8.7 s plain ones.
+TEST(StepCostModelTest, APlainStepAfterAStreakReplacesAStaleLevel) {
+  StepCostModel cost;
+  for (int i = 0; i < 8; ++i) cost.Record(8, 10.0);
+  for (int i = 0; i < StepCostModel::kPlainSteps; ++i) cost.Record(40, 5.5, true);
+  ASSERT_TRUE(cost.PlainDue());
+  cost.Record(8, 3.6);
+  EXPECT_FALSE(cost.PlainDue());
+  EXPECT_NEAR(cost.Estimate(8), 3.6, 1e-9);
+  EXPECT_NEAR(cost.Estimate(40, true), 5.5, 1e-9);
+  // Drafts whose acceptance is nearly nil no longer pay: 8 tokens for 3.6 s beat 8.4 for 5.5 s.
+  AcceptanceStats poor(4);
+  for (int i = 0; i < 50; ++i) poor.Record(4, 0);
+  const DraftOption option{&poor, kFourDepths};
+  EXPECT_EQ(ChooseDraftDepths(cost, std::vector<DraftOption>(8, option), 8),
+            std::vector<int>(8, 0));
+  // Later plain steps average as before.
+  cost.Record(8, 4.6);
+  EXPECT_NEAR(cost.Estimate(8), 3.8, 1e-9);
 }
 
 // An explore at a large batch drafts for as few sequences as the step has rows for, in turn: 64
@@ -362,6 +420,87 @@ TEST(ChooseDraftDepthsTest, ExploresDraftOnlyAsManySequencesAsTheStepHasRows) {
   }
 }
 
+// Speculation must be estimated at least 5% faster than plain decoding: a break-even estimate
+// loses to the estimates' scatter. Rows free here, so the rate is 1 + α of one draft token.
+TEST(ChooseDraftDepthsTest, SpeculationMustBeatPlainByAMargin) {
+  StepCostModel free_rows;
+  for (int i = 0; i < 4; ++i) {
+    free_rows.Record(1, 1.0);
+    free_rows.Record(2, 1.0, /*speculative=*/true);
+  }
+  auto depth_at = [&](int accepted_of_98) {
+    AcceptanceStats stats(1, 1.0);
+    for (int i = 0; i < 98; ++i) stats.Record(1, i < accepted_of_98 ? 1 : 0);
+    return ChooseDraftDepths(free_rows, std::vector<DraftOption>{DraftOption{&stats, kOneDepth}},
+                             1)[0];
+  };
+  EXPECT_EQ(depth_at(2), 0);  // α = 3%
+  EXPECT_EQ(depth_at(7), 1);  // α = 8%
+}
+
+// Explores that change nothing come ever less often (128, 256, 512, then every 1024 steps); a
+// step that chooses speculation between two explores brings them back to every 128. (Priced
+// near plain's rate: explores of steps far from it stop once measured, below.)
+TEST(ChooseDraftDepthsTest, ExploresBackOffWhileNothingChoosesSpeculation) {
+  AcceptanceStats bad(4);
+  for (int i = 0; i < 200; ++i) bad.Record(4, 0);
+  const std::vector<DraftOption> options(8, DraftOption{&bad, kFourDepths});
+  StepCostModel cost;
+  std::vector<int> explores;
+  for (int step = 0; step < 3000; ++step) {
+    const std::vector<int> depth = ChooseDraftDepths(cost, options, 8);
+    const int extra = std::accumulate(depth.begin(), depth.end(), 0);
+    if (extra > 0) {
+      explores.push_back(step);
+      cost.Record(8 + extra, 1.05, /*speculative=*/true);
+    } else {
+      cost.Record(8, 1.0);
+    }
+  }
+  EXPECT_EQ(explores, (std::vector<int>{127, 383, 895, 1919, 2943}));
+  // Drafters that plain steps cannot measure (Lookahead, model drafters) keep to every 128.
+  std::vector<DraftOption> unshadowed = options;
+  unshadowed[3].shadowed = false;
+  StepCostModel lookahead;
+  int explored = 0;
+  for (int step = 0; step < 1024; ++step) {
+    const std::vector<int> depth = ChooseDraftDepths(lookahead, unshadowed, 8);
+    const int extra = std::accumulate(depth.begin(), depth.end(), 0);
+    explored += extra > 0;
+    lookahead.Record(8 + extra, extra > 0 ? 1.3 : 1.0, extra > 0);
+  }
+  EXPECT_EQ(explored, 1024 / StepCostModel::kExploreSteps);
+  // A measured explore step far from plain's rate (0.7x here) is not measured again while
+  // shadows measure the acceptance.
+  StepCostModel dear;
+  explores.clear();
+  for (int step = 0; step < 1024; ++step) {
+    const std::vector<int> depth = ChooseDraftDepths(dear, options, 8);
+    const int extra = std::accumulate(depth.begin(), depth.end(), 0);
+    if (extra > 0) explores.push_back(step);
+    dear.Record(8 + extra, extra > 0 ? 1.3 : 1.0, extra > 0);
+  }
+  EXPECT_EQ(explores, (std::vector<int>{127}));
+  // A chosen speculative step (the acceptance rose) between explores: the next explore's
+  // interval is 128 again.
+  StepCostModel chosen = cost;
+  while (!chosen.ExploreDue()) chosen.Record(8, 1.0);
+  chosen.Record(12, 1.3, true);  // the explore
+  chosen.Record(12, 1.1, true);  // chosen
+  int until = 0;
+  while (!chosen.ExploreDue()) {
+    chosen.Record(8, 1.0);
+    ++until;
+  }
+  EXPECT_EQ(until, StepCostModel::kExploreSteps - 1);
+  // The unmeasured model drafters' schedule does not back off.
+  int every8 = 0;
+  for (int i = 0; i < 64; ++i, cost.Record(8, 1.0)) {
+    every8 += cost.ExploreDue(StepCostModel::kExploreUnmeasuredSteps);
+  }
+  EXPECT_EQ(every8, 8);
+}
+
 // Model drafters (sparse-self): a depth-k draft also costs k draft passes, priced by the
 // sequences in each pass, so drafting pays only where a pass is cheap next to a step; and an
 // acceptance never measured (no shadow drafts) is explored once per kExploreSteps steps whatever
@@ -369,7 +508,7 @@ TEST(ChooseDraftDepthsTest, ExploresDraftOnlyAsManySequencesAsTheStepHasRows) {
 TEST(ChooseDraftDepthsTest, ModelDraftsPayForTheirDraftPasses) {
   AcceptanceStats good(4, 1.0);
   for (int i = 0; i < 200; ++i) good.Record(4, 4);
-  DraftOption g{&good, {1, 2, 3, 4}};
+  DraftOption g{&good, kFourDepths};
   g.model_draft = true;
   StepCostModel flat;  // rows free; a draft pass as dear as a step until measured
   for (int rows : {2, 6, 2, 6}) flat.Record(rows, 1.0);
@@ -400,7 +539,7 @@ TEST(ChooseDraftDepthsTest, ModelDraftsPayForTheirDraftPasses) {
   // Unmeasured acceptance (the prior, 0.5 per position) at a price that plain beats by far:
   // plain, except on every 8th step, which drafts to measure it.
   AcceptanceStats fresh(4, 1.0);
-  DraftOption f{&fresh, {1, 2, 3, 4}};
+  DraftOption f{&fresh, kFourDepths};
   f.model_draft = true;
   int explored = 0;
   for (int i = 0; i < StepCostModel::kExploreSteps; ++i) {
