@@ -169,7 +169,8 @@ fi
 lib=.devbundle/lib/libsparseserve_cuda_ops.so
 # Speculative decoding (issue 14): `bench spec` on the CUDA backend — every mode's greedy output
 # against plain CUDA greedy (the table's last column), acceptance, steps compression and tokens/s
-# under the controller and at a fixed draft length (the verify steps' cost per draft and batch).
+# under the controller and at a fixed draft length (the verify steps' cost per draft and batch);
+# each mode $SPEC_REPEATS times (default 3) beside its own plain run, the median ratio reported.
 # sparse-self drafts with a 64-token window + 4 sinks here: CUDA's TokenSelect needs head_dim 64
 # or 128 (stories260K's is 8).
 # tokenswift drafts with the same window and stories260K's trained heads, kangaroo with its trained
@@ -180,6 +181,7 @@ if has spec; then
     run "spec_controller_$controller" sparseserve bench spec --device cuda \
       --model models/stories260K/stories260K.gguf --kv-cache-tokens 200000 \
       --spec-batches "${SPEC_BATCHES:-1,8,64}" --spec-tokens "${SPEC_TOKENS:-400}" \
+      --spec-repeats "${SPEC_REPEATS:-3}" \
       --spec-controller=$controller --sparse-self-attention sliding-window \
       --sparse-self-window 64 --sparse-self-sinks 4 \
       --spec-modes prompt-lookup,lookahead,sparse-self,tokenswift,kangaroo,oracle:0,oracle:0.3,oracle:0.7 \
