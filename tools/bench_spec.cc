@@ -256,7 +256,7 @@ class SpecBench {
           SS_ASSIGN_OR_RETURN(const engine::SpecStepResult done,
                               spec[i]->Finish(absl::MakeConstSpan(next).subspan(k, count), *runner_,
                                               seqs[i], *samplers[i]));
-          emitted = done.emitted;
+          emitted.assign(done.emitted.begin(), done.emitted.end());
           result.drafted += done.drafted;
           result.accepted_total += done.accepted;
           if (result.reached.size() < static_cast<size_t>(done.depth)) {

@@ -292,9 +292,9 @@ absl::StatusOr<SpecStepResult> SpeculativeSequence::Finish(absl::Span<const int3
   } else {
     spec::AcceptedDraft accepted = verifier_(draft_, sampled);
     SS_RETURN_IF_ERROR(runner.Commit(seq, accepted.kept));
-    result.emitted = std::move(accepted.emitted);
+    result.emitted.assign(accepted.emitted.begin(), accepted.emitted.end());
     // AcceptDraft's walk: emitted[j] is the token sampled at kept[j].
-    result.emitted_rows = accepted.kept;
+    result.emitted_rows.assign(accepted.kept.begin(), accepted.kept.end());
     result.drafted = draft_.NumVerificationRows();
     result.depth = draft_.MaxDepth();
     result.accepted = static_cast<int>(result.emitted.size()) - 1;

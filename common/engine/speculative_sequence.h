@@ -20,6 +20,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/engine/model_runner.h"
@@ -38,10 +39,12 @@ namespace sparseserve::engine {
 
 // What one finished step drafted and accepted, for the spec_decode metrics.
 struct SpecStepResult {
-  std::vector<int32_t> emitted;  // the tokens the step emitted, in order
+  // Inline: every speculating sequence makes one per step, most of them plain ones.
+  using Tokens = absl::InlinedVector<int32_t, 8>;
+  Tokens emitted;  // the tokens the step emitted, in order
   // For each emitted token, the verification row it was sampled from (0 = the root): its
   // logits are that row's (logprobs).
-  std::vector<int32_t> emitted_rows;
+  Tokens emitted_rows;
   int drafted = 0;   // verification rows (draft tokens) it ran; 0 = a plain step
   int depth = 0;     // the draft's depth (longest chain)
   int accepted = 0;  // draft tokens accepted: emitted.size() - 1

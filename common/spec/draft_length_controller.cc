@@ -83,7 +83,7 @@ double StepCostModel::ShapeIn(const std::map<int, double>& shapes, int rows) con
 }
 
 void StepCostModel::Record(int rows, double seconds, bool speculative) {
-  constexpr double kLevelWeight = 0.2, kShapeWeight = 0.2;  // of the newest measurement
+  constexpr double kLevelWeight = 0.2;  // of the newest measurement
   constexpr int64_t kStaleSteps = 64;
   const int b = Bucket(rows);
   const bool explored = steps_ >= next_explore_;  // the step was chosen while ExploreDue()
@@ -153,9 +153,20 @@ void StepCostModel::Record(int rows, double seconds, bool speculative) {
   // A measurement counts for at most 4x the estimate: a first launch or a stall must not price a
   // bucket out of reach for good.
   const double measured = std::min(seconds / level_, 4 * Shape(rows, speculative));
-  std::map<int, double>& shapes = speculative ? spec_shape_ : shape_;
-  const auto [it, inserted] = shapes.try_emplace(b, measured);
-  if (!inserted) it->second += kShapeWeight * (measured - it->second);
+  Learn(speculative ? spec_shape_ : shape_, speculative ? spec_samples_ : shape_samples_, b,
+        measured);
+}
+
+void StepCostModel::Learn(std::map<int, double>& shapes, std::map<int, int>& samples, int bucket,
+                          double measured) {
+  constexpr double kShapeWeight = 0.2;  // of the newest measurement
+  int& n = samples[bucket];
+  const auto [it, inserted] = shapes.try_emplace(bucket, measured);
+  if (!inserted) {
+    it->second = n < kLevelWarmup ? std::min(it->second, measured)
+                                  : it->second + kShapeWeight * (measured - it->second);
+  }
+  ++n;
 }
 
 std::string StepCostModel::Describe() const {
@@ -176,11 +187,9 @@ double StepCostModel::Estimate(int rows, bool speculative) const {
 }
 
 void StepCostModel::RecordDraftPass(int rows, double seconds) {
-  constexpr double kShapeWeight = 0.2;
   if (shape_.empty()) return;  // priced against the level, which plain steps set first
   const double measured = std::min(seconds / level_, 4 * EstimateDraftPass(rows) / level_);
-  const auto [it, inserted] = draft_shape_.try_emplace(Bucket(rows), measured);
-  if (!inserted) it->second += kShapeWeight * (measured - it->second);
+  Learn(draft_shape_, draft_samples_, Bucket(rows), measured);
 }
 
 double StepCostModel::EstimateDraftPass(int rows) const {
@@ -191,7 +200,6 @@ double StepCostModel::EstimateDraftPass(int rows) const {
 std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const DraftOption> options,
                                    int base_rows, bool uniform) {
   constexpr double kSpeculationMargin = 1.05;
-  constexpr double kKnownExploreBar = 0.9;
   std::vector<int> best_depth(options.size(), 0);
   if (!cost.measured() || cost.PlainDue()) return best_depth;
   // What the cheap way out below needs, without the tables (most steps at large batches end
@@ -365,11 +373,7 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
         extra += rows;
       }
     }
-    // Where plain steps measure every acceptance (shadow drafts) and this step's cost was
-    // measured too, an explore re-measures a known cost: only worth it within reach of plain
-    // (on a GPU an explore's new shape costs a dozen plain steps to set up and measure).
-    const bool known = !unmeasured && !unshadowed && cost.measured(base_rows + extra, true);
-    if (!known || best_speculative_rate >= kKnownExploreBar * plain_rate) return best_speculative;
+    return best_speculative;
   }
   return best_depth;
 }

@@ -34,8 +34,7 @@
 // many sequences, in turn, as keep its draft rows within the step's other rows — so a bad
 // first measurement cannot keep speculation off for good (≤ 1/128 of the steps — fewer while
 // explores change nothing and shadow drafts measure every sequence's acceptance:
-// StepCostModel::ExploreDue backs off, and an explore whose step was measured already runs only
-// when estimated within 0.9x of plain — and only a choice
+// StepCostModel::ExploreDue backs off — and only a choice
 // estimated at no worse than half of plain's rate — or any, once every 8 steps, while a model
 // drafter's acceptance rests on fewer than 8 drafts: it has no shadow draft to measure it on plain
 // steps; and after a speculative step that set up a step graph, until one is measured), and a
@@ -90,13 +89,11 @@ class StepCostModel {
   // estimate: a plain step of as many rows until one was measured.
   void RecordDraftPass(int rows, double seconds);
   double EstimateDraftPass(int rows) const;
-  // Whether the level every estimate scales was measured (the least of kLevelWarmup plain steps);
-  // whether a step of `rows` rows was (its bucket).
+  // Whether the level every estimate scales was measured: the least of its first kLevelWarmup
+  // plain steps (a first step is often a cold one: a graph's first replay), as each bucket's
+  // shape is the least of its first kLevelWarmup measurements before it averages.
   static constexpr int kLevelWarmup = 2;
   bool measured() const { return level_samples_ >= kLevelWarmup; }
-  bool measured(int rows, bool speculative) const {
-    return (speculative ? spec_shape_ : shape_).contains(Bucket(rows));
-  }
   // The bucket `rows` is measured in (its smallest row count).
   static int Bucket(int rows);
   // True once every kExploreSteps recorded steps: ChooseDraftDepths then runs its best
@@ -146,6 +143,9 @@ class StepCostModel {
  private:
   double Shape(int rows, bool speculative) const;
   double ShapeIn(const std::map<int, double>& shapes, int rows) const;
+  // Updates `bucket`'s shape in `shapes` with a measurement (`samples` counts them).
+  static void Learn(std::map<int, double>& shapes, std::map<int, int>& samples, int bucket,
+                    double measured);
   double level_ = 0;
   int reference_ = 0;          // the plain bucket whose shape is 1 (see Record)
   int64_t level_samples_ = 0;  // plain steps of the reference bucket recorded
@@ -159,6 +159,7 @@ class StepCostModel {
   int64_t chosen_since_explore_ = 0;
   // bucket -> step time / level (plain, speculative, draft pass)
   std::map<int, double> shape_, spec_shape_, draft_shape_;
+  std::map<int, int> shape_samples_, spec_samples_, draft_samples_;  // measurements per bucket
 };
 
 // One speculating sequence's choices for a step.

@@ -481,7 +481,7 @@ class LosslessSamplingTest : public ::testing::Test {
       if (spec != nullptr) {
         absl::StatusOr<SpecStepResult> done = spec->Finish(*next, runner, seq, sampler);
         EXPECT_TRUE(done.ok()) << done.status();
-        emitted = done->emitted;
+        emitted.assign(done->emitted.begin(), done->emitted.end());
         drafted_ += done->drafted;
         accepted_ += done->accepted;
       }

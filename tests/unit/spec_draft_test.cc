@@ -470,17 +470,24 @@ TEST(ChooseDraftDepthsTest, ExploresBackOffWhileNothingChoosesSpeculation) {
     lookahead.Record(8 + extra, extra > 0 ? 1.3 : 1.0, extra > 0);
   }
   EXPECT_EQ(explored, 1024 / StepCostModel::kExploreSteps);
-  // A measured explore step far from plain's rate (0.7x here) is not measured again while
-  // shadows measure the acceptance.
-  StepCostModel dear;
-  explores.clear();
-  for (int step = 0; step < 1024; ++step) {
-    const std::vector<int> depth = ChooseDraftDepths(dear, options, 8);
+  // A first measurement that was a cold outlier (2.5x) is re-measured by the next explore and
+  // replaced (a bucket's first two measurements give their least): speculation then pays.
+  AcceptanceStats good(4);
+  for (int i = 0; i < 200; ++i) good.Record(4, 4);
+  StepCostModel cold;
+  for (int i = 0; i < 8; ++i) cold.Record(8, 1.0);
+  cold.Record(16, 3.0, /*speculative=*/true);  // plain wins at this price: 16 tokens for 3.0
+  const std::vector<DraftOption> good_options(8, DraftOption{&good, kOneDepth});
+  int first_explore = -1;
+  for (int step = 0; step < 256 && first_explore < 0; ++step) {
+    const std::vector<int> depth = ChooseDraftDepths(cold, good_options, 8);
     const int extra = std::accumulate(depth.begin(), depth.end(), 0);
-    if (extra > 0) explores.push_back(step);
-    dear.Record(8 + extra, extra > 0 ? 1.3 : 1.0, extra > 0);
+    if (extra > 0) first_explore = step;
+    cold.Record(8 + extra, extra > 0 ? 1.2 : 1.0, extra > 0);
   }
-  EXPECT_EQ(explores, (std::vector<int>{127}));
+  EXPECT_EQ(first_explore, StepCostModel::kExploreSteps - 1 - 9);  // 9 steps were recorded before
+  EXPECT_NEAR(cold.Estimate(16, true), 1.2, 1e-9);
+  EXPECT_EQ(ChooseDraftDepths(cold, good_options, 8), std::vector<int>(8, 1));
   // A chosen speculative step (the acceptance rose) between explores: the next explore's
   // interval is 128 again.
   StepCostModel chosen = cost;
