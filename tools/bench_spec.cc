@@ -435,11 +435,10 @@ absl::Status RunSpecBench() {
                        fresh.cost().Describe().c_str());
         }
       }
-      std::vector<double> sorted = ratios;
-      std::sort(sorted.begin(), sorted.end());
-      std::string vs_plain = absl::StrFormat("%.2f", sorted[sorted.size() / 2]);
+      std::sort(ratios.begin(), ratios.end());
+      std::string vs_plain = absl::StrFormat("%.2f", ratios[ratios.size() / 2]);
       if (repeats > 1) {
-        absl::StrAppendFormat(&vs_plain, " (%.2f-%.2f)", sorted.front(), sorted.back());
+        absl::StrAppendFormat(&vs_plain, " (%.2f-%.2f)", ratios.front(), ratios.back());
       }
       std::string by_position;
       for (size_t p = 0; p < r.reached.size(); ++p) {

@@ -168,7 +168,7 @@ spec::DraftOption SpeculativeSequence::Option(int room, int wanted) const {
   option.stats = &acceptance_;
   option.model_draft = drafts_on_model();
   option.one_pass = drafts_on_model() && model_draft_->PassesAt(max_depth_) == 1;
-  option.shadowed = proposer_->shadow_predicts_acceptance() && !drafts_on_model();
+  option.shadowed = proposer_->shadow_predicts_acceptance();
   const int depth = FixedDepth(room, wanted);
   option.rows_at = absl::MakeConstSpan(rows_at_).first(static_cast<size_t>(depth));
   return option;
@@ -196,7 +196,7 @@ std::vector<int> PickDraftDepths(const spec::StepCostModel& cost,
     if (s.seq->controlled()) {
       controlled = true;
     } else {
-      depths[i] = s.seq->FixedDepth(s.room, s.wanted);
+      depths[i] = static_cast<int>(opts.back().rows_at.size());  // its FixedDepth
     }
   }
   if (!controlled) return depths;

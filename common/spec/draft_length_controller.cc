@@ -87,6 +87,7 @@ void StepCostModel::Record(int rows, double seconds, bool speculative) {
   constexpr int64_t kStaleSteps = 64;
   const int b = Bucket(rows);
   const bool explored = steps_ >= next_explore_;  // the step was chosen while ExploreDue()
+  const bool stale = PlainDue();                  // ... and while a plain step was due
   ++steps_;
   if (speculative) {
     retry_explore_ = false;
@@ -95,14 +96,13 @@ void StepCostModel::Record(int rows, double seconds, bool speculative) {
   if (explored) {
     // Back off while explores change nothing; a plain step here declined to explore.
     if (speculative) {
-      explore_interval_ = chosen_since_explore_ > 0
-                              ? kExploreSteps
-                              : std::min(2 * explore_interval_, kMaxExploreSteps);
-      chosen_since_explore_ = 0;
+      explore_interval_ =
+          chosen_since_explore_ ? kExploreSteps : std::min(2 * explore_interval_, kMaxExploreSteps);
+      chosen_since_explore_ = false;
     }
     next_explore_ = steps_ - 1 + explore_interval_;
   } else if (speculative) {  // chosen: explores every kExploreSteps again, from here
-    ++chosen_since_explore_;
+    chosen_since_explore_ = true;
     explore_interval_ = kExploreSteps;
     next_explore_ = std::min(next_explore_, steps_ - 1 + kExploreSteps);
   }
@@ -133,7 +133,7 @@ void StepCostModel::Record(int rows, double seconds, bool speculative) {
       // model 0.71 ms against 0.31 after it), and speculative steps measured against it looked
       // twice as cheap as they are for a whole PlainDue streak.
       level_ = std::min(level_, seconds);
-    } else if (PlainDue(/*after=*/1)) {
+    } else if (stale) {
       // The first plain step after a streak (PlainDue): contexts moved under the streak, so this
       // measurement replaces the level, and the shapes measured during the streak — against the
       // stale level, at today's contexts — keep the seconds they measured. (A server's first

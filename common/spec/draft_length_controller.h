@@ -130,10 +130,7 @@ class StepCostModel {
   // speculative steps, which would otherwise keep pricing themselves against an old level —
   // so ChooseDraftDepths runs one plain step.
   static constexpr int kPlainSteps = 32;
-  // `after`: counting a step just recorded (Record asks whether the step it records was due).
-  bool PlainDue(int after = 0) const {
-    return measured() && steps_ - after - reference_seen_ >= kPlainSteps;
-  }
+  bool PlainDue() const { return measured() && steps_ - reference_seen_ >= kPlainSteps; }
   // Steps recorded so far (plain, speculative; not draft passes).
   int64_t steps() const { return steps_; }
   // What the model has learned, for benchmarks' logs: the level and each measured bucket's
@@ -153,10 +150,10 @@ class StepCostModel {
   bool retry_explore_ = false;  // NoteUnmeasured saw a speculative step
   int unmeasured_in_row_ = 0;   // speculative steps NoteUnmeasured saw since one was recorded
   // ExploreDue's schedule: the step count of the next explore, the interval that put it there,
-  // and the speculative steps recorded since the last explore that were not explores.
+  // and whether a speculative step that was not an explore was recorded since the last one.
   int64_t next_explore_ = kExploreSteps - 1;
   int explore_interval_ = kExploreSteps;
-  int64_t chosen_since_explore_ = 0;
+  bool chosen_since_explore_ = false;
   // bucket -> step time / level (plain, speculative, draft pass)
   std::map<int, double> shape_, spec_shape_, draft_shape_;
   std::map<int, int> shape_samples_, spec_samples_, draft_samples_;  // measurements per bucket

@@ -42,6 +42,8 @@ class ModelDraftProposer : public DraftProposer {
   void SetDraft(ModelDraft draft) { draft_ = std::move(draft); }
   void Propose(absl::Span<const int32_t> history, int depth, bool verify_only,
                StepDraft* draft) override;
+  // No passes run on a plain step, so there is nothing to shadow-draft.
+  bool shadow_predicts_acceptance() const override { return false; }
 
  protected:
   ModelDraft draft_;
