@@ -373,18 +373,25 @@ void DecodeScheduler::EngineStep() {
   }
   bool has_decode = false, has_prefill = false;
   std::vector<Running*> planned;  // speculating sequences whose step was planned
+  // TokenSwift without a draft pass reads its next draft in the step (the rows' token offsets).
+  engine::StepDraftHeads heads;
+  int32_t token_rows_planned = 0;
   for (size_t i = 0; i < decoders.size(); ++i) {
     Running& r = *decoders[i];
     engine::StepRows row;
     if (r.spec != nullptr) {
       r.spec->Plan(depths[i], r.history, &r.seq, r.decode_pattern, *r.sampler, &row, &sampling);
       planned.push_back(&r);
+      if (r.spec->WantsDraftHeads(step_cost_)) {
+        heads.Add(r.spec.get(), token_rows_planned, static_cast<int32_t>(row.tokens.size()));
+      }
     } else {
       row.seq = &r.seq;
       row.tokens = {r.next_token};
       row.pattern = r.decode_pattern;
       add_sampling_row(r);
     }
+    token_rows_planned += static_cast<int32_t>(row.tokens.size());
     rows.push_back(std::move(row));
     owners.push_back(&r);
     has_decode = true;
@@ -399,6 +406,10 @@ void DecodeScheduler::EngineStep() {
     const bool last_chunk = done + len == static_cast<int>(r->input.size());
     row.sample = last_chunk ? model::LogitRows::kLast : model::LogitRows::kNone;
     if (last_chunk) add_sampling_row(*r);
+    if (last_chunk && r->spec != nullptr && r->spec->drafts_from_last_step()) {
+      heads.Add(r->spec.get(), token_rows_planned + len - 1, 1);  // it samples the first token
+    }
+    token_rows_planned += len;
     rows.push_back(std::move(row));
     owners.push_back(r);
     has_prefill = true;
@@ -413,7 +424,7 @@ void DecodeScheduler::EngineStep() {
   }
   model::StepLogprobs* logprobs = want_logprobs ? &step_logprobs : nullptr;
   absl::StatusOr<std::vector<int32_t>> next =
-      runner_->Step(rows, sampling, nullptr, nullptr, logprobs);
+      runner_->Step(rows, sampling, nullptr, heads.pass(), logprobs);
   if (!next.ok()) {
     for (Running* r : planned) r->spec->Abandon();
   }
@@ -457,13 +468,18 @@ void DecodeScheduler::EngineStep() {
           continue;
         }
         CountSpeculation(r, *done);
-        for (size_t j = 0; j < done->emitted.size(); ++j) {
+        bool running = true;
+        for (size_t j = 0; j < done->emitted.size() && running; ++j) {
           const int64_t row =
               j < done->emitted_rows.size() ? first_row + done->emitted_rows[j] : -1;
-          if (!Emit(r, done->emitted[j], logprobs, row)) {
-            finished.push_back(&r);
-            break;
-          }
+          running = Emit(r, done->emitted[j], logprobs, row);
+        }
+        if (!running) {
+          finished.push_back(&r);
+        } else if (heads.pass() != nullptr && r.spec->drafts_from_last_step()) {
+          // r.history ends with the emitted tokens.
+          heads.Deliver(r.spec.get(), done->emitted_rows.back(),
+                        static_cast<int64_t>(r.history.size()));
         }
         continue;
       }
@@ -479,7 +495,12 @@ void DecodeScheduler::EngineStep() {
                               r.seq.prefill_attention_density());
         }
       }
-      if (!Emit(r, token, logprobs, first_row)) finished.push_back(&r);
+      if (!Emit(r, token, logprobs, first_row)) {
+        finished.push_back(&r);
+      } else if (rows[i].prompt && r.spec != nullptr && r.spec->drafts_from_last_step()) {
+        // The prompt's last row sampled the first token: its heads draft the first step.
+        heads.Deliver(r.spec.get(), 0, static_cast<int64_t>(r.history.size()));
+      }
     }
     engine::RecordStepCost(*runner_, rows, absl::ToDoubleSeconds(absl::Now() - step_start),
                            step_cost_);

@@ -101,6 +101,8 @@ struct RunResult {
   double seconds = 0;                         // the decode loop
   LoopTimes times;
   int64_t speculative_steps = 0;  // steps where some sequence drafted
+  int64_t head_reads = 0;         // steps that read TokenSwift's draft heads (no draft pass)
+  int64_t head_rows = 0;          // rows they read
   int64_t steps = 0, tokens = 0;
   int64_t sequence_steps = 0;             // steps summed over the sequences in them
   std::vector<double> reached, accepted;  // per draft position
@@ -185,6 +187,10 @@ class SpecBench {
       } else {
         SS_ASSIGN_OR_RETURN(spec[i], engine::SpeculativeSequence::Create(choice, *runner_));
       }
+      if (spec[i]->drafts_from_last_step()) {  // the prompt's last row drafts the first step
+        const engine::HeadDraftJob job{spec[i].get(), -1, history[i], {}, samplers[i].get()};
+        SS_RETURN_IF_ERROR(engine::DraftFromLastStep(*runner_, absl::MakeConstSpan(&job, 1)));
+      }
     }
     const Clock::time_point start = Clock::now();
     while (true) {
@@ -233,19 +239,30 @@ class SpecBench {
       std::vector<engine::StepRows> rows(live.size());
       kernels::SamplingBatch sampling;
       sampling.penalized_begin.push_back(0);
+      engine::StepDraftHeads heads;  // TokenSwift without a draft pass reads them in the step
+      int32_t token_rows = 0;
       for (size_t j = 0; j < live.size(); ++j) {
         const int i = live[j];
         if (spec[i] != nullptr) {
           spec[i]->Plan(depth[j], history[i], &seqs[i], {}, *samplers[i], &rows[j], &sampling);
+          if (spec[i]->WantsDraftHeads(cost_)) {
+            heads.Add(spec[i].get(), token_rows, static_cast<int32_t>(rows[j].tokens.size()));
+          }
         } else {
           rows[j].seq = &seqs[i];
           rows[j].tokens = {history[i].back()};
           sampling.rows.emplace_back();
           sampling.penalized_begin.push_back(0);
         }
+        token_rows += static_cast<int32_t>(rows[j].tokens.size());
       }
       lap(result.times.plan);
-      SS_ASSIGN_OR_RETURN(const std::vector<int32_t> next, runner_->Step(rows, sampling));
+      SS_ASSIGN_OR_RETURN(const std::vector<int32_t> next,
+                          runner_->Step(rows, sampling, nullptr, heads.pass()));
+      if (heads.pass() != nullptr) {
+        ++result.head_reads;
+        result.head_rows += static_cast<int64_t>(heads.pass()->head_rows.size());
+      }
       lap(result.times.step);
       size_t k = 0;
       for (size_t j = 0; j < live.size(); ++j) {
@@ -257,6 +274,8 @@ class SpecBench {
                               spec[i]->Finish(absl::MakeConstSpan(next).subspan(k, count), *runner_,
                                               seqs[i], *samplers[i]));
           emitted.assign(done.emitted.begin(), done.emitted.end());
+          heads.Deliver(spec[i].get(), done.emitted_rows.back(),
+                        static_cast<int64_t>(history[i].size() + done.emitted.size()));
           result.drafted += done.drafted;
           result.accepted_total += done.accepted;
           if (result.reached.size() < static_cast<size_t>(done.depth)) {
@@ -306,6 +325,11 @@ std::string DescribeTimes(const RunResult& r) {
       &out, "plan %.1f, step %.1f, finish %.1f us/step; %lld of %lld steps drafted",
       r.times.plan * per, r.times.step * per, r.times.finish * per,
       static_cast<long long>(r.speculative_steps), static_cast<long long>(r.steps));
+  if (r.head_reads > 0) {
+    absl::StrAppendFormat(&out, "; draft heads read in %lld steps (%.1f rows each)",
+                          static_cast<long long>(r.head_reads),
+                          static_cast<double>(r.head_rows) / static_cast<double>(r.head_reads));
+  }
   return out;
 }
 

@@ -93,6 +93,11 @@ ABSL_FLAG(int, tokenswift_ngram_k, -1,
           "tokenswift: the most frequent 4-grams of the sequence (prompt and output) starting with "
           "the drafted token that each step also verifies (token reutilization); -1 = 20 "
           "(TokenSwift's), 0 = off.");
+ABSL_FLAG(bool, tokenswift_draft_pass, true,
+          "tokenswift: run the paper's draft pass over the partial KV cache before each step; "
+          "false = no draft pass: the draft heads read the row that sampled the root, in the "
+          "step that verified it (one pass of the weights a step; the tree drops its first "
+          "level, 1,3,3,3 becomes 3,3,3, and the 4-grams start with the root).");
 ABSL_FLAG(double, kangaroo_eta, 0.6,
           "kangaroo: a draft stops before the first token whose top probability is at most this "
           "(the second early exit; Kangaroo's 0.6). Needs the server's --kangaroo-adapter.");
@@ -155,6 +160,7 @@ absl::StatusOr<engine::RequestOptions> OptionsOfFlags() {
     options.spec.tokenswift_tree.push_back(value);
   }
   options.spec.tokenswift_ngram_k = absl::GetFlag(FLAGS_tokenswift_ngram_k);
+  options.spec.tokenswift_draft_pass = absl::GetFlag(FLAGS_tokenswift_draft_pass);
   options.spec.tokenswift_ngram_lag = absl::GetFlag(FLAGS_tokenswift_ngram_lag);
   options.spec.kangaroo_eta = static_cast<float>(absl::GetFlag(FLAGS_kangaroo_eta));
   return options;
@@ -237,6 +243,9 @@ absl::Status SetRequestOptionsFromChangedFlags(v1::GenerateRequest* request) {
   if (Changed("tokenswift_ngram_lag")) {
     s->set_tokenswift_ngram_lag(options.spec.tokenswift_ngram_lag);
   }
+  if (Changed("tokenswift_draft_pass")) {
+    s->set_tokenswift_draft_pass(options.spec.tokenswift_draft_pass);
+  }
   if (Changed("kangaroo_eta")) s->set_kangaroo_eta(options.spec.kangaroo_eta);
   return absl::OkStatus();
 }
@@ -269,6 +278,7 @@ const std::vector<const char*>& RequestOptionFlagNames() {
                                                  "tokenswift_tree",
                                                  "tokenswift_ngram_k",
                                                  "tokenswift_ngram_lag",
+                                                 "tokenswift_draft_pass",
                                                  "kangaroo_eta"};
   return names;
 }

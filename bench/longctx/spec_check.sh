@@ -6,7 +6,8 @@
 # $SPEC_METHODS (default prompt-lookup, lookahead and sparse-self, issue 15, with its default
 # draft attention: TokenSelect over 16 sinks + 256 recent + 768 selected tokens; and
 # sparse-self-window, the same with a sliding-window draft; tokenswift without draft heads and
-# tokenswift-heads with the model's trained heads; kangaroo with its trained early-exit adapter,
+# tokenswift-heads with the model's trained heads, tokenswift-nopass with them and no draft pass
+# (the heads read the verification step's row); kangaroo with its trained early-exit adapter,
 # tests/data/spec_adapters), with the controller and at a fixed
 # draft length. Each run prints decode tokens/s, steps compression
 # (tok/step) and accepted draft share; every run's outputs must equal plain greedy decoding's
@@ -36,6 +37,9 @@ for method in ${SPEC_METHODS:-$methods}; do
     flags=(--spec sparse-self --sparse-self-attention sliding-window)
   [ "$method" = tokenswift-heads ] &&
     flags=(--spec tokenswift --tokenswift-heads $adapters/longctx_model_tokenswift.safetensors)
+  [ "$method" = tokenswift-nopass ] &&
+    flags=(--spec tokenswift --tokenswift-heads $adapters/longctx_model_tokenswift.safetensors
+      --tokenswift-draft-pass=false)
   [ "$method" = kangaroo ] &&
     flags=(--spec kangaroo --kangaroo-adapter $adapters/longctx_model_kangaroo.safetensors)
   for controller in ${SPEC_CONTROLLERS:-true false}; do

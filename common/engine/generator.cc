@@ -84,6 +84,13 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
       return created.status();
     }
     spec = std::move(*created);
+    if (spec->drafts_from_last_step()) {  // the prompt's last row drafts the first step
+      const HeadDraftJob job{spec.get(), -1, history, absl::MakeConstSpan(&token, 1), &sampler};
+      if (absl::Status s = DraftFromLastStep(*runner_, absl::MakeConstSpan(&job, 1)); !s.ok()) {
+        runner_->Release(seq);
+        return s;
+      }
+    }
   }
   // Tokens a speculative step emitted that are not handed out yet (the first is `token`).
   std::deque<int32_t> emitted;
@@ -150,8 +157,12 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
     const Clock::time_point step_start = Clock::now();  // the draft passes are priced apart
     kernels::SamplingBatch sampling;
     spec->Plan(depth, history, &seq, decode_pattern, sampler, &rows, &sampling);
+    StepDraftHeads heads;  // TokenSwift without a draft pass reads its next draft in the step
+    if (spec->WantsDraftHeads(step_cost_)) {
+      heads.Add(spec.get(), 0, static_cast<int32_t>(rows.tokens.size()));
+    }
     absl::StatusOr<std::vector<int32_t>> next =
-        runner_->Step(absl::MakeConstSpan(&rows, 1), sampling);
+        runner_->Step(absl::MakeConstSpan(&rows, 1), sampling, nullptr, heads.pass());
     if (!next.ok()) {
       spec->Abandon();
       status = next.status();
@@ -161,6 +172,10 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
     if (!done.ok()) {
       status = done.status();
       break;
+    }
+    if (heads.pass() != nullptr) {
+      heads.Deliver(spec.get(), done->emitted_rows.back(),
+                    static_cast<int64_t>(history.size() + done->emitted.size()));
     }
     RecordStepCost(*runner_, absl::MakeConstSpan(&rows, 1),
                    std::chrono::duration<double>(Clock::now() - step_start).count(), step_cost_);

@@ -20,7 +20,8 @@ absl::Status RunModelDrafts(ModelRunner& runner, absl::Span<const ModelDraftJob>
   std::vector<Drafting> drafting;
   int head_top_k = 0;
   for (const ModelDraftJob& job : jobs) {
-    if (job.depth <= 0) continue;
+    // TokenSwift without its pass drafts from the heads read after the last step.
+    if (job.depth <= 0 || job.spec->DraftPassesAt(job.depth) == 0) continue;
     SS_CHECK(job.spec != nullptr && job.spec->drafts_on_model() && !job.history.empty());
     Drafting d{&job, job.spec->DraftPassesAt(job.depth), {}, {}};
     // Peeked, not taken: the verification step draws the same ones again.
@@ -97,6 +98,63 @@ absl::Status RunModelDrafts(ModelRunner& runner, absl::Span<const ModelDraftJob>
     d.job->spec->SetModelDraft(std::move(d.made));
   }
   return status;
+}
+
+absl::Status DraftFromLastStep(ModelRunner& runner, absl::Span<const HeadDraftJob> jobs) {
+  if (jobs.empty()) return absl::OkStatus();
+  int top_k = 0;
+  std::vector<int32_t> rows;
+  kernels::SamplingBatch sampling;
+  sampling.penalized_begin.push_back(0);
+  for (const HeadDraftJob& job : jobs) {
+    SS_CHECK(job.spec != nullptr && job.spec->drafts_from_last_step());
+    top_k = std::max(top_k, job.spec->DraftHeadTopK());
+    rows.push_back(job.row);
+    // The root's own row as the next step will sample it (its draw does not matter here).
+    sampling.rows.push_back(
+        job.sampler->RowWithDraw(job.history, job.emitted, 0.0, &sampling.penalized_ids));
+    sampling.penalized_begin.push_back(static_cast<int32_t>(sampling.penalized_ids.size()));
+  }
+  const absl::StatusOr<std::vector<int32_t>> heads =
+      runner.DraftHeadsAtLastStep(rows, sampling, top_k);
+  const size_t m = jobs.size();
+  for (size_t i = 0; i < m; ++i) {
+    const HeadDraftJob& job = jobs[i];
+    spec::ModelDraft made;
+    made.history_size = static_cast<int64_t>(job.history.size() + job.emitted.size());
+    if (heads.ok()) {
+      const int want = job.spec->DraftHeadTopK();
+      for (int h = 0; h < runner.num_draft_heads(); ++h) {
+        const int32_t* best = heads->data() + (static_cast<size_t>(h) * m + i) * top_k;
+        made.head_candidates.emplace_back(best, best + want);
+      }
+    }
+    job.spec->SetModelDraft(std::move(made));
+  }
+  return heads.status();
+}
+
+void StepDraftHeads::Add(const SpeculativeSequence* spec, int32_t first_row, int32_t rows) {
+  added_.emplace_back(spec, static_cast<int32_t>(pass_.head_rows.size()));
+  for (int32_t r = 0; r < rows; ++r) pass_.head_rows.push_back(first_row + r);
+  pass_.head_top_k = std::max(pass_.head_top_k, spec->DraftHeadTopK());
+}
+
+void StepDraftHeads::Deliver(SpeculativeSequence* spec, int32_t row, int64_t history_size) const {
+  const auto it =
+      std::find_if(added_.begin(), added_.end(), [&](const auto& a) { return a.first == spec; });
+  if (it == added_.end()) return;  // it did not want them this step
+  spec::ModelDraft made;
+  made.history_size = history_size;
+  const size_t rows = pass_.head_rows.size(), k = static_cast<size_t>(pass_.head_top_k);
+  const size_t heads = k == 0 ? 0 : pass_.head_tokens.size() / (rows * k);
+  const size_t at = static_cast<size_t>(it->second + row);
+  const size_t want = static_cast<size_t>(spec->DraftHeadTopK());
+  for (size_t h = 0; h < heads && at < rows; ++h) {
+    const int32_t* best = pass_.head_tokens.data() + (h * rows + at) * k;
+    made.head_candidates.emplace_back(best, best + want);
+  }
+  spec->SetModelDraft(std::move(made));
 }
 
 }  // namespace sparseserve::engine

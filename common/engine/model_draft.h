@@ -16,6 +16,8 @@
 #define SPARSESERVE_COMMON_ENGINE_MODEL_DRAFT_H_
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -47,6 +49,47 @@ struct ModelDraftJob {
 // (StepCostModel::RecordDraftPass: the controller prices draft depths with it).
 absl::Status RunModelDrafts(ModelRunner& runner, absl::Span<const ModelDraftJob> jobs,
                             spec::StepCostModel* cost = nullptr);
+
+// TokenSwift without a draft pass (SpeculativeSequence::drafts_from_last_step) reads its next
+// draft from the draft heads at the row whose logits sampled its next root — a row already
+// computed against the full cache (SetModelDraft). After a prefill, before any other step,
+// DraftFromLastStep reads them at the prompt's last row (LlamaModel::DraftHeadsAtLastStep).
+struct HeadDraftJob {
+  SpeculativeSequence* spec = nullptr;  // drafts_from_last_step()
+  // The token row of the last step that sampled the root; -1: its last row (a prompt's).
+  int32_t row = -1;
+  // The history the next step sees is `history` followed by `emitted` (a caller whose history
+  // already ends with the emitted tokens passes none): the heads' rows take its repetition
+  // penalty.
+  absl::Span<const int32_t> history;
+  absl::Span<const int32_t> emitted;
+  sampling::Sampler* sampler = nullptr;
+};
+// On an error no job gets candidates (their next drafts are the 4-grams alone) and the error is
+// returned for the caller to log.
+absl::Status DraftFromLastStep(ModelRunner& runner, absl::Span<const HeadDraftJob> jobs);
+
+// The draft heads a decode step reads for TokenSwift without a draft pass: every row of each
+// sequence that wants its next draft from the step (SpeculativeSequence::WantsDraftHeads), in the
+// step itself (model::DraftPass::head_rows: queued behind the step, ranked on the device), since
+// which row samples the next root is known only after it.
+class StepDraftHeads {
+ public:
+  // Before the step: `spec`'s rows in it start at token row `first_row` and number `rows`.
+  void Add(const SpeculativeSequence* spec, int32_t first_row, int32_t rows);
+  // The DraftPass to run the step with (null when no sequence was added).
+  model::DraftPass* pass() { return pass_.head_rows.empty() ? nullptr : &pass_; }
+  // After the step (and spec's Finish): its candidates at its row `row` (0 = its first;
+  // SpecStepResult::emitted_rows.back()) become its next draft, for a history of
+  // `history_size` tokens (prompt + emitted, the next root last); empty candidates when the step
+  // read none. Nothing for a sequence not added.
+  void Deliver(SpeculativeSequence* spec, int32_t row, int64_t history_size) const;
+
+ private:
+  model::DraftPass pass_;
+  // Each added sequence and where its rows start in pass_.head_rows.
+  std::vector<std::pair<const SpeculativeSequence*, int32_t>> added_;
+};
 
 }  // namespace sparseserve::engine
 

@@ -288,6 +288,14 @@ class ModelRunner {
   }
   // TokenSwift's draft heads loaded (options.tokenswift_heads), 0 without.
   int num_draft_heads() const { return model_->num_draft_heads(); }
+  // The draft heads' candidates at token rows of the last Step (indices into its rows, in the
+  // order of its StepRows' tokens): LlamaModel::DraftHeadsAtLastStep, for TokenSwift without a
+  // draft pass. Call it before any other step.
+  absl::StatusOr<std::vector<int32_t>> DraftHeadsAtLastStep(absl::Span<const int32_t> rows,
+                                                            const kernels::SamplingBatch& sampling,
+                                                            int top_k) {
+    return model_->DraftHeadsAtLastStep(rows, sampling, top_k);
+  }
   // Whether Kangaroo's early-exit adapter is loaded (options.kangaroo_adapter).
   bool has_early_exit_adapter() const { return model_->has_early_exit_adapter(); }
   // Whether the last Step warmed up or captured a step graph (LlamaModel): its time says little

@@ -80,6 +80,10 @@ struct SpeculationChoice {
   std::vector<int> tokenswift_tree;
   int tokenswift_ngram_k = -1;
   int tokenswift_ngram_lag = -1;
+  // false: no draft pass — the heads read the row that sampled the root, in the step that
+  // verified it (spec/tokenswift.h): one pass of the weights a step; the tree drops its first
+  // level. Needs the draft heads for a tree (without them only 4-grams draft).
+  bool tokenswift_draft_pass = true;
   // kangaroo (papers/lookahead.md §2): drafts with the model's first layers and the server's
   // early-exit adapter (--kangaroo-adapter) and stops a draft at the first token whose top
   // probability is at most `kangaroo_eta` (the second early exit; Kangaroo's η = 0.6).

@@ -69,8 +69,11 @@ absl::StatusOr<std::unique_ptr<SpeculativeSequence>> SpeculativeSequence::ForMet
         if (depth == 0) depth = spec::kDefaultSparseSelfDepth;
         drafter = std::make_unique<spec::ModelDraftProposer>(depth);
       }
-      return ModelDrafted(choice, std::move(drafter), depth, *std::move(draft_pattern),
-                          /*early_exit=*/false);
+      std::unique_ptr<SpeculativeSequence> seq = ModelDrafted(
+          choice, std::move(drafter), depth, *std::move(draft_pattern), /*early_exit=*/false);
+      seq->heads_after_step_ =
+          tokenswift && !choice.tokenswift_draft_pass && seq->DraftHeadTopK() > 0;
+      return seq;
     }
     case SpecMethod::kKangaroo: {
       if (!runner.has_early_exit_adapter()) {
@@ -121,6 +124,7 @@ spec::TokenSwiftParams TokenSwiftParamsOf(const SpeculationChoice& spec,
   spec::TokenSwiftParams p;
   if (!spec.tokenswift_tree.empty()) p.tree = spec.tokenswift_tree;
   if (spec.tokenswift_ngram_k >= 0) p.ngram_k = spec.tokenswift_ngram_k;
+  p.draft_pass = spec.tokenswift_draft_pass;
   p.ngram_lag = spec.tokenswift_ngram_lag >= 0
                     ? spec.tokenswift_ngram_lag
                     : std::min(p.ngram_lag, config.max_position_embeddings / 8);
@@ -160,18 +164,25 @@ SpeculativeSequence::SpeculativeSequence(const SpeculationChoice& choice,
 
 void SpeculativeSequence::SetModelDraft(spec::ModelDraft draft) {
   SS_CHECK(model_draft_ != nullptr);
+  heads_for_history_ = draft.head_candidates.empty() ? -1 : draft.history_size;
   model_draft_->SetDraft(std::move(draft));
 }
 
 spec::DraftOption SpeculativeSequence::Option(int room, int wanted) const {
   spec::DraftOption option;
   option.stats = &acceptance_;
-  option.model_draft = drafts_on_model();
-  option.one_pass = drafts_on_model() && model_draft_->PassesAt(max_depth_) == 1;
-  option.shadowed = proposer_->shadow_predicts_acceptance();
+  // Drafts without passes (TokenSwift's heads read after the step) cost the controller no pass.
+  option.model_draft = drafts_on_model() && model_draft_->PassesAt(max_depth_) > 0;
+  option.one_pass = option.model_draft && model_draft_->PassesAt(max_depth_) == 1;
   const int depth = FixedDepth(room, wanted);
   option.rows_at = absl::MakeConstSpan(rows_at_).first(static_cast<size_t>(depth));
   return option;
+}
+
+bool SpeculativeSequence::WantsDraftHeads(const spec::StepCostModel& cost) const {
+  if (!heads_after_step_) return false;
+  return !controlled() || planned_depth_ > 0 ||
+         (shadow_.empty() && shadow_actual_.empty() && cost.steps() % kShadowEvery == 0);
 }
 
 int SpeculativeSequence::FixedDepth(int room, int wanted) const {
@@ -212,6 +223,7 @@ void SpeculativeSequence::Plan(int depth, absl::Span<const int32_t> history, Seq
                                StepRows* rows, kernels::SamplingBatch* sampling) {
   SS_CHECK(!history.empty() && !planned_);
   planned_ = true;
+  planned_depth_ = depth;
   draft_.Clear();
   if (depth > 0) proposer_->Propose(history, depth, /*verify_only=*/false, &draft_);
   // Trees and branches come in many sizes; chains of each depth are one shape already.
@@ -219,8 +231,11 @@ void SpeculativeSequence::Plan(int depth, absl::Span<const int32_t> history, Seq
   if (pad_drafts_ && !draft_.empty() && !chain) {
     draft_.PadWithAuxiliaryRows(rows_at_[static_cast<size_t>(depth - 1)], history.back());
   }
+  // Heads-drafted sequences shadow when their heads were read for this root (WantsDraftHeads).
   if (draft_.empty() && shadow_.empty() && shadow_actual_.empty() &&
-      proposer_->shadow_predicts_acceptance() && ++plain_steps_since_shadow_ >= kShadowEvery) {
+      proposer_->shadow_predicts_acceptance() &&
+      (heads_after_step_ ? heads_for_history_ == static_cast<int64_t>(history.size())
+                         : ++plain_steps_since_shadow_ >= kShadowEvery)) {
     // A plain step: keep measuring what a draft would have had accepted — on every
     // kShadowEvery-th one, which is plenty for the rates and keeps a batch of plain steps
     // cheap (a Lookahead draft builds a trie of G guesses).

@@ -89,6 +89,17 @@ class SpeculativeSequence {
   // What those passes drafted; the next Plan verifies it (at most its depth).
   // REQUIRES: drafts_on_model().
   void SetModelDraft(spec::ModelDraft draft);
+  // TokenSwift without a draft pass (SpeculationChoice::tokenswift_draft_pass false, with draft
+  // heads): the next draft comes from the heads at the row of a step that samples the next root —
+  // the decode loops read them in the step (StepDraftHeads, model_draft.h) when WantsDraftHeads
+  // says so, and after a prefill (DraftFromLastStep).
+  bool drafts_from_last_step() const { return heads_after_step_; }
+  // After Plan: whether the step should read the heads for the next. A sequence that drafts in it
+  // (or has no controller) may draft again next step; a plain one under the controller needs
+  // them only for a shadow draft, on every kShadowEvery-th step of `cost` (the same steps for
+  // every sequence: one read for all of them). An explore whose heads were not read drafts the
+  // 4-grams alone.
+  bool WantsDraftHeads(const spec::StepCostModel& cost) const;
 
   // The controller's choices for this step: `room` is the most rows the sequence may add after
   // its root (context left, KV blocks the step may take), `wanted` the tokens it still wants
@@ -134,6 +145,11 @@ class SpeculativeSequence {
   spec::ModelDraftProposer* model_draft_ = nullptr;
   kernels::AttentionPattern draft_pattern_;
   bool draft_early_exit_ = false;
+  bool heads_after_step_ = false;  // drafts_from_last_step()
+  int planned_depth_ = 0;          // the depth of the last Plan
+  // The history length the last heads' candidates were read for (SetModelDraft; -1 = none): a
+  // plain step of a heads-drafted sequence shadow-drafts when they are fresh.
+  int64_t heads_for_history_ = -1;
   // Adds the emitted tokens to a pending shadow draft and records it once it is decided.
   void FeedShadow(absl::Span<const int32_t> emitted);
 

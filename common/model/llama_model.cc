@@ -130,7 +130,7 @@ absl::StatusOr<std::vector<int32_t>> LlamaModel::ForwardSample(
     return absl::FailedPreconditionError("an early-exit draft pass needs the Kangaroo adapter");
   }
   SS_ASSIGN_OR_RETURN(const StepViews v,
-                      ComputeLogits(batch, cache, on_layer_kv_written, early_exit));
+                      ComputeLogits(batch, cache, on_layer_kv_written, early_exit, draft));
   // No row asked for a token (a prompt's middle chunk), or a tensor-parallel rank other than 0
   // (rank 0 samples the gathered logits once).
   if (v.logits.dim(0) == 0 || shard_.rank != 0) {
@@ -138,12 +138,16 @@ absl::StatusOr<std::vector<int32_t>> LlamaModel::ForwardSample(
     return std::vector<int32_t>();
   }
   SS_RETURN_IF_ERROR(backend_->Sample(v.logits, sampling, v.tokens));
+  // The heads are queued before the copy that waits for the step: their launches overlap it.
+  const bool heads = draft != nullptr && draft->head_top_k > 0 && !draft_heads_.empty();
+  if (heads && !heads_in_step_) SS_RETURN_IF_ERROR(LaunchDraftHeads(v, sampling, *draft));
   Tensor host = Tensor::Zeros(DType::kI32, v.tokens.shape());
   SS_RETURN_IF_ERROR(backend_->CopyToHost(v.tokens, host));
   if (logprobs != nullptr) SS_RETURN_IF_ERROR(ReadLogprobs(v, *logprobs));
   if (early_exit) SS_RETURN_IF_ERROR(ReadTopProbabilities(v, *draft));
-  if (draft != nullptr && draft->head_top_k > 0 && !draft_heads_.empty()) {
-    SS_RETURN_IF_ERROR(RunDraftHeads(v, sampling, *draft));
+  if (heads) {
+    SS_ASSIGN_OR_RETURN(draft->head_tokens,
+                        ReadHeads(draft->head_rows.empty() ? &sampling : nullptr));
   }
   // After the tokens' copy the step is done: a shadowed step's errors cost one small copy more.
   SS_RETURN_IF_ERROR(ReadStepReports());
@@ -264,7 +268,8 @@ absl::Status LlamaModel::UploadIndices(const StepInputs& in, const StepBuffers& 
 
 absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
     const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
-    const std::function<absl::Status(int layer)>& on_layer_kv_written, bool early_exit) {
+    const std::function<absl::Status(int layer)>& on_layer_kv_written, bool early_exit,
+    const DraftPass* heads) {
   kernels::Backend& be = *backend_;
   StepAgreement agreement(shard_);
   shadow_errors_.clear();
@@ -272,6 +277,8 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
   sparse_work_.clear();
   sparse_pending_ = 0;
   shadow_pending_errors_ = Tensor();
+  last_h_ = Tensor();
+  heads_in_step_ = false;
   if (cache.shape().num_layers != kv_layers()) {
     return absl::InvalidArgumentError(absl::StrCat("Forward: the KV cache has ",
                                                    cache.shape().num_layers,
@@ -316,14 +323,29 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
                                       .plan = &plan,
                                       .shadow_plan = in.shadow ? &shadow_plan : nullptr,
                                       .shadow_count = in.shadow ? shadow.count : 0};
-    const StepGraphCache::Shape step_shape{.rows = n,
-                                           .sequences = static_cast<int64_t>(batch.size()),
-                                           .max_seq_rows = in.max_seq_rows};
+    // Draft heads ranked on the device join the graph: a dozen small kernels cost more as
+    // launches than as graph nodes.
+    heads_in_step_ = heads != nullptr && !heads->head_rows.empty() && heads->head_top_k > 0 &&
+                     !draft_heads_.empty() &&
+                     HeadsRankOnDevice(nullptr, heads->head_rows.size(), heads->head_top_k);
+    if (heads_in_step_) {  // before the graph: it may drop graphs that hold older buffers
+      SS_RETURN_IF_ERROR(PrepareHeads(n, heads->head_rows, nullptr, heads->head_top_k));
+    }
+    const StepGraphCache::Shape step_shape{
+        .rows = n,
+        .sequences = static_cast<int64_t>(batch.size()),
+        .max_seq_rows = in.max_seq_rows,
+        .head_rows = heads_in_step_ ? static_cast<int64_t>(heads->head_rows.size()) : 0,
+        .head_top_k = heads_in_step_ ? heads->head_top_k : 0};
     time_collectives_ = false;  // a capture or replay cannot stop between collectives
     SS_RETURN_IF_ERROR(agreement.Agree());
-    SS_RETURN_IF_ERROR(agreement.Launched(graphs_.Run(
-        step_shape, baked, [&] { return RunLayers(v, plan, nullptr, shadowed, cache, nullptr); })));
+    const auto record = [&]() -> absl::Status {
+      SS_RETURN_IF_ERROR(RunLayers(v, plan, nullptr, shadowed, cache, nullptr));
+      return heads_in_step_ ? RunHeadOps(v.h) : absl::OkStatus();
+    };
+    SS_RETURN_IF_ERROR(agreement.Launched(graphs_.Run(step_shape, baked, record)));
     last_step_graph_setup_ = graphs_.last_run_was_setup();
+    last_h_ = v.h;
     return v;
   }
   if (step_.rows != n || step_.logit_rows != m) {
@@ -353,6 +375,7 @@ absl::StatusOr<LlamaModel::StepViews> LlamaModel::ComputeLogits(
   SS_RETURN_IF_ERROR(agreement.Launched(RunLayers(
       v, plan, in.mixed_windows ? &window_plan : nullptr, in.shadow ? &shadow : nullptr, cache,
       on_layer_kv_written, attention_probe_ != nullptr ? &attention_probe_ : nullptr, early_exit)));
+  if (!early_exit) last_h_ = v.h;  // an early exit's h is a shallow layer's
   return v;
 }
 

@@ -104,7 +104,12 @@ struct DraftPass {
   // (the sampling row's repetition penalty applied to the logits first: the ids of the pass's own
   // history, not the tree paths the verification rows will also penalise); 0 = none.
   int head_top_k = 0;
-  std::vector<int32_t> head_tokens;  // out: [num_draft_heads][logits rows][head_top_k]
+  // TokenSwift without a draft pass: the token rows of a verify or plain step whose heads to read
+  // instead of every logits row — every row of the sequences that want their next draft (which
+  // row samples a sequence's next root is known only after the step). Ranked without a penalty
+  // (the next root's penalised ids are not known yet either).
+  std::vector<int32_t> head_rows;
+  std::vector<int32_t> head_tokens;  // out: [num_draft_heads][rows][head_top_k]
   // out, early exit only: each logits row's largest probability (softmax of its raw logits),
   // which Kangaroo's second exit compares with η.
   std::vector<float> top_probability;
@@ -202,6 +207,17 @@ class LlamaModel {
   // adapter without heads, naming the tensor; replaces heads loaded before.
   absl::Status LoadDraftHeads(const TensorFile& file);
   int num_draft_heads() const { return static_cast<int>(draft_heads_.size()); }
+  // TokenSwift without a draft pass (SpeculationChoice::tokenswift_draft_pass false): the draft
+  // heads' best `top_k` candidates at token rows `rows` of the last forward step (negative rows
+  // count from its end: -1 is a prompt chunk's last row), from the residual stream that step left —
+  // rows already computed against the full cache, so no pass of their own. `sampling` has one row
+  // per entry of `rows` (its repetition penalty is applied first, as for DraftPass::head_top_k).
+  // Out: [num_draft_heads][rows.size()][top_k], best first. kFailedPrecondition without heads or
+  // when the last step left no residual stream (none ran yet, or it was an early-exit pass);
+  // kInvalidArgument for a row outside that step.
+  absl::StatusOr<std::vector<int32_t>> DraftHeadsAtLastStep(absl::Span<const int32_t> rows,
+                                                            const kernels::SamplingBatch& sampling,
+                                                            int top_k);
 
   // Loads Kangaroo's early-exit adapter (tools/train_spec_adapters.py --method kangaroo): tensors
   // adapter.input_norm.weight, adapter.{q,k,v,o}_proj.weight (an attention layer of this model's
@@ -385,12 +401,23 @@ class LlamaModel {
   void NoteSparseWork(const kernels::AttentionBatch& batch,
                       const kernels::AttentionWorkspace& workspace);
 
-  // Runs the draft heads from the residual stream of step `v` (every row a logits row) and
-  // fills draft.head_tokens on the host. Overwrites v.h, v.x, v.branch, v.last and v.logits.
   // Backend::TokenLogprobs of the step's logits at its sampled tokens, into `out` (host).
   absl::Status ReadLogprobs(const StepViews& v, StepLogprobs& out);
-  absl::Status RunDraftHeads(const StepViews& v, const kernels::SamplingBatch& sampling,
-                             DraftPass& draft);
+  // Queues the draft heads at the rows `draft` asks for of step `v` (its head_rows, or every row
+  // of a draft pass, each a logits row penalised by its row of `sampling`), op by op.
+  absl::Status LaunchDraftHeads(const StepViews& v, const kernels::SamplingBatch& sampling,
+                                const DraftPass& draft);
+  // The draft heads in three parts, so that a step graph can hold the device ops. PrepareHeads
+  // (host side: buffers, the rows' upload) readies them for rows `rows` of a step of `step_rows`
+  // rows; RunHeadOps(h) queues them on its residual stream (f32 [step_rows, hidden]), with their
+  // top k on the device too when HeadsRankOnDevice (Backend::TokenLogprobs: a few ids a row come
+  // back); ReadHeads waits for them and returns [heads][rows][top_k], ranking on the host what
+  // the device did not (the repetition penalties of `penalties`, null = none).
+  bool HeadsRankOnDevice(const kernels::SamplingBatch* penalties, size_t rows, int top_k) const;
+  absl::Status PrepareHeads(int64_t step_rows, absl::Span<const int32_t> rows,
+                            const kernels::SamplingBatch* penalties, int top_k);
+  absl::Status RunHeadOps(const Tensor& h);
+  absl::StatusOr<std::vector<int32_t>> ReadHeads(const kernels::SamplingBatch* penalties);
   // Fills draft.top_probability from the logits of step `v` (copied to the host).
   absl::Status ReadTopProbabilities(const StepViews& v, DraftPass& draft);
   // The early-exit adapter's K/V of the rows of `v` from the residual stream h (the output of
@@ -400,9 +427,12 @@ class LlamaModel {
 
   // One step up to the logits; returns the views holding them.
   // `early_exit`: the draft pass of DraftPass::early_exit.
+  // `heads`: a step's draft heads at DraftPass::head_rows, which a graph step records with its
+  // own ops when their top k ranks on the device (heads_in_step_ says whether it did).
   absl::StatusOr<StepViews> ComputeLogits(
       const std::vector<ForwardSequence>& batch, PagedKvCache& cache,
-      const std::function<absl::Status(int layer)>& on_layer_kv_written, bool early_exit = false);
+      const std::function<absl::Status(int layer)>& on_layer_kv_written, bool early_exit = false,
+      const DraftPass* heads = nullptr);
   // The step's device ops, embedding to logits: what a step graph records.
   // `probe` (attention_probe_ on op-by-op steps, null under graphs) runs after each Attention.
   // `window_plan`, when not null, serves the model's windowed layers (StepInputs::window_attn).
@@ -454,7 +484,24 @@ class LlamaModel {
   Tensor sequence_state_;  // i32 [num_slots, slot_words] or empty (set_sequence_state)
   std::vector<LayerWeights> layers_;
   std::vector<DraftHeadWeights> draft_heads_;  // LoadDraftHeads; empty = none
-  EarlyExitAdapter early_exit_;                // LoadEarlyExitAdapter; exit_layer 0 = none
+  // HeadCandidates' buffers, kept across calls (sized to the most rows asked for so far): the
+  // gathered rows' indices and residual stream, every head's normalised rows ([heads * rows,
+  // hidden]), the projection's output, and the heads' logits (f32 [heads * rows, vocab]).
+  // `none` (zeros), `values` and `ids` are TokenLogprobs' operands; the pending fields describe
+  // what LaunchHeads queued for ReadHeads.
+  struct HeadBuffers {
+    int64_t rows = 0;
+    Tensor index, h, x, branch, logits, none, values, ids;
+    int64_t pending_rows = 0;
+    int64_t pending_top_k = 0;
+    bool on_device = false;
+  };
+  HeadBuffers head_buffers_;
+  // The residual stream the last forward step left (its h view; empty after an early-exit pass):
+  // what DraftHeadsAtLastStep reads.
+  Tensor last_h_;
+  bool heads_in_step_ = false;   // the last step's graph ran its draft heads (ComputeLogits)
+  EarlyExitAdapter early_exit_;  // LoadEarlyExitAdapter; exit_layer 0 = none
 };
 
 }  // namespace sparseserve::model

@@ -42,10 +42,15 @@ class StepGraphCache {
     int64_t rows = 0;
     int64_t sequences = 0;
     int max_seq_rows = 0;
+    // TokenSwift's draft heads recorded after the layers (LlamaModel::RunHeadOps): their rows and
+    // top k; 0 = none.
+    int64_t head_rows = 0;
+    int head_top_k = 0;
     bool operator==(const Shape&) const = default;
     template <typename H>
     friend H AbslHashValue(H h, const Shape& s) {
-      return H::combine(std::move(h), s.rows, s.sequences, s.max_seq_rows);
+      return H::combine(std::move(h), s.rows, s.sequences, s.max_seq_rows, s.head_rows,
+                        s.head_top_k);
     }
   };
 

@@ -90,6 +90,9 @@ absl::StatusOr<engine::RequestOptions> RequestOptionsFromProto(
                              speculation.tokenswift_tree().end());
   }
   if (speculation.has_tokenswift_ngram_k()) s.tokenswift_ngram_k = speculation.tokenswift_ngram_k();
+  if (speculation.has_tokenswift_draft_pass()) {
+    s.tokenswift_draft_pass = speculation.tokenswift_draft_pass();
+  }
   if (speculation.has_tokenswift_ngram_lag()) {
     s.tokenswift_ngram_lag = speculation.tokenswift_ngram_lag();
   }

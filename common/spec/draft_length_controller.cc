@@ -206,7 +206,6 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
   // there: at batch 64 the controller's host time is a few percent of a GPU step).
   int max_depth = 0, max_rows = base_rows;
   bool unmeasured = false;  // some sequence's acceptance rests on too few drafts
-  bool unshadowed = false;  // some sequence's acceptance is measured by explores alone
   bool model_drafts = false;
   double most_tokens = static_cast<double>(options.size());
   int fewest_rows = std::numeric_limits<int>::max();
@@ -220,15 +219,13 @@ std::vector<int> ChooseDraftDepths(const StepCostModel& cost, absl::Span<const D
     // Only model drafters: the others' acceptance is measured on plain steps too (shadow drafts).
     unmeasured |= o.model_draft && o.stats->samples() < StepCostModel::kMinAcceptanceSamples;
     model_drafts |= o.model_draft;
-    unshadowed |= !o.shadowed;
   }
   if (max_depth == 0) return best_depth;
   // The cheap way out, every step that speculation cannot win: even every sequence's deepest
   // draft for the price of the cheapest speculative step does not beat plain decoding (whose
   // steps have no draft passes).
-  const bool explore = cost.ExploreDue() ||
-                       (unshadowed && cost.ExploreDue(StepCostModel::kExploreSteps)) ||
-                       (unmeasured && cost.ExploreDue(StepCostModel::kExploreUnmeasuredSteps));
+  const bool explore =
+      cost.ExploreDue() || (unmeasured && cost.ExploreDue(StepCostModel::kExploreUnmeasuredSteps));
   if (most_tokens / cost.Estimate(base_rows + fewest_rows, true) <=
           static_cast<double>(options.size()) / cost.Estimate(base_rows) * kSpeculationMargin &&
       !explore) {

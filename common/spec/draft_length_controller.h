@@ -33,8 +33,9 @@
 // StepCostModel::kExploreSteps steps a plain decision becomes the best speculative one — for as
 // many sequences, in turn, as keep its draft rows within the step's other rows — so a bad
 // first measurement cannot keep speculation off for good (≤ 1/128 of the steps — fewer while
-// explores change nothing and shadow drafts measure every sequence's acceptance:
-// StepCostModel::ExploreDue backs off — and only a choice
+// explores change nothing: StepCostModel::ExploreDue backs off, also for drafters whose
+// acceptance only explores measure (Lookahead, model drafters: their last measure holds longer;
+// at batch 64 their explores every 128 steps, op-by-op draft passes, cost 10%) — and only a choice
 // estimated at no worse than half of plain's rate — or any, once every 8 steps, while a model
 // drafter's acceptance rests on fewer than 8 drafts: it has no shadow draft to measure it on plain
 // steps; and after a speculative step that set up a step graph, until one is measured), and a
@@ -172,10 +173,6 @@ struct DraftOption {
   // roughly); `one_pass` (TokenSwift): every depth costs one.
   bool model_draft = false;
   bool one_pass = false;
-  // Plain steps measure its acceptance (shadow drafts: DraftProposer::shadow_predicts_acceptance,
-  // and not a model drafter). Explores are the only measure of the others' acceptance, so while
-  // a step has any of those, explores keep to every kExploreSteps steps (no back-off).
-  bool shadowed = true;
 };
 
 // Depth per option (0 = plain), for a step whose other rows (every sequence's root row, prefill

@@ -22,9 +22,14 @@ struct ModelDraft {
   // One token per pass, each sampled from the pass's logits with the draw its verification row
   // samples with (engine/model_draft.h).
   std::vector<int32_t> chain;
-  // The first pass's draft heads (TokenSwift), when the model has them and the drafter asked:
-  // head_candidates[i] = candidates for the token i + 1 places after chain[0], best first.
+  // The draft heads' candidates (TokenSwift), when the model has them and the drafter asked:
+  // head_candidates[i] = candidates for the token i + 1 places after the token the heads' row
+  // predicts itself, best first — chain[0] after a draft pass; without one (heads read at the
+  // row that sampled the root: engine/model_draft.h, DraftFromLastStep) the root.
   std::vector<std::vector<int32_t>> head_candidates;
+  // Without a draft pass: the history length (prompt + emitted, the root last) the candidates
+  // follow; a draft for another length is stale and unused. -1 after a draft pass.
+  int64_t history_size = -1;
 };
 
 class ModelDraftProposer : public DraftProposer {

@@ -45,49 +45,74 @@ TokenSwiftProposer::TokenSwiftProposer(const TokenSwiftParams& params, int heads
   SS_CHECK(!params_.tree.empty() && params_.tree[0] == 1 && heads_ >= 0);
 }
 
-int TokenSwiftProposer::DepthOf(const TokenSwiftParams& params, int heads) {
-  const int tree = std::min(static_cast<int>(params.tree.size()), heads + 1);
-  return std::max(tree, params.ngram_k > 0 ? kTokenSwiftNgramLength : 1);
+int TokenSwiftProposer::TreeLevels(const TokenSwiftParams& params, int heads) {
+  const int tree = static_cast<int>(params.tree.size());
+  return params.draft_pass ? std::min(tree, heads + 1) : std::min(tree - 1, heads);
 }
 
-int TokenSwiftProposer::TreeLevels() const {
-  return std::min(static_cast<int>(params_.tree.size()), heads_ + 1);
+int TokenSwiftProposer::DepthOf(const TokenSwiftParams& params, int heads) {
+  // A 4-gram is the drafted token and 3 more with the pass, 3 after the root without.
+  const int ngram = params.ngram_k == 0 ? 0
+                    : params.draft_pass ? kTokenSwiftNgramLength
+                                        : kTokenSwiftNgramLength - 1;
+  return std::max({TreeLevels(params, heads), ngram, 1});
+}
+
+int TokenSwiftProposer::Branching(int d) const {
+  return params_.tree[static_cast<size_t>(params_.draft_pass ? d - 1 : d)];
+}
+
+int TokenSwiftProposer::NgramChainRows(int depth) const {
+  // With the pass the chain's first token is the drafted one, a row of the tree already.
+  return params_.draft_pass ? std::max(std::min(depth, kTokenSwiftNgramLength) - 1, 0)
+                            : std::min(depth, kTokenSwiftNgramLength - 1);
 }
 
 int TokenSwiftProposer::RowsAt(int depth) const {
   int rows = 0, level = 1;
-  for (int d = 1; d <= std::min(depth, TreeLevels()); ++d) {
-    level *= params_.tree[static_cast<size_t>(d - 1)];
+  for (int d = 1; d <= std::min(depth, TreeLevels(params_, heads_)); ++d) {
+    level *= Branching(d);
     rows += level;
   }
-  // Each 4-gram chain adds at most its tokens after the drafted one.
-  const int chain = std::min(depth, kTokenSwiftNgramLength) - 1;
-  return rows + params_.ngram_k * std::max(chain, 0);
+  return rows + params_.ngram_k * NgramChainRows(depth);
 }
 
 int TokenSwiftProposer::HeadTopK() const {
   int k = 0;
-  for (int d = 1; d < TreeLevels(); ++d) k = std::max(k, params_.tree[static_cast<size_t>(d)]);
+  const int levels = TreeLevels(params_, heads_);
+  // The heads fill the levels after the drafted token's with the pass, every level without.
+  for (int d = params_.draft_pass ? 2 : 1; d <= levels; ++d) k = std::max(k, Branching(d));
   return k;
 }
 
 void TokenSwiftProposer::Propose(absl::Span<const int32_t> history, int depth, bool verify_only,
                                  StepDraft* draft) {
   draft->Clear();
-  if (verify_only) return;  // a shadow draft would need the draft pass
-  const ModelDraft made = std::move(draft_);
+  if (verify_only && params_.draft_pass) return;  // a shadow draft would need the draft pass
+  ModelDraft made = std::move(draft_);
   draft_ = ModelDraft();
   depth = std::min(depth, max_depth());
-  if (made.chain.empty() || depth < 1) return;
-  const int32_t first = made.chain[0];
+  if (depth < 1 || history.empty()) return;
+  std::vector<int32_t> level;  // the rows of the tree's last level so far (0 = the root)
+  int32_t first;               // the token the 4-grams start with
+  int d = 1;                   // the tree level the heads fill next
+  if (params_.draft_pass) {
+    if (made.chain.empty()) return;
+    first = made.chain[0];
+    level = {draft->AddRow(first, 1, 0)};
+    d = 2;
+  } else {
+    first = history.back();
+    level = {0};
+    // Candidates read after another step than the last one follow another root.
+    if (made.history_size != static_cast<int64_t>(history.size())) made.head_candidates.clear();
+  }
   // The tree, level by level: every node of a level gets the next head's top candidates.
-  std::vector<int32_t> level = {draft->AddRow(first, 1, 0)};
-  for (int d = 2; d <= std::min(depth, TreeLevels()); ++d) {
-    const size_t head = static_cast<size_t>(d - 2);
+  for (; d <= std::min(depth, TreeLevels(params_, heads_)); ++d) {
+    const size_t head = static_cast<size_t>(params_.draft_pass ? d - 2 : d - 1);
     if (head >= made.head_candidates.size()) break;
     const std::vector<int32_t>& candidates = made.head_candidates[head];
-    const size_t take =
-        std::min(candidates.size(), static_cast<size_t>(params_.tree[static_cast<size_t>(d - 1)]));
+    const size_t take = std::min(candidates.size(), static_cast<size_t>(Branching(d)));
     std::vector<int32_t> next;
     for (const int32_t parent : level) {
       for (size_t c = 0; c < take; ++c) {
@@ -98,13 +123,17 @@ void TokenSwiftProposer::Propose(absl::Span<const int32_t> history, int depth, b
     }
     level = std::move(next);
   }
-  // Token reutilization: the 4-grams that start with the drafted token, merged into the tree.
-  if (params_.ngram_k > 0 && depth >= 2) {
+  // Token reutilization: the 4-grams that start with `first`, merged into the tree.
+  const int chain_rows = NgramChainRows(depth);
+  if (params_.ngram_k > 0 && chain_rows > 0) {
     table_.Update(history, static_cast<int64_t>(history.size()) - params_.ngram_lag);
-    const size_t len = static_cast<size_t>(std::min(depth, kTokenSwiftNgramLength));
     for (const FourGramTable::Continuation& cont : table_.Top(first, params_.ngram_k)) {
       const std::array<int32_t, 4> chain = {first, cont[0], cont[1], cont[2]};
-      draft->AddChain(absl::MakeConstSpan(chain.data(), len));
+      // With the pass the chain starts at the drafted token (a tree row); without, after the
+      // root.
+      const size_t from = params_.draft_pass ? 0 : 1;
+      draft->AddChain(absl::MakeConstSpan(
+          chain.data() + from, static_cast<size_t>(chain_rows) + (params_.draft_pass ? 1 : 0)));
     }
   }
 }

@@ -9,6 +9,12 @@
 //     output) that start with the drafted token, each a chain (merged with the tree where they
 //     share a prefix); the table counts the 4-grams that end ngram_lag (W) tokens or more before
 //     the end.
+// Without the draft pass (params.draft_pass false) the heads read the residual stream of the row
+// that sampled the root, in the step that verified it (the Medusa arrangement): that row has
+// already run against the full cache, so a step is one pass of the weights instead of two (the
+// paper's pitfall) and the root is the target's own token, not a draft. The tree loses its first
+// level — head d gives depth d: [3, 3, 3] from the default — and the 4-grams start with the root.
+// Its drafts exist on plain steps too, so they measure acceptance there (shadow drafts).
 // Verification is the framework's sample-and-match walk (draft.h): one target sample per tree
 // node, with the draw plain decoding would use, so the output equals plain decoding under
 // sampling too (the paper's code samples one token per branch, which is biased). Without heads
@@ -51,6 +57,9 @@ struct TokenSwiftParams {
   std::vector<int> tree = {1, 3, 3, 3};
   int ngram_k = 20;      // 4-grams reused per step (the paper's top-k); 0 = off
   int ngram_lag = 1024;  // W (papers/tokenswift.md, [code]); >= 0
+  // The paper's draft pass over the partial KV cache; false = the heads at the root's own row
+  // (above). tree[0] stays 1 either way (unused without the pass).
+  bool draft_pass = true;
 };
 
 class TokenSwiftProposer : public ModelDraftProposer {
@@ -59,17 +68,24 @@ class TokenSwiftProposer : public ModelDraftProposer {
   TokenSwiftProposer(const TokenSwiftParams& params, int heads, int max_depth);
 
   int RowsAt(int depth) const override;
-  int PassesAt(int depth) const override { return depth > 0 ? 1 : 0; }
+  int PassesAt(int depth) const override { return depth > 0 && params_.draft_pass ? 1 : 0; }
   int HeadTopK() const override;
   void Propose(absl::Span<const int32_t> history, int depth, bool verify_only,
                StepDraft* draft) override;
+  // Without the draft pass the heads' candidates exist before a plain step too.
+  bool shadow_predicts_acceptance() const override { return !params_.draft_pass; }
 
-  // The deepest draft these parameters make with `heads` draft heads.
+  // The deepest draft these parameters make with `heads` draft heads (at least 1).
   static int DepthOf(const TokenSwiftParams& params, int heads);
 
  private:
-  // Tree levels the heads can fill (the drafted token's level included).
-  int TreeLevels() const;
+  // Tree levels: with the draft pass, the drafted token's level and those the heads fill; without
+  // it, the heads' levels (tree[1..]).
+  static int TreeLevels(const TokenSwiftParams& params, int heads);
+  // Candidates at tree level d (1-based; tree[d - 1] with the pass, tree[d] without).
+  int Branching(int d) const;
+  // Draft tokens a 4-gram chain adds at `depth`.
+  int NgramChainRows(int depth) const;
 
   TokenSwiftParams params_;
   int heads_;

@@ -274,21 +274,23 @@ absl::Status CudaBackend::Embedding(const Tensor& table, const Tensor& ids, cons
   SS_RETURN_IF_ERROR(
       CheckCuda(out, IsF32(out) ? DType::kF32 : DType::kBf16, 2, "Embedding", "out"));
   SS_RETURN_IF_ERROR(CheckShape(out, {ids.dim(0), table.dim(1)}, "Embedding", "out"));
-  return CudaStatus(cuda::LaunchGatherRows(Bf16(table), table.dim(0), table.dim(1),
+  return CudaStatus(cuda::LaunchGatherRows(Bf16(table), false, table.dim(0), table.dim(1),
                                            ids.data<int32_t>(), ids.dim(0), out.raw_data(),
                                            IsF32(out), error_flag_.data<int>(), stream()),
                     "Embedding");
 }
 
 absl::Status CudaBackend::GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) {
-  SS_RETURN_IF_ERROR(CheckCuda(x, DType::kBf16, 2, "GatherRows", "x"));
+  // bf16 activations, or rows of the f32 residual stream (TokenSwift's draft heads).
+  const DType dt = IsF32(x) ? DType::kF32 : DType::kBf16;
+  SS_RETURN_IF_ERROR(CheckCuda(x, dt, 2, "GatherRows", "x"));
   SS_RETURN_IF_ERROR(CheckCuda(rows, DType::kI32, 1, "GatherRows", "rows"));
-  SS_RETURN_IF_ERROR(CheckCuda(out, DType::kBf16, 2, "GatherRows", "out"));
+  SS_RETURN_IF_ERROR(CheckCuda(out, dt, 2, "GatherRows", "out"));
   SS_RETURN_IF_ERROR(CheckShape(out, {rows.dim(0), x.dim(1)}, "GatherRows", "out"));
-  return CudaStatus(
-      cuda::LaunchGatherRows(Bf16(x), x.dim(0), x.dim(1), rows.data<int32_t>(), rows.dim(0),
-                             out.raw_data(), false, error_flag_.data<int>(), stream()),
-      "GatherRows");
+  return CudaStatus(cuda::LaunchGatherRows(x.raw_data(), IsF32(x), x.dim(0), x.dim(1),
+                                           rows.data<int32_t>(), rows.dim(0), out.raw_data(),
+                                           IsF32(out), error_flag_.data<int>(), stream()),
+                    "GatherRows");
 }
 
 absl::Status CudaBackend::RelativeL2Error(const Tensor& actual, const Tensor& expected,

@@ -18,11 +18,12 @@ using bf16_t = uint16_t;
 cudaError_t LaunchFillUniform(void* data, bool is_bf16, int64_t n, uint64_t seed, float lo,
                               float hi, cudaStream_t stream);
 
-// out[i, :] = table[ids[i], :] (out bf16, or f32 with out_f32); ids outside [0, vocab) write
+// out[i, :] = table[ids[i], :]: a bf16 table into bf16 out, or (out_f32) into f32 out, widened;
+// with table_f32 an f32 table into f32 out (out_f32 must be set). ids outside [0, vocab) write
 // zeros and set *error_flag = 1.
-cudaError_t LaunchGatherRows(const bf16_t* table, int64_t vocab, int64_t d, const int32_t* ids,
-                             int64_t n, void* out, bool out_f32, int* error_flag,
-                             cudaStream_t stream);
+cudaError_t LaunchGatherRows(const void* table, bool table_f32, int64_t vocab, int64_t d,
+                             const int32_t* ids, int64_t n, void* out, bool out_f32,
+                             int* error_flag, cudaStream_t stream);
 
 // out = x * rsqrt(mean(x^2) + eps) * w per row; with `residual` non-null, first residual += x
 // (kept in f32, or rounded to bf16) and the norm is taken of the updated residual. x is f32 only

@@ -44,10 +44,15 @@ __global__ void FillUniformKernel(void* data, bool is_bf16, int64_t n, uint64_t 
   }
 }
 
+__device__ __forceinline__ float LoadAny(const void* p, bool f32, int64_t i) {
+  return f32 ? static_cast<const float*>(p)[i] : Load(static_cast<const bf16_t*>(p), i);
+}
+
 // One block per output row; 16-byte copies when the row allows it. With out_f32 the row is
-// widened to f32 (the model's residual stream).
-__global__ void GatherRowsKernel(const bf16_t* table, int64_t vocab, int64_t d, const int32_t* ids,
-                                 void* out, bool out_f32, int* error_flag) {
+// widened to f32 (the model's residual stream), or copied from an f32 table (table_f32: rows of
+// the residual stream itself, for TokenSwift's draft heads).
+__global__ void GatherRowsKernel(const void* table_any, bool table_f32, int64_t vocab, int64_t d,
+                                 const int32_t* ids, void* out, bool out_f32, int* error_flag) {
   WaitForPrecedingKernels();
   AllowNextKernelLaunch();
   const int64_t row = blockIdx.x;
@@ -57,9 +62,10 @@ __global__ void GatherRowsKernel(const bf16_t* table, int64_t vocab, int64_t d, 
   if (out_f32) {
     float* dst = static_cast<float*>(out) + row * d;
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
-      dst[i] = valid ? Load(table, id * d + i) : 0.0f;
+      dst[i] = valid ? LoadAny(table_any, table_f32, id * d + i) : 0.0f;
     return;
   }
+  const bf16_t* table = static_cast<const bf16_t*>(table_any);
   bf16_t* out16 = static_cast<bf16_t*>(out);
   if (d % 8 == 0) {
     const uint4* src = reinterpret_cast<const uint4*>(table + (valid ? id : 0) * d);
@@ -72,10 +78,6 @@ __global__ void GatherRowsKernel(const bf16_t* table, int64_t vocab, int64_t d, 
       out16[row * d + i] = valid ? table[id * d + i] : bf16_t{0};
     }
   }
-}
-
-__device__ __forceinline__ float LoadAny(const void* p, bool f32, int64_t i) {
-  return f32 ? static_cast<const float*>(p)[i] : Load(static_cast<const bf16_t*>(p), i);
 }
 
 // One block per row. With `residual` non-null: residual += x first (residual in f32 or bf16),
@@ -344,12 +346,13 @@ cudaError_t LaunchFillUniform(void* data, bool is_bf16, int64_t n, uint64_t seed
   return cudaGetLastError();
 }
 
-cudaError_t LaunchGatherRows(const bf16_t* table, int64_t vocab, int64_t d, const int32_t* ids,
-                             int64_t n, void* out, bool out_f32, int* error_flag,
-                             cudaStream_t stream) {
+cudaError_t LaunchGatherRows(const void* table, bool table_f32, int64_t vocab, int64_t d,
+                             const int32_t* ids, int64_t n, void* out, bool out_f32,
+                             int* error_flag, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  return LaunchOverlapping(GatherRowsKernel, static_cast<unsigned>(n), 128, 0, stream, table, vocab,
-                           d, ids, out, out_f32, error_flag);
+  if (table_f32 && !out_f32) return cudaErrorInvalidValue;
+  return LaunchOverlapping(GatherRowsKernel, static_cast<unsigned>(n), 128, 0, stream, table,
+                           table_f32, vocab, d, ids, out, out_f32, error_flag);
 }
 
 cudaError_t LaunchRmsNorm(void* residual, bool residual_f32, const void* x, bool x_f32,

@@ -249,6 +249,20 @@ TEST_F(CudaBackendTest, SiluMulEmbeddingGatherRows) {
     Tensor rows_out = Poisoned(DType::kBf16, {5, hidden});
     ASSERT_TRUE(gpu_->GatherRows(gtable, ToGpu(ids, DType::kI32), rows_out).ok());
     EXPECT_EQ(RelError(ToHost(rows_out), want), 0.0);
+    // Rows of the f32 residual stream (TokenSwift's heads read after a step), bit for bit.
+    Tensor stream = RandomHost({7, hidden});
+    Tensor picked = Tensor::Zeros(DType::kI32, {3});
+    for (int i = 0; i < 3; ++i) picked.data<int32_t>()[i] = 6 - 2 * i;
+    Tensor stream_want = Tensor::Zeros(DType::kF32, {3, hidden});
+    ASSERT_TRUE(cpu_.GatherRows(stream, picked, stream_want).ok());
+    Tensor stream_got = Poisoned(DType::kF32, {3, hidden});
+    ASSERT_TRUE(
+        gpu_->GatherRows(ToGpu(stream, DType::kF32), ToGpu(picked, DType::kI32), stream_got).ok());
+    EXPECT_EQ(RelError(ToHost(stream_got), stream_want), 0.0);
+    // An f32 source into bf16 rows is refused.
+    EXPECT_FALSE(gpu_->GatherRows(ToGpu(stream, DType::kF32), ToGpu(picked, DType::kI32),
+                                  rows_out.Slice(0, 0, 3))
+                     .ok());
 
     ids.data<int32_t>()[2] = 1000;  // out of range: reported at the next synchronisation
     ASSERT_TRUE(gpu_->Embedding(gtable, ToGpu(ids, DType::kI32), got).ok());

@@ -329,17 +329,19 @@ TEST_F(DecodeSchedulerTest, SeededSamplingIsReproducibleBatchedAndUnderPreemptio
 // (none, prompt lookup and Lookahead at a fixed draft length, prompt lookup under the controller,
 // sparse self-speculation drafting with TokenSelect at a fixed length and with a sliding window
 // under the controller, TokenSwift with trained heads and Kangaroo at fixed lengths: their draft
-// passes batched, Kangaroo's early exits in steps of their own) share
+// passes batched, Kangaroo's early exits in steps of their own; TokenSwift without a draft pass,
+// its heads read after each step from the row that sampled its root) share
 // steps, greedy and seeded, in a roomy pool and in one so small that sequences are preempted;
 // each gets exactly the tokens a lone plain run with its seed gets, drafts are counted in the
 // spec_decode metrics, and every block comes back.
 TEST_F(DecodeSchedulerTest, SpeculativeSequencesBatchedWithPlainOnesEqualPlainDecoding) {
-  const auto prompts = Prompts(8);
+  const auto prompts = Prompts(9);
   const engine::SpecMethod modes[] = {
       engine::SpecMethod::kNone,       engine::SpecMethod::kPromptLookup,
       engine::SpecMethod::kLookahead,  engine::SpecMethod::kPromptLookup,
       engine::SpecMethod::kSparseSelf, engine::SpecMethod::kSparseSelf,
-      engine::SpecMethod::kTokenSwift, engine::SpecMethod::kKangaroo};
+      engine::SpecMethod::kTokenSwift, engine::SpecMethod::kKangaroo,
+      engine::SpecMethod::kTokenSwift};
   for (const bool seeded : {false, true}) {
     for (const int kv_tokens : {0, 200}) {
       auto runner = Runner(kv_tokens, /*tokenselect_max_k=*/16, /*adapters=*/true);
@@ -358,6 +360,7 @@ TEST_F(DecodeSchedulerTest, SpeculativeSequencesBatchedWithPlainOnesEqualPlainDe
           job.options.spec.method = modes[i];
           job.options.spec.controller = i == 3 || i == 5;
           job.options.spec.tokenswift_ngram_lag = 8;
+          job.options.spec.tokenswift_draft_pass = i != 8;
           job.options.spec.kangaroo_eta = 0.3f;
           job.options.spec.lookahead_window = 4;
           job.options.spec.lookahead_ngram = 4;

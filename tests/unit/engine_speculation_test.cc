@@ -5,8 +5,8 @@
 // two-sample chi-square test over 20,000 seeded runs per mode), with a deliberately biased
 // verifier failing the same test. Modes: prompt lookup, Lookahead, sparse self-speculation
 // drafting with TokenSelect or a sliding window, TokenSwift without and with the trained draft
-// heads of tests/data/spec_adapters (whose acceptance must beat no heads), and Kangaroo with its
-// trained early-exit adapter.
+// heads of tests/data/spec_adapters (whose acceptance must beat no heads) and with the heads but
+// no draft pass, and Kangaroo with its trained early-exit adapter.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -50,14 +50,18 @@ std::string AdapterPath(const std::string& model, const std::string& method) {
 // sparse-self drafting with a sliding window instead of TokenSelect; "tokenswift-heads" is
 // TokenSwift on a runner with the model's trained draft heads (Fixture's `heads`);
 // "tokenswift-kvh" is TokenSwift whose partial KV is selected per KV head (TokenSwift's own
-// rule) on a runner sized for it.
+// rule) on a runner sized for it; "tokenswift-nopass" is TokenSwift with the trained heads and no
+// draft pass (the heads read the row that sampled the root).
 SpeculationChoice Choice(const std::string& mode) {
   SpeculationChoice c;
   const bool window_draft = mode == "sparse-self-window";
-  c.method = window_draft                                             ? SpecMethod::kSparseSelf
-             : mode == "tokenswift-heads" || mode == "tokenswift-kvh" ? SpecMethod::kTokenSwift
-                                                                      : *ParseSpecMethod(mode);
+  c.method = window_draft ? SpecMethod::kSparseSelf
+             : mode == "tokenswift-heads" || mode == "tokenswift-kvh" || mode == "tokenswift-nopass"
+                 ? SpecMethod::kTokenSwift
+                 : *ParseSpecMethod(mode);
   c.sparse_self_per_kv_head = mode == "tokenswift-kvh";
+  c.tokenswift_draft_pass = mode != "tokenswift-nopass";
+  if (!c.tokenswift_draft_pass) c.tokenswift_ngram_k = 4;  // 51-row trees: CI's CPU time
   c.controller = false;  // a fixed draft length: every step verifies a draft
   if (c.method == SpecMethod::kPromptLookup) c.max_draft = 4;
   if (c.method == SpecMethod::kKangaroo) c.max_draft = 6;  // γ; η stops most drafts earlier
@@ -135,7 +139,8 @@ class LosslessGreedyTest : public ::testing::TestWithParam<std::tuple<std::strin
 
 TEST_P(LosslessGreedyTest, EveryPromptsOutputEqualsPlainGreedy) {
   const auto& [model, mode] = GetParam();
-  Fixture f(model, mode == "tokenswift-heads", mode == "kangaroo", mode == "tokenswift-kvh");
+  Fixture f(model, mode == "tokenswift-heads" || mode == "tokenswift-nopass", mode == "kangaroo",
+            mode == "tokenswift-kvh");
   if (!f.found()) GTEST_SKIP() << model << " not found (run scripts/fetch_model.sh)";
   ASSERT_TRUE(f.status().ok()) << f.status();
   Generator gen(f.runner(), f.tokenizer());
@@ -212,7 +217,8 @@ INSTANTIATE_TEST_SUITE_P(TokenSwiftPerKvHead, LosslessGreedyTest,
                          ParamName);
 INSTANTIATE_TEST_SUITE_P(TrainedAdapters, LosslessGreedyTest,
                          ::testing::Combine(::testing::Values("stories260K", "longctx_model"),
-                                            ::testing::Values("tokenswift-heads", "kangaroo")),
+                                            ::testing::Values("tokenswift-heads",
+                                                              "tokenswift-nopass", "kangaroo")),
                          ParamName);
 
 // A worker's KV layout carries its Kangaroo adapter file's fingerprint: equal for the same file,
@@ -456,10 +462,16 @@ class LosslessSamplingTest : public ::testing::Test {
       if (choice.method == SpecMethod::kKangaroo) choice.kangaroo_eta = 0;
       spec = *SpeculativeSequence::Create(choice, runner);
       if (verifier != nullptr) spec->set_verifier(verifier);
+      if (spec->drafts_from_last_step()) {  // the prefix's last row predicted the root
+        const HeadDraftJob job{spec.get(), -1, history, {}, &sampler};
+        EXPECT_TRUE(DraftFromLastStep(runner, absl::MakeConstSpan(&job, 1)).ok());
+      }
     }
+    const spec::StepCostModel cost;  // no controller: WantsDraftHeads says yes on every step
     while (out.size() < 2) {
       StepRows rows;
       kernels::SamplingBatch sampling;
+      StepDraftHeads heads;
       if (spec == nullptr) {
         rows.seq = &seq;
         rows.tokens = {history.back()};
@@ -472,9 +484,12 @@ class LosslessSamplingTest : public ::testing::Test {
           EXPECT_TRUE(RunModelDrafts(runner, absl::MakeConstSpan(&job, 1)).ok());
         }
         spec->Plan(3, history, &seq, {}, sampler, &rows, &sampling);
+        if (spec->WantsDraftHeads(cost)) {
+          heads.Add(spec.get(), 0, static_cast<int32_t>(rows.tokens.size()));
+        }
       }
       absl::StatusOr<std::vector<int32_t>> next =
-          runner.Step(absl::MakeConstSpan(&rows, 1), sampling);
+          runner.Step(absl::MakeConstSpan(&rows, 1), sampling, nullptr, heads.pass());
       EXPECT_TRUE(next.ok()) << next.status();
       if (!next.ok()) break;
       std::vector<int32_t> emitted = {next->front()};
@@ -484,6 +499,8 @@ class LosslessSamplingTest : public ::testing::Test {
         emitted.assign(done->emitted.begin(), done->emitted.end());
         drafted_ += done->drafted;
         accepted_ += done->accepted;
+        heads.Deliver(spec.get(), done->emitted_rows.back(),
+                      static_cast<int64_t>(history.size() + emitted.size()));
       }
       history.insert(history.end(), emitted.begin(), emitted.end());
       out.insert(out.end(), emitted.begin(), emitted.end());
@@ -510,8 +527,8 @@ class LosslessSamplingTest : public ::testing::Test {
 TEST_F(LosslessSamplingTest, FirstTwoTokensFollowPlainSampling) {
   const std::map<std::pair<int, int>, int> plain = Sample("none", 1, kRuns);
   ASSERT_GT(plain.size(), 3u) << "the test needs a spread distribution";
-  for (const std::string mode :
-       {"prompt-lookup", "lookahead", "sparse-self", "tokenswift-heads", "kangaroo"}) {
+  for (const std::string mode : {"prompt-lookup", "lookahead", "sparse-self", "tokenswift-heads",
+                                 "tokenswift-nopass", "kangaroo"}) {
     drafted_ = 0;
     accepted_ = 0;
     // Other seeds than the plain runs': a test of the distribution, not of the coupling.
@@ -525,7 +542,8 @@ TEST_F(LosslessSamplingTest, FirstTwoTokensFollowPlainSampling) {
       EXPECT_EQ(FirstTwo(mode, seed), FirstTwo("none", seed)) << seed;
     }
   }
-  for (const std::string mode : {"prompt-lookup", "sparse-self", "tokenswift-heads", "kangaroo"}) {
+  for (const std::string mode :
+       {"prompt-lookup", "sparse-self", "tokenswift-heads", "tokenswift-nopass", "kangaroo"}) {
     const double biased = HomogeneityPValue(plain, Sample(mode, 1'000'001, kRuns, &BiasedAccept));
     std::printf("%s, biased verifier: p = %.4g\n", mode.c_str(), biased);
     EXPECT_LT(biased, 1e-6) << mode;

@@ -2,7 +2,9 @@
 // backend with the random `tiny` model: a head with a zero projection repeats the model's own
 // logits (h_i = h_{i-1}), a head whose projection flips the residual stream ranks the vocabulary
 // upside down (the final norm is scale-free), the repetition penalty is applied before ranking,
-// and bad adapters and steps are refused with messages naming what is wrong.
+// the heads read after a step (TokenSwift without a draft pass) equal those of the step's own
+// pass at the same rows, and bad adapters and steps are refused with messages naming what is
+// wrong.
 #include <algorithm>
 #include <numeric>
 #include <string>
@@ -185,6 +187,35 @@ TEST_F(DraftHeadsTest, BadAdaptersAndStepsAreRefused) {
   pass.early_exit = true;
   next = model_->ForwardSample({seq}, *cache_, sampling, nullptr, &pass);
   EXPECT_EQ(next.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(DraftHeadsTest, HeadsReadAfterAStepEqualThoseOfItsOwnPassAtTheSameRows) {
+  ASSERT_TRUE(LoadHeads({-1e4f, 0.5f}).ok());
+  kernels::SamplingBatch none;
+  // Nothing ran yet: no residual stream to read.
+  absl::StatusOr<std::vector<int32_t>> heads = model_->DraftHeadsAtLastStep({0}, none, 3);
+  EXPECT_EQ(heads.status().code(), absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<Run> run = RunStep(3);  // the pass's heads at all 11 rows
+  ASSERT_TRUE(run.ok()) << run.status();
+  const int rows = 11, k = 3;
+  // Rows 10 (the second sequence's last), 4 and 0, penalty-free; then the same rows again.
+  const std::vector<int32_t> picked = {10, 4, 0};
+  for (int round = 0; round < 2; ++round) {
+    heads = model_->DraftHeadsAtLastStep(picked, none, k);
+    ASSERT_TRUE(heads.ok()) << heads.status();
+    ASSERT_EQ(heads->size(), 2u * picked.size() * k);
+    for (int h = 0; h < 2; ++h) {
+      for (size_t i = 0; i < picked.size(); ++i) {
+        const int32_t* got = heads->data() + (h * picked.size() + i) * k;
+        const int32_t* want = run->heads.data() + (h * rows + picked[i]) * k;
+        EXPECT_EQ(std::vector<int32_t>(got, got + k), std::vector<int32_t>(want, want + k))
+            << "head " << h << " row " << picked[i] << " round " << round;
+      }
+    }
+  }
+  heads = model_->DraftHeadsAtLastStep({11}, none, k);
+  EXPECT_EQ(heads.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(heads.status().message(), HasSubstr("row 11"));
 }
 
 }  // namespace

@@ -183,12 +183,14 @@ TEST(RequestOptionsFromProtoTest, EveryMethodIsBuilt) {
   for (const int b : {1, 2, 2}) r.mutable_speculation()->add_tokenswift_tree(b);
   r.mutable_speculation()->set_tokenswift_ngram_k(0);
   r.mutable_speculation()->set_tokenswift_ngram_lag(7);
+  r.mutable_speculation()->set_tokenswift_draft_pass(false);
   o = Convert(r);
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->spec.method, engine::SpecMethod::kTokenSwift);
   EXPECT_EQ(o->spec.tokenswift_tree, (std::vector<int>{1, 2, 2}));
   EXPECT_EQ(o->spec.tokenswift_ngram_k, 0);
   EXPECT_EQ(o->spec.tokenswift_ngram_lag, 7);
+  EXPECT_FALSE(o->spec.tokenswift_draft_pass);
   // An empty tree is the server's default tree, not TokenSwift's.
   engine::RequestOptions defaults;
   defaults.spec.tokenswift_tree = {1, 4};

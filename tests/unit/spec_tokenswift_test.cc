@@ -126,6 +126,53 @@ TEST(TokenSwiftProposerTest, WithoutHeadsTheDraftedTokenAndTheFourGramsAreTheDra
   EXPECT_EQ(draft.tokens[0], 3);
 }
 
+TEST(TokenSwiftProposerTest, WithoutTheDraftPassTheHeadsAndFourGramsStartAtTheRoot) {
+  TokenSwiftParams params;  // tree 1,3,3,3: the heads fill 3,3,3
+  params.draft_pass = false;
+  params.ngram_k = 1;
+  params.ngram_lag = 0;
+  EXPECT_EQ(TokenSwiftProposer::DepthOf(params, 3), 3);
+  EXPECT_EQ(TokenSwiftProposer::DepthOf(params, 0), 3);  // the 4-grams: 3 tokens after the root
+  params.ngram_k = 0;
+  EXPECT_EQ(TokenSwiftProposer::DepthOf(params, 0), 1);
+  EXPECT_EQ(TokenSwiftProposer::DepthOf(params, 2), 2);
+  params.ngram_k = 1;
+  TokenSwiftProposer proposer(params, /*heads=*/3, /*max_depth=*/8);
+  EXPECT_EQ(proposer.max_depth(), 3);
+  EXPECT_EQ(proposer.PassesAt(3), 0);
+  EXPECT_EQ(proposer.HeadTopK(), 3);
+  EXPECT_TRUE(proposer.shadow_predicts_acceptance());
+  EXPECT_EQ(proposer.RowsAt(1), 3 + 1);
+  EXPECT_EQ(proposer.RowsAt(3), 3 + 9 + 27 + 3);
+  // The root is 5; 5 6 7 8 is the sequence's one 4-gram starting with it.
+  const std::vector<int32_t> history = {5, 6, 7, 8, 9, 5};
+  ModelDraft made;
+  made.head_candidates = {{20, 21, 22}, {30, 31, 32}, {40, 41, 42}};
+  made.history_size = static_cast<int64_t>(history.size());
+  proposer.SetDraft(made);
+  StepDraft draft;
+  proposer.Propose(history, 3, /*verify_only=*/false, &draft);
+  ASSERT_EQ(draft.size(), 3 + 9 + 27 + 3);
+  EXPECT_EQ(draft.MaxDepth(), 3);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(draft.parents[static_cast<size_t>(r)], 0);
+  StepDraft copy = draft;
+  for (const std::vector<int32_t>& path :
+       {std::vector<int32_t>{20, 30, 40}, {22, 32, 42}, {21, 31}, {6, 7, 8}}) {
+    copy.AddChain(path);
+  }
+  EXPECT_EQ(copy.size(), draft.size());  // every path was there, the 4-gram after the root too
+  // Plain steps shadow-draft from the same candidates.
+  proposer.SetDraft(made);
+  proposer.Propose(history, 3, /*verify_only=*/true, &draft);
+  EXPECT_EQ(draft.size(), 3 + 9 + 27 + 3);
+  // Candidates read for another history (a step ago) are stale: only the 4-gram is drafted.
+  made.history_size -= 1;
+  proposer.SetDraft(made);
+  proposer.Propose(history, 3, false, &draft);
+  ASSERT_EQ(draft.size(), 3);
+  EXPECT_EQ(draft.tokens, (std::vector<int32_t>{6, 7, 8}));
+}
+
 }  // namespace
 }  // namespace sparseserve::spec
 
