@@ -148,7 +148,7 @@ void StepDraftHeads::Deliver(SpeculativeSequence* spec, int32_t row, int64_t his
   made.history_size = history_size;
   const size_t rows = pass_.head_rows.size(), k = static_cast<size_t>(pass_.head_top_k);
   const size_t heads = k == 0 ? 0 : pass_.head_tokens.size() / (rows * k);
-  const size_t at = static_cast<size_t>(it->second + row);
+  const size_t at = static_cast<size_t>(it->second) + static_cast<size_t>(row);
   const size_t want = static_cast<size_t>(spec->DraftHeadTopK());
   for (size_t h = 0; h < heads && at < rows; ++h) {
     const int32_t* best = pass_.head_tokens.data() + (h * rows + at) * k;
