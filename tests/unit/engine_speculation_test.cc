@@ -451,6 +451,10 @@ class LosslessSamplingTest : public ::testing::Test {
     if (mode != "none") {
       SpeculationChoice choice = Choice(mode);
       choice.max_draft = 3;
+      if (!choice.tokenswift_draft_pass) {  // 12-row trees: 20,000 runs of 51 rows took minutes
+        choice.tokenswift_tree = {1, 2, 1, 1};
+        choice.tokenswift_ngram_k = 2;
+      }
       if (choice.method == SpecMethod::kSparseSelf || choice.method == SpecMethod::kTokenSwift) {
         // A draft far from the target (5 of ~60 keys): rejections are common enough for the
         // biased verifier to show (with the 36-key draft 83% of draft tokens are accepted).
@@ -516,6 +520,34 @@ class LosslessSamplingTest : public ::testing::Test {
     return counts;
   }
 
+  // The check for `modes` (each must verify drafts), and its failure with the biased verifier for
+  // `biased_modes`.
+  void ExpectPlainSampling(const std::vector<std::string>& modes,
+                           const std::vector<std::string>& biased_modes) {
+    const std::map<std::pair<int, int>, int> plain = Sample("none", 1, kRuns);
+    ASSERT_GT(plain.size(), 3u) << "the test needs a spread distribution";
+    for (const std::string& mode : modes) {
+      drafted_ = 0;
+      accepted_ = 0;
+      // Other seeds than the plain runs': a test of the distribution, not of the coupling.
+      const double p = HomogeneityPValue(plain, Sample(mode, 1'000'001, kRuns));
+      std::printf("%s: p = %.4g over %d runs each, %lld draft tokens, %lld accepted\n",
+                  mode.c_str(), p, kRuns, static_cast<long long>(drafted_),
+                  static_cast<long long>(accepted_));
+      EXPECT_GT(p, 1e-3) << mode;
+      EXPECT_GT(drafted_, kRuns / 2) << "most runs must verify a draft";
+      // The same seed gives the same tokens as plain decoding.
+      for (uint64_t seed = 1; seed <= 200; ++seed) {
+        EXPECT_EQ(FirstTwo(mode, seed), FirstTwo("none", seed)) << seed;
+      }
+    }
+    for (const std::string& mode : biased_modes) {
+      const double biased = HomogeneityPValue(plain, Sample(mode, 1'000'001, kRuns, &BiasedAccept));
+      std::printf("%s, biased verifier: p = %.4g\n", mode.c_str(), biased);
+      EXPECT_LT(biased, 1e-6) << mode;
+    }
+  }
+
   static constexpr int kRuns = 20000;
   std::unique_ptr<Fixture> fixture_;
   std::vector<int32_t> prompt_;
@@ -525,29 +557,13 @@ class LosslessSamplingTest : public ::testing::Test {
 };
 
 TEST_F(LosslessSamplingTest, FirstTwoTokensFollowPlainSampling) {
-  const std::map<std::pair<int, int>, int> plain = Sample("none", 1, kRuns);
-  ASSERT_GT(plain.size(), 3u) << "the test needs a spread distribution";
-  for (const std::string mode : {"prompt-lookup", "lookahead", "sparse-self", "tokenswift-heads",
-                                 "tokenswift-nopass", "kangaroo"}) {
-    drafted_ = 0;
-    accepted_ = 0;
-    // Other seeds than the plain runs': a test of the distribution, not of the coupling.
-    const double p = HomogeneityPValue(plain, Sample(mode, 1'000'001, kRuns));
-    std::printf("%s: p = %.4g over %d runs each, %lld draft tokens, %lld accepted\n", mode.c_str(),
-                p, kRuns, static_cast<long long>(drafted_), static_cast<long long>(accepted_));
-    EXPECT_GT(p, 1e-3) << mode;
-    EXPECT_GT(drafted_, kRuns / 2) << "most runs must verify a draft";
-    // The same seed gives the same tokens as plain decoding.
-    for (uint64_t seed = 1; seed <= 200; ++seed) {
-      EXPECT_EQ(FirstTwo(mode, seed), FirstTwo("none", seed)) << seed;
-    }
-  }
-  for (const std::string mode :
-       {"prompt-lookup", "sparse-self", "tokenswift-heads", "tokenswift-nopass", "kangaroo"}) {
-    const double biased = HomogeneityPValue(plain, Sample(mode, 1'000'001, kRuns, &BiasedAccept));
-    std::printf("%s, biased verifier: p = %.4g\n", mode.c_str(), biased);
-    EXPECT_LT(biased, 1e-6) << mode;
-  }
+  ExpectPlainSampling({"prompt-lookup", "lookahead", "sparse-self", "tokenswift-heads", "kangaroo"},
+                      {"prompt-lookup", "sparse-self", "tokenswift-heads", "kangaroo"});
+}
+
+// TokenSwift without a draft pass on its own (a test of its own: CI's per-test time).
+TEST_F(LosslessSamplingTest, TokenSwiftWithoutADraftPassFollowsPlainSampling) {
+  ExpectPlainSampling({"tokenswift-nopass"}, {"tokenswift-nopass"});
 }
 
 }  // namespace
