@@ -374,7 +374,7 @@ void DecodeScheduler::EngineStep() {
   bool has_decode = false, has_prefill = false;
   std::vector<Running*> planned;  // speculating sequences whose step was planned
   // TokenSwift without a draft pass reads its next draft in the step (the rows' token offsets).
-  engine::StepDraftHeads heads;
+  engine::StepDraftHeads heads(step_cost_);
   int32_t token_rows_planned = 0;
   for (size_t i = 0; i < decoders.size(); ++i) {
     Running& r = *decoders[i];
@@ -382,9 +382,7 @@ void DecodeScheduler::EngineStep() {
     if (r.spec != nullptr) {
       r.spec->Plan(depths[i], r.history, &r.seq, r.decode_pattern, *r.sampler, &row, &sampling);
       planned.push_back(&r);
-      if (r.spec->WantsDraftHeads(step_cost_)) {
-        heads.Add(r.spec.get(), token_rows_planned, static_cast<int32_t>(row.tokens.size()));
-      }
+      heads.Add(r.spec.get(), token_rows_planned, static_cast<int32_t>(row.tokens.size()));
     } else {
       row.seq = &r.seq;
       row.tokens = {r.next_token};
@@ -406,9 +404,8 @@ void DecodeScheduler::EngineStep() {
     const bool last_chunk = done + len == static_cast<int>(r->input.size());
     row.sample = last_chunk ? model::LogitRows::kLast : model::LogitRows::kNone;
     if (last_chunk) add_sampling_row(*r);
-    if (last_chunk && r->spec != nullptr && r->spec->drafts_from_last_step()) {
-      heads.Add(r->spec.get(), token_rows_planned + len - 1, 1);  // it samples the first token
-    }
+    if (last_chunk && r->spec != nullptr)
+      heads.AddPromptEnd(r->spec.get(), token_rows_planned + len - 1);
     token_rows_planned += len;
     rows.push_back(std::move(row));
     owners.push_back(r);
@@ -476,8 +473,7 @@ void DecodeScheduler::EngineStep() {
         }
         if (!running) {
           finished.push_back(&r);
-        } else if (heads.pass() != nullptr && r.spec->drafts_from_last_step()) {
-          // r.history ends with the emitted tokens.
+        } else {  // r.history ends with the emitted tokens
           heads.Deliver(r.spec.get(), done->emitted_rows.back(),
                         static_cast<int64_t>(r.history.size()));
         }
@@ -497,7 +493,7 @@ void DecodeScheduler::EngineStep() {
       }
       if (!Emit(r, token, logprobs, first_row)) {
         finished.push_back(&r);
-      } else if (rows[i].prompt && r.spec != nullptr && r.spec->drafts_from_last_step()) {
+      } else if (rows[i].prompt && r.spec != nullptr) {
         // The prompt's last row sampled the first token: its heads draft the first step.
         heads.Deliver(r.spec.get(), 0, static_cast<int64_t>(r.history.size()));
       }

@@ -239,15 +239,13 @@ class SpecBench {
       std::vector<engine::StepRows> rows(live.size());
       kernels::SamplingBatch sampling;
       sampling.penalized_begin.push_back(0);
-      engine::StepDraftHeads heads;  // TokenSwift without a draft pass reads them in the step
+      engine::StepDraftHeads heads(cost_);  // TokenSwift without a draft pass: in the step
       int32_t token_rows = 0;
       for (size_t j = 0; j < live.size(); ++j) {
         const int i = live[j];
         if (spec[i] != nullptr) {
           spec[i]->Plan(depth[j], history[i], &seqs[i], {}, *samplers[i], &rows[j], &sampling);
-          if (spec[i]->WantsDraftHeads(cost_)) {
-            heads.Add(spec[i].get(), token_rows, static_cast<int32_t>(rows[j].tokens.size()));
-          }
+          heads.Add(spec[i].get(), token_rows, static_cast<int32_t>(rows[j].tokens.size()));
         } else {
           rows[j].seq = &seqs[i];
           rows[j].tokens = {history[i].back()};

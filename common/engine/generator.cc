@@ -157,10 +157,8 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
     const Clock::time_point step_start = Clock::now();  // the draft passes are priced apart
     kernels::SamplingBatch sampling;
     spec->Plan(depth, history, &seq, decode_pattern, sampler, &rows, &sampling);
-    StepDraftHeads heads;  // TokenSwift without a draft pass reads its next draft in the step
-    if (spec->WantsDraftHeads(step_cost_)) {
-      heads.Add(spec.get(), 0, static_cast<int32_t>(rows.tokens.size()));
-    }
+    StepDraftHeads heads(step_cost_);  // TokenSwift without a draft pass reads them in the step
+    heads.Add(spec.get(), 0, static_cast<int32_t>(rows.tokens.size()));
     absl::StatusOr<std::vector<int32_t>> next =
         runner_->Step(absl::MakeConstSpan(&rows, 1), sampling, nullptr, heads.pass());
     if (!next.ok()) {
@@ -173,10 +171,8 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
       status = done.status();
       break;
     }
-    if (heads.pass() != nullptr) {
-      heads.Deliver(spec.get(), done->emitted_rows.back(),
-                    static_cast<int64_t>(history.size() + done->emitted.size()));
-    }
+    heads.Deliver(spec.get(), done->emitted_rows.back(),
+                  static_cast<int64_t>(history.size() + done->emitted.size()));
     RecordStepCost(*runner_, absl::MakeConstSpan(&rows, 1),
                    std::chrono::duration<double>(Clock::now() - step_start).count(), step_cost_);
     result.spec_draft_tokens += done->drafted;

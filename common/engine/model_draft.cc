@@ -135,14 +135,21 @@ absl::Status DraftFromLastStep(ModelRunner& runner, absl::Span<const HeadDraftJo
 }
 
 void StepDraftHeads::Add(const SpeculativeSequence* spec, int32_t first_row, int32_t rows) {
-  added_.emplace_back(spec, static_cast<int32_t>(pass_.head_rows.size()));
+  if (spec->WantsDraftHeads(cost_)) Read(spec, first_row, rows);
+}
+
+void StepDraftHeads::AddPromptEnd(const SpeculativeSequence* spec, int32_t row) {
+  if (spec->drafts_from_last_step()) Read(spec, row, 1);
+}
+
+void StepDraftHeads::Read(const SpeculativeSequence* spec, int32_t first_row, int32_t rows) {
+  added_.emplace(spec, static_cast<int32_t>(pass_.head_rows.size()));
   for (int32_t r = 0; r < rows; ++r) pass_.head_rows.push_back(first_row + r);
   pass_.head_top_k = std::max(pass_.head_top_k, spec->DraftHeadTopK());
 }
 
 void StepDraftHeads::Deliver(SpeculativeSequence* spec, int32_t row, int64_t history_size) const {
-  const auto it =
-      std::find_if(added_.begin(), added_.end(), [&](const auto& a) { return a.first == spec; });
+  const auto it = added_.find(spec);
   if (it == added_.end()) return;  // it did not want them this step
   spec::ModelDraft made;
   made.history_size = history_size;

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "common/engine/model_runner.h"
@@ -75,8 +76,14 @@ absl::Status DraftFromLastStep(ModelRunner& runner, absl::Span<const HeadDraftJo
 // which row samples the next root is known only after it.
 class StepDraftHeads {
  public:
-  // Before the step: `spec`'s rows in it start at token row `first_row` and number `rows`.
+  // `cost`: the decode loop's step-cost model (WantsDraftHeads' cadence). Borrowed.
+  explicit StepDraftHeads(const spec::StepCostModel& cost) : cost_(cost) {}
+  // Before the step, after spec's Plan: its rows in it start at token row `first_row` and number
+  // `rows`; read when it wants them (SpeculativeSequence::WantsDraftHeads).
   void Add(const SpeculativeSequence* spec, int32_t first_row, int32_t rows);
+  // A prompt's last chunk ending at token row `row` (it samples the first token): read for every
+  // sequence that drafts from the heads.
+  void AddPromptEnd(const SpeculativeSequence* spec, int32_t row);
   // The DraftPass to run the step with (null when no sequence was added).
   model::DraftPass* pass() { return pass_.head_rows.empty() ? nullptr : &pass_; }
   // After the step (and spec's Finish): its candidates at its row `row` (0 = its first;
@@ -86,9 +93,12 @@ class StepDraftHeads {
   void Deliver(SpeculativeSequence* spec, int32_t row, int64_t history_size) const;
 
  private:
+  void Read(const SpeculativeSequence* spec, int32_t first_row, int32_t rows);
+
+  const spec::StepCostModel& cost_;
   model::DraftPass pass_;
   // Each added sequence and where its rows start in pass_.head_rows.
-  std::vector<std::pair<const SpeculativeSequence*, int32_t>> added_;
+  absl::flat_hash_map<const SpeculativeSequence*, int32_t> added_;
 };
 
 }  // namespace sparseserve::engine

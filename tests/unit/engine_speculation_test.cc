@@ -475,7 +475,7 @@ class LosslessSamplingTest : public ::testing::Test {
     while (out.size() < 2) {
       StepRows rows;
       kernels::SamplingBatch sampling;
-      StepDraftHeads heads;
+      StepDraftHeads heads(cost);
       if (spec == nullptr) {
         rows.seq = &seq;
         rows.tokens = {history.back()};
@@ -488,9 +488,7 @@ class LosslessSamplingTest : public ::testing::Test {
           EXPECT_TRUE(RunModelDrafts(runner, absl::MakeConstSpan(&job, 1)).ok());
         }
         spec->Plan(3, history, &seq, {}, sampler, &rows, &sampling);
-        if (spec->WantsDraftHeads(cost)) {
-          heads.Add(spec.get(), 0, static_cast<int32_t>(rows.tokens.size()));
-        }
+        heads.Add(spec.get(), 0, static_cast<int32_t>(rows.tokens.size()));
       }
       absl::StatusOr<std::vector<int32_t>> next =
           runner.Step(absl::MakeConstSpan(&rows, 1), sampling, nullptr, heads.pass());
