@@ -43,7 +43,9 @@ endfunction()
 
 # sparseserve_test(NAME SRCS... DEPS ... [LABELS ...]) — one gtest binary registered with ctest.
 # Tests are labelled "unit" (the sanitizer build runs those again) unless LABELS says "slow":
-# minutes of model runs that the normal build runs once.
+# minutes of model runs that the normal build runs once, which ctest -j starts first (COST: on a
+# clean clone ctest has no timings and would start them in declaration order, leaving a long one
+# alone at the end).
 function(sparseserve_test name)
   cmake_parse_arguments(ARG "" "" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SRCS})
@@ -54,9 +56,11 @@ function(sparseserve_test name)
       SPARSESERVE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   if("slow" IN_LIST ARG_LABELS)
     set(labels "${ARG_LABELS}")
+    set(cost 100)
   else()
     set(labels "unit;${ARG_LABELS}")
+    set(cost 0)
   endif()
-  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES LABELS "${labels}")
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES LABELS "${labels}" COST ${cost})
 endfunction()
 include(GoogleTest)

@@ -98,6 +98,12 @@ ABSL_FLAG(bool, tokenswift_draft_pass, true,
           "false = no draft pass: the draft heads read the row that sampled the root, in the "
           "step that verified it (one pass of the weights a step; the tree drops its first "
           "level, 1,3,3,3 becomes 3,3,3, and the 4-grams start with the root).");
+ABSL_FLAG(int, tokenswift_ngram_chain, 1,
+          "tokenswift: 4-grams chained into one candidate: each reused 4-gram, and the path "
+          "through every draft head's best candidate, goes on by the most frequent 4-gram of its "
+          "last token (3 tokens of depth each; not in the paper, for repetitive long outputs, "
+          "where a step accepts nearly all of its 3-4 drafted tokens); 1 = the paper's, at most "
+          "8.");
 ABSL_FLAG(double, kangaroo_eta, 0.6,
           "kangaroo: a draft stops before the first token whose top probability is at most this "
           "(the second early exit; Kangaroo's 0.6). Needs the server's --kangaroo-adapter.");
@@ -162,6 +168,7 @@ absl::StatusOr<engine::RequestOptions> OptionsOfFlags() {
   options.spec.tokenswift_ngram_k = absl::GetFlag(FLAGS_tokenswift_ngram_k);
   options.spec.tokenswift_draft_pass = absl::GetFlag(FLAGS_tokenswift_draft_pass);
   options.spec.tokenswift_ngram_lag = absl::GetFlag(FLAGS_tokenswift_ngram_lag);
+  options.spec.tokenswift_ngram_chain = absl::GetFlag(FLAGS_tokenswift_ngram_chain);
   options.spec.kangaroo_eta = static_cast<float>(absl::GetFlag(FLAGS_kangaroo_eta));
   return options;
 }
@@ -246,6 +253,9 @@ absl::Status SetRequestOptionsFromChangedFlags(v1::GenerateRequest* request) {
   if (Changed("tokenswift_draft_pass")) {
     s->set_tokenswift_draft_pass(options.spec.tokenswift_draft_pass);
   }
+  if (Changed("tokenswift_ngram_chain")) {
+    s->set_tokenswift_ngram_chain(options.spec.tokenswift_ngram_chain);
+  }
   if (Changed("kangaroo_eta")) s->set_kangaroo_eta(options.spec.kangaroo_eta);
   return absl::OkStatus();
 }
@@ -279,6 +289,7 @@ const std::vector<const char*>& RequestOptionFlagNames() {
                                                  "tokenswift_ngram_k",
                                                  "tokenswift_ngram_lag",
                                                  "tokenswift_draft_pass",
+                                                 "tokenswift_ngram_chain",
                                                  "kangaroo_eta"};
   return names;
 }

@@ -142,6 +142,15 @@ void StepDraftHeads::AddPromptEnd(const SpeculativeSequence* spec, int32_t row) 
   if (spec->drafts_from_last_step()) Read(spec, row, 1);
 }
 
+model::DraftPass* StepDraftHeads::pass() {
+  std::vector<int32_t>& rows = pass_.head_rows;
+  if (rows.empty()) return nullptr;
+  size_t padded = 1;
+  while (padded < rows.size()) padded *= 2;
+  rows.resize(padded, rows.back());
+  return &pass_;
+}
+
 void StepDraftHeads::Read(const SpeculativeSequence* spec, int32_t first_row, int32_t rows) {
   added_.emplace(spec, static_cast<int32_t>(pass_.head_rows.size()));
   for (int32_t r = 0; r < rows; ++r) pass_.head_rows.push_back(first_row + r);

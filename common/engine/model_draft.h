@@ -84,8 +84,12 @@ class StepDraftHeads {
   // A prompt's last chunk ending at token row `row` (it samples the first token): read for every
   // sequence that drafts from the heads.
   void AddPromptEnd(const SpeculativeSequence* spec, int32_t row);
-  // The DraftPass to run the step with (null when no sequence was added).
-  model::DraftPass* pass() { return pass_.head_rows.empty() ? nullptr : &pass_; }
+  // The DraftPass to run the step with (null when no sequence was added). Its head rows are
+  // padded to a power of 2 (repeating the last; Deliver ignores the copies): a graph-replayed
+  // step is one graph per head-row count, and the count of the sequences that want the heads
+  // moves from step to step (at batch 64, ~30 counts, each captured op by op, cost more than the
+  // reads). No more rows may be added after it.
+  model::DraftPass* pass();
   // After the step (and spec's Finish): its candidates at its row `row` (0 = its first;
   // SpecStepResult::emitted_rows.back()) become its next draft, for a history of
   // `history_size` tokens (prompt + emitted, the next root last); empty candidates when the step

@@ -193,6 +193,10 @@ absl::Status Validate(const RequestOptions& options) {
           absl::StrJoin(spec.tokenswift_tree, ",")));
     }
   }
+  if (spec.tokenswift_ngram_chain < 1 || spec.tokenswift_ngram_chain > 8) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tokenswift: 4-grams chained per candidate in [1, 8]; got ", spec.tokenswift_ngram_chain));
+  }
   if (spec.tokenswift_ngram_k < -1 || spec.tokenswift_ngram_k > 64 ||
       spec.tokenswift_ngram_lag < -1) {
     return absl::InvalidArgumentError(

@@ -84,6 +84,9 @@ struct SpeculationChoice {
   // verified it (spec/tokenswift.h): one pass of the weights a step; the tree drops its first
   // level. Needs the draft heads for a tree (without them only 4-grams draft).
   bool tokenswift_draft_pass = true;
+  // 4-grams chained into one candidate, also after the heads' best path (spec/tokenswift.h;
+  // not in the paper): each adds 3 tokens of depth. 1 = the paper's single 4-gram; in [1, 8].
+  int tokenswift_ngram_chain = 1;
   // kangaroo (papers/lookahead.md §2): drafts with the model's first layers and the server's
   // early-exit adapter (--kangaroo-adapter) and stops a draft at the first token whose top
   // probability is at most `kangaroo_eta` (the second early exit; Kangaroo's η = 0.6).

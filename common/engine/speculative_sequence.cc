@@ -125,6 +125,7 @@ spec::TokenSwiftParams TokenSwiftParamsOf(const SpeculationChoice& spec,
   if (!spec.tokenswift_tree.empty()) p.tree = spec.tokenswift_tree;
   if (spec.tokenswift_ngram_k >= 0) p.ngram_k = spec.tokenswift_ngram_k;
   p.draft_pass = spec.tokenswift_draft_pass;
+  p.ngram_chain = spec.tokenswift_ngram_chain;
   p.ngram_lag = spec.tokenswift_ngram_lag >= 0
                     ? spec.tokenswift_ngram_lag
                     : std::min(p.ngram_lag, config.max_position_embeddings / 8);
@@ -182,7 +183,7 @@ spec::DraftOption SpeculativeSequence::Option(int room, int wanted) const {
 bool SpeculativeSequence::WantsDraftHeads(const spec::StepCostModel& cost) const {
   if (!heads_after_step_) return false;
   return !controlled() || planned_depth_ > 0 ||
-         (shadow_.empty() && shadow_actual_.empty() && cost.steps() % kShadowEvery == 0);
+         (shadow_.empty() && shadow_actual_.empty() && cost.steps() % shadow_every_ == 0);
 }
 
 int SpeculativeSequence::FixedDepth(int room, int wanted) const {
@@ -224,6 +225,10 @@ void SpeculativeSequence::Plan(int depth, absl::Span<const int32_t> history, Seq
   SS_CHECK(!history.empty() && !planned_);
   planned_ = true;
   planned_depth_ = depth;
+  if (depth > 0) {
+    drafted_since_shadow_ = true;
+    shadow_every_ = kShadowEvery;
+  }
   draft_.Clear();
   if (depth > 0) proposer_->Propose(history, depth, /*verify_only=*/false, &draft_);
   // Trees and branches come in many sizes; chains of each depth are one shape already.
@@ -240,6 +245,11 @@ void SpeculativeSequence::Plan(int depth, absl::Span<const int32_t> history, Seq
     // kShadowEvery-th one, which is plenty for the rates and keeps a batch of plain steps
     // cheap (a Lookahead draft builds a trie of G guesses).
     plain_steps_since_shadow_ = 0;
+    if (heads_after_step_) {
+      shadow_every_ =
+          drafted_since_shadow_ ? kShadowEvery : std::min(2 * shadow_every_, kMaxShadowEvery);
+      drafted_since_shadow_ = false;
+    }
     proposer_->Propose(history, max_depth_, /*verify_only=*/true, &shadow_);
   }
   const int n = draft_.size() + 1;

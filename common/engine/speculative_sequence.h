@@ -96,9 +96,9 @@ class SpeculativeSequence {
   bool drafts_from_last_step() const { return heads_after_step_; }
   // After Plan: whether the step should read the heads for the next. A sequence that drafts in it
   // (or has no controller) may draft again next step; a plain one under the controller needs
-  // them only for a shadow draft, on every kShadowEvery-th step of `cost` (the same steps for
-  // every sequence: one read for all of them). An explore whose heads were not read drafts the
-  // 4-grams alone.
+  // them only for a shadow draft, on every shadow_every_-th step of `cost` (a power of 2: the
+  // same steps for every sequence, one read for all of them). An explore whose heads were not
+  // read drafts the 4-grams alone.
   bool WantsDraftHeads(const spec::StepCostModel& cost) const;
 
   // The controller's choices for this step: `room` is the most rows the sequence may add after
@@ -169,7 +169,15 @@ class SpeculativeSequence {
   std::vector<int32_t> shadow_actual_;
   static constexpr int kShadowEvery = 8;
   int plain_steps_since_shadow_ = kShadowEvery - 1;  // the first plain step makes one
-  std::vector<int32_t> path_;                        // a row's draft path
+  // Heads-drafted sequences: the steps between head reads for shadow drafts. It doubles, up to
+  // kMaxShadowEvery, at each read that follows only plain steps, and is kShadowEvery again after
+  // a speculative one: the reads are the cost of measuring (at batch 64 on the long-context test
+  // model, reads every 8th step cost ~10% of plain decoding where nothing was chosen), and a
+  // sequence that the controller keeps plain learns its acceptance more slowly at no loss.
+  static constexpr int kMaxShadowEvery = 64;
+  int shadow_every_ = kShadowEvery;
+  bool drafted_since_shadow_ = true;  // the first read (after the prefill) does not double it
+  std::vector<int32_t> path_;         // a row's draft path
   Verifier verifier_ = &spec::AcceptDraft;
 };
 

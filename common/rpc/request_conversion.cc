@@ -93,6 +93,9 @@ absl::StatusOr<engine::RequestOptions> RequestOptionsFromProto(
   if (speculation.has_tokenswift_draft_pass()) {
     s.tokenswift_draft_pass = speculation.tokenswift_draft_pass();
   }
+  if (speculation.has_tokenswift_ngram_chain()) {
+    s.tokenswift_ngram_chain = speculation.tokenswift_ngram_chain();
+  }
   if (speculation.has_tokenswift_ngram_lag()) {
     s.tokenswift_ngram_lag = speculation.tokenswift_ngram_lag();
   }

@@ -51,11 +51,14 @@ int TokenSwiftProposer::TreeLevels(const TokenSwiftParams& params, int heads) {
 }
 
 int TokenSwiftProposer::DepthOf(const TokenSwiftParams& params, int heads) {
-  // A 4-gram is the drafted token and 3 more with the pass, 3 after the root without.
-  const int ngram = params.ngram_k == 0 ? 0
-                    : params.draft_pass ? kTokenSwiftNgramLength
-                                        : kTokenSwiftNgramLength - 1;
-  return std::max({TreeLevels(params, heads), ngram, 1});
+  if (params.ngram_k == 0) return std::max(TreeLevels(params, heads), 1);
+  // A 4-gram is the drafted token and 3 more with the pass, 3 after the root without; each
+  // chained one adds 3, to the 4-grams and to the heads' best path alike.
+  const int extension = (kTokenSwiftNgramLength - 1) * (params.ngram_chain - 1);
+  const int ngram = (params.draft_pass ? 1 : 0) + kTokenSwiftNgramLength - 1 + extension;
+  const int levels = TreeLevels(params, heads);
+  const bool head_levels = levels > (params.draft_pass ? 1 : 0);
+  return std::max({head_levels ? levels + extension : levels, ngram, 1});
 }
 
 int TokenSwiftProposer::Branching(int d) const {
@@ -63,9 +66,29 @@ int TokenSwiftProposer::Branching(int d) const {
 }
 
 int TokenSwiftProposer::NgramChainRows(int depth) const {
+  const int length = (kTokenSwiftNgramLength - 1) * params_.ngram_chain;
   // With the pass the chain's first token is the drafted one, a row of the tree already.
-  return params_.draft_pass ? std::max(std::min(depth, kTokenSwiftNgramLength) - 1, 0)
-                            : std::min(depth, kTokenSwiftNgramLength - 1);
+  return params_.draft_pass ? std::max(std::min(depth, length + 1) - 1, 0)
+                            : std::min(depth, length);
+}
+
+int TokenSwiftProposer::HeadPathRows(int depth) const {
+  // Only a path the heads made: with the pass the drafted token alone is the 4-grams' start.
+  const int levels = TreeLevels(params_, heads_);
+  if (params_.ngram_k == 0 || levels <= (params_.draft_pass ? 1 : 0)) return 0;
+  const int extension = (kTokenSwiftNgramLength - 1) * (params_.ngram_chain - 1);
+  return std::max(std::min(depth, levels + extension) - levels, 0);
+}
+
+void TokenSwiftProposer::ExtendByFourGrams(size_t length, std::vector<int32_t>* chain) const {
+  while (!chain->empty() && chain->size() < length) {
+    const std::vector<FourGramTable::Continuation> best = table_.Top(chain->back(), 1);
+    if (best.empty()) return;
+    for (const int32_t token : best[0]) {
+      if (chain->size() == length) break;
+      chain->push_back(token);
+    }
+  }
 }
 
 int TokenSwiftProposer::RowsAt(int depth) const {
@@ -74,7 +97,7 @@ int TokenSwiftProposer::RowsAt(int depth) const {
     level *= Branching(d);
     rows += level;
   }
-  return rows + params_.ngram_k * NgramChainRows(depth);
+  return rows + params_.ngram_k * NgramChainRows(depth) + HeadPathRows(depth);
 }
 
 int TokenSwiftProposer::HeadTopK() const {
@@ -94,12 +117,14 @@ void TokenSwiftProposer::Propose(absl::Span<const int32_t> history, int depth, b
   depth = std::min(depth, max_depth());
   if (depth < 1 || history.empty()) return;
   std::vector<int32_t> level;  // the rows of the tree's last level so far (0 = the root)
+  std::vector<int32_t> best;   // the tokens of the tree's best path (each level's first candidate)
   int32_t first;               // the token the 4-grams start with
   int d = 1;                   // the tree level the heads fill next
   if (params_.draft_pass) {
     if (made.chain.empty()) return;
     first = made.chain[0];
     level = {draft->AddRow(first, 1, 0)};
+    best = {first};
     d = 2;
   } else {
     first = history.back();
@@ -110,7 +135,7 @@ void TokenSwiftProposer::Propose(absl::Span<const int32_t> history, int depth, b
   // The tree, level by level: every node of a level gets the next head's top candidates.
   for (; d <= std::min(depth, TreeLevels(params_, heads_)); ++d) {
     const size_t head = static_cast<size_t>(params_.draft_pass ? d - 2 : d - 1);
-    if (head >= made.head_candidates.size()) break;
+    if (head >= made.head_candidates.size() || made.head_candidates[head].empty()) break;
     const std::vector<int32_t>& candidates = made.head_candidates[head];
     const size_t take = std::min(candidates.size(), static_cast<size_t>(Branching(d)));
     std::vector<int32_t> next;
@@ -122,19 +147,28 @@ void TokenSwiftProposer::Propose(absl::Span<const int32_t> history, int depth, b
       }
     }
     level = std::move(next);
+    best.push_back(candidates[0]);
   }
-  // Token reutilization: the 4-grams that start with `first`, merged into the tree.
+  if (params_.ngram_k == 0) return;
+  table_.Update(history, static_cast<int64_t>(history.size()) - params_.ngram_lag);
+  // Chained reutilization: the best path goes on by the 4-grams of its last token.
+  if (HeadPathRows(depth) > 0 && best.size() > (params_.draft_pass ? 1U : 0U)) {
+    const size_t tree_depth = best.size();
+    ExtendByFourGrams(static_cast<size_t>(depth), &best);
+    if (best.size() > tree_depth) draft->AddChain(best);
+  }
+  // Token reutilization: the 4-grams that start with `first`, merged into the tree (with the
+  // pass the chain starts at the drafted token, a tree row; without, after the root).
   const int chain_rows = NgramChainRows(depth);
-  if (params_.ngram_k > 0 && chain_rows > 0) {
-    table_.Update(history, static_cast<int64_t>(history.size()) - params_.ngram_lag);
-    for (const FourGramTable::Continuation& cont : table_.Top(first, params_.ngram_k)) {
-      const std::array<int32_t, 4> chain = {first, cont[0], cont[1], cont[2]};
-      // With the pass the chain starts at the drafted token (a tree row); without, after the
-      // root.
-      const size_t from = params_.draft_pass ? 0 : 1;
-      draft->AddChain(absl::MakeConstSpan(
-          chain.data() + from, static_cast<size_t>(chain_rows) + (params_.draft_pass ? 1 : 0)));
-    }
+  if (chain_rows == 0) return;
+  const size_t from = params_.draft_pass ? 0 : 1;
+  std::vector<int32_t> chain;
+  for (const FourGramTable::Continuation& cont : table_.Top(first, params_.ngram_k)) {
+    chain = {first, cont[0], cont[1], cont[2]};
+    const size_t length = 1 + static_cast<size_t>(chain_rows);  // `first` and the rows
+    if (chain.size() > length) chain.resize(length);
+    ExtendByFourGrams(length, &chain);
+    draft->AddChain(absl::MakeConstSpan(chain).subspan(from));
   }
 }
 

@@ -9,6 +9,11 @@
 //     output) that start with the drafted token, each a chain (merged with the tree where they
 //     share a prefix); the table counts the 4-grams that end ngram_lag (W) tokens or more before
 //     the end.
+//   - chained reutilization (params.ngram_chain c > 1; not in the paper): each 4-gram chain, and
+//     the path through every head's best candidate, goes on by the most frequent 4-gram of its
+//     last token, c - 1 times — 3 tokens each. Both arrangements above draft at most 3-4 tokens a
+//     step and accept nearly all of them on repetitive outputs (bench/RESULTS.md, session 27), so
+//     depth, not acceptance, is what bounds a step there.
 // Without the draft pass (params.draft_pass false) the heads read the residual stream of the row
 // that sampled the root, in the step that verified it (the Medusa arrangement): that row has
 // already run against the full cache, so a step is one pass of the weights instead of two (the
@@ -57,6 +62,8 @@ struct TokenSwiftParams {
   std::vector<int> tree = {1, 3, 3, 3};
   int ngram_k = 20;      // 4-grams reused per step (the paper's top-k); 0 = off
   int ngram_lag = 1024;  // W (papers/tokenswift.md, [code]); >= 0
+  // 4-grams chained into one candidate (above); 1 = the paper's single 4-gram; >= 1.
+  int ngram_chain = 1;
   // The paper's draft pass over the partial KV cache; false = the heads at the root's own row
   // (above). tree[0] stays 1 either way (unused without the pass).
   bool draft_pass = true;
@@ -86,6 +93,10 @@ class TokenSwiftProposer : public ModelDraftProposer {
   int Branching(int d) const;
   // Draft tokens a 4-gram chain adds at `depth`.
   int NgramChainRows(int depth) const;
+  // Draft tokens the heads' best path gains from chained 4-grams at `depth`.
+  int HeadPathRows(int depth) const;
+  // `chain` grown to `length` tokens (at most) by the most frequent 4-gram of its last token.
+  void ExtendByFourGrams(size_t length, std::vector<int32_t>* chain) const;
 
   TokenSwiftParams params_;
   int heads_;

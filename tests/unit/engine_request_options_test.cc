@@ -137,6 +137,13 @@ TEST(RequestOptionsTest, TokenSwiftChecksItsTreeAndTable) {
   o.spec.tokenswift_ngram_k = 0;
   o.spec.tokenswift_ngram_lag = 0;
   EXPECT_TRUE(Validate(o).ok());
+  // 4-grams chained per candidate: 1 (the paper's) to 8.
+  for (const int chain : {0, 9}) {
+    o.spec.tokenswift_ngram_chain = chain;
+    EXPECT_THAT(Validate(o).message(), HasSubstr("4-grams chained")) << chain;
+  }
+  o.spec.tokenswift_ngram_chain = 8;
+  EXPECT_TRUE(Validate(o).ok());
   // It drafts with the sparse-self attention and verifies dense, as sparse-self does.
   o.decode.method = AttentionMethod::kTokenSelect;
   EXPECT_THAT(Validate(o).message(), HasSubstr("tokenswift speculation verifies with dense"));

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/core/status.h"
 #include "common/core/thread_pool.h"
 #include "common/engine/generator.h"
@@ -51,7 +52,7 @@ std::string AdapterPath(const std::string& model, const std::string& method) {
 // TokenSwift on a runner with the model's trained draft heads (Fixture's `heads`);
 // "tokenswift-kvh" is TokenSwift whose partial KV is selected per KV head (TokenSwift's own
 // rule) on a runner sized for it; "tokenswift-nopass" is TokenSwift with the trained heads and no
-// draft pass (the heads read the row that sampled the root).
+// draft pass (the heads read the row that sampled the root) and chained 4-grams.
 SpeculationChoice Choice(const std::string& mode) {
   SpeculationChoice c;
   const bool window_draft = mode == "sparse-self-window";
@@ -61,7 +62,11 @@ SpeculationChoice Choice(const std::string& mode) {
                  : *ParseSpecMethod(mode);
   c.sparse_self_per_kv_head = mode == "tokenswift-kvh";
   c.tokenswift_draft_pass = mode != "tokenswift-nopass";
-  if (!c.tokenswift_draft_pass) c.tokenswift_ngram_k = 4;  // 51-row trees: CI's CPU time
+  if (!c.tokenswift_draft_pass) {
+    c.tokenswift_ngram_k = 4;  // 51-row trees: CI's CPU time
+    // Chained 4-grams: at the depth of 4 below, one token past the heads' 3 levels.
+    c.tokenswift_ngram_chain = 2;
+  }
   c.controller = false;  // a fixed draft length: every step verifies a draft
   if (c.method == SpecMethod::kPromptLookup) c.max_draft = 4;
   if (c.method == SpecMethod::kKangaroo) c.max_draft = 6;  // γ; η stops most drafts earlier
@@ -147,10 +152,12 @@ TEST_P(LosslessGreedyTest, EveryPromptsOutputEqualsPlainGreedy) {
   int64_t drafted = 0, accepted = 0, steps = 0, tokens = 0;
   // TokenSwift verifies trees of up to 100 rows per step and Kangaroo drafts up to 6 tokens: fewer
   // prompts keep CI's CPU time, and fewer and shorter still on the 20x larger long-context model.
+  // (120 prompts of up to 510 tokens for the others: 60K tokens a mode; Lookahead's took 5 min
+  // of CI's CPU at 200.)
   const bool large = model == "longctx_model";
   const SpecMethod method = Choice(mode).method;
   const bool heavy = method == SpecMethod::kTokenSwift || method == SpecMethod::kKangaroo;
-  const int prompts = large ? 6 : heavy ? 40 : 200;
+  const int prompts = large ? 6 : heavy ? 40 : 120;
   for (int i = 0; i < prompts; ++i) {
     GenerationRequest request;
     request.prompt_tokens = Prompt(i, f.runner()->config().vocab_size);
@@ -392,6 +399,72 @@ TEST(ShadowDraftsTest, PlainStepsMeasurePromptLookupButNotLookahead) {
     }
     runner.Release(seq);
   }
+}
+
+// TokenSwift without a draft pass, kept plain by the controller: its heads are read for shadow
+// drafts on ever fewer steps (8, 16, 32, 64 apart), always on multiples of the interval (the same
+// steps for every sequence), and every 8th step again after a speculative step.
+TEST(ShadowDraftsTest, PlainTokenSwiftReadsItsHeadsLessOftenAndAgainAfterADraft) {
+  Fixture f("stories260K", /*heads=*/true);
+  if (!f.found()) GTEST_SKIP() << "stories260K.gguf not found";
+  ASSERT_TRUE(f.status().ok()) << f.status();
+  ModelRunner& runner = *f.runner();
+  std::vector<int32_t> history = Prompt(5, runner.config().vocab_size);
+  SequenceKv seq;
+  ASSERT_TRUE(runner.Prefill(std::vector<int32_t>(history.begin(), history.end() - 1), seq).ok());
+  sampling::SamplingParams greedy;
+  greedy.temperature = 0;
+  sampling::Sampler sampler(greedy);
+  SpeculationChoice choice = Choice("tokenswift-nopass");
+  choice.controller = true;
+  std::unique_ptr<SpeculativeSequence> spec = *SpeculativeSequence::Create(choice, runner);
+  ASSERT_TRUE(spec->drafts_from_last_step());
+  const HeadDraftJob first{spec.get(), -1, history, {}, &sampler};
+  ASSERT_TRUE(DraftFromLastStep(runner, absl::MakeConstSpan(&first, 1)).ok());
+  spec::StepCostModel cost;
+  std::vector<int64_t> reads;  // the cost model's step count at each step that read the heads
+  for (int step = 0; step < 240; ++step) {
+    // Plain but for one step that drafts: the reads are 8 apart again after it.
+    const int depth = step == 150 ? 2 : 0;
+    StepRows rows;
+    kernels::SamplingBatch sampling;
+    spec->Plan(depth, history, &seq, {}, sampler, &rows, &sampling);
+    StepDraftHeads heads(cost);
+    heads.Add(spec.get(), 0, static_cast<int32_t>(rows.tokens.size()));
+    if (heads.pass() != nullptr) {
+      reads.push_back(cost.steps());
+      // Padded to a power of 2 (one step graph per count).
+      const size_t n = heads.pass()->head_rows.size();
+      EXPECT_EQ(n & (n - 1), 0u) << n;
+      EXPECT_GE(n, rows.tokens.size());
+    }
+    absl::StatusOr<std::vector<int32_t>> next =
+        runner.Step(absl::MakeConstSpan(&rows, 1), sampling, nullptr, heads.pass());
+    ASSERT_TRUE(next.ok()) << next.status();
+    absl::StatusOr<SpecStepResult> done = spec->Finish(*next, runner, seq, sampler);
+    ASSERT_TRUE(done.ok()) << done.status();
+    heads.Deliver(spec.get(), done->emitted_rows.back(),
+                  static_cast<int64_t>(history.size() + done->emitted.size()));
+    history.insert(history.end(), done->emitted.begin(), done->emitted.end());
+    cost.Record(static_cast<int>(rows.tokens.size()), 1e-3, depth > 0);
+  }
+  runner.Release(seq);
+  std::string listed;
+  for (const int64_t r : reads) absl::StrAppend(&listed, r, " ");
+  std::printf("draft heads read at steps %s\n", listed.c_str());
+  // Before the draft at step 150: reads at growing multiples, 64 apart at the end.
+  std::vector<int64_t> before, after;
+  for (const int64_t r : reads) (r < 150 ? before : after).push_back(r);
+  ASSERT_GE(before.size(), 4u);
+  ASSERT_LE(before.size(), 8u);  // every 8th step would be 18
+  for (size_t i = 1; i < before.size(); ++i) EXPECT_GE(before[i] - before[i - 1], 8);
+  EXPECT_EQ(before.back() - before[before.size() - 2], 64);
+  for (const int64_t r : before) EXPECT_EQ(r % 8, 0) << r;
+  // The drafting step reads them (it may draft again), and the next plain reads are 8 apart.
+  ASSERT_GE(after.size(), 3u);
+  EXPECT_EQ(after[0], 150);
+  EXPECT_LE(after[2] - after[1], 16);
+  EXPECT_EQ(after[1] % 8, 0);
 }
 
 TEST(ChiSquareTest, PValuesOfKnownStatistics) {

@@ -184,6 +184,7 @@ TEST(RequestOptionsFromProtoTest, EveryMethodIsBuilt) {
   r.mutable_speculation()->set_tokenswift_ngram_k(0);
   r.mutable_speculation()->set_tokenswift_ngram_lag(7);
   r.mutable_speculation()->set_tokenswift_draft_pass(false);
+  r.mutable_speculation()->set_tokenswift_ngram_chain(3);
   o = Convert(r);
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->spec.method, engine::SpecMethod::kTokenSwift);
@@ -191,6 +192,7 @@ TEST(RequestOptionsFromProtoTest, EveryMethodIsBuilt) {
   EXPECT_EQ(o->spec.tokenswift_ngram_k, 0);
   EXPECT_EQ(o->spec.tokenswift_ngram_lag, 7);
   EXPECT_FALSE(o->spec.tokenswift_draft_pass);
+  EXPECT_EQ(o->spec.tokenswift_ngram_chain, 3);
   // An empty tree is the server's default tree, not TokenSwift's.
   engine::RequestOptions defaults;
   defaults.spec.tokenswift_tree = {1, 4};

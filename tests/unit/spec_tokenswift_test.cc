@@ -173,6 +173,60 @@ TEST(TokenSwiftProposerTest, WithoutTheDraftPassTheHeadsAndFourGramsStartAtTheRo
   EXPECT_EQ(draft.tokens, (std::vector<int32_t>{6, 7, 8}));
 }
 
+TEST(TokenSwiftProposerTest, ChainedFourGramsDeepenTheFourGramsAndTheHeadsBestPath) {
+  TokenSwiftParams params;  // tree 1,3,3,3 without the pass: the heads fill 3,3,3
+  params.draft_pass = false;
+  params.ngram_k = 1;
+  params.ngram_lag = 0;
+  params.ngram_chain = 3;  // 9 tokens of 4-grams; the heads' 3 levels and 6 more
+  EXPECT_EQ(TokenSwiftProposer::DepthOf(params, 3), 9);
+  EXPECT_EQ(TokenSwiftProposer::DepthOf(params, 0), 9);
+  EXPECT_EQ(TokenSwiftProposer::DepthOf(params, 1), 9);  // 1 + 6 < 9
+  TokenSwiftProposer proposer(params, /*heads=*/3, /*max_depth=*/7);
+  EXPECT_EQ(proposer.max_depth(), 7);
+  EXPECT_EQ(proposer.RowsAt(3), 39 + 3);            // no depth for the chains to add yet
+  EXPECT_EQ(proposer.RowsAt(7), 39 + 7 + (7 - 3));  // the 4-gram chain, the best path's 4 more
+  // The root is 5. Its 4-gram 5 6 7 8 goes on by 8's (8 9 10 11), then 11's (11 5 6 7). The
+  // heads' best path 20 30 40 goes on by 40's 4-gram (40 41 42 43), then 43's (none).
+  const std::vector<int32_t> history = {5, 6, 7, 8, 9, 10, 11, 5, 6, 7, 40, 41, 42, 43, 5};
+  ModelDraft made;
+  made.head_candidates = {{20, 21, 22}, {30, 31, 32}, {40, 41, 42}};
+  made.history_size = static_cast<int64_t>(history.size());
+  proposer.SetDraft(made);
+  StepDraft draft;
+  proposer.Propose(history, 7, /*verify_only=*/false, &draft);
+  EXPECT_EQ(draft.MaxDepth(), 7);
+  EXPECT_EQ(draft.size(), 39 + 7 + 3);
+  StepDraft copy = draft;
+  for (const std::vector<int32_t>& path :
+       {std::vector<int32_t>{20, 30, 40, 41, 42, 43}, {6, 7, 8, 9, 10, 11, 5}, {22, 32, 42}}) {
+    copy.AddChain(path);
+  }
+  EXPECT_EQ(copy.size(), draft.size());  // every path was there
+  // 5 6 7 8 | 9 10 11 was chained from 8's most frequent 4-gram, not from the root's again.
+  EXPECT_EQ(MatchedDepth(draft, std::vector<int32_t>{6, 7, 8, 9, 10, 11, 5, 6}), 7);
+  EXPECT_EQ(MatchedDepth(draft, std::vector<int32_t>{20, 30, 40, 41, 42, 43, 1}), 6);
+  // At the paper's chain of 1 the draft is the one of the test above.
+  params.ngram_chain = 1;
+  TokenSwiftProposer paper(params, 3, 7);
+  EXPECT_EQ(paper.max_depth(), 3);
+  paper.SetDraft(made);
+  paper.Propose(history, 7, false, &draft);
+  EXPECT_EQ(draft.size(), 39 + 3);
+  // With the draft pass the 4-grams start at the drafted token and go on the same way.
+  params.draft_pass = true;
+  params.ngram_chain = 2;
+  EXPECT_EQ(TokenSwiftProposer::DepthOf(params, 3), 7);  // 1 + 6; the heads' path 4 + 3
+  EXPECT_EQ(TokenSwiftProposer::DepthOf(params, 0), 7);
+  TokenSwiftProposer pass(params, 3, 8);
+  made.chain = {5};
+  made.head_candidates = {{6, 21, 22}, {7, 31, 32}, {8, 41, 42}};
+  made.history_size = -1;
+  pass.SetDraft(made);
+  pass.Propose(history, 7, false, &draft);
+  EXPECT_EQ(MatchedDepth(draft, std::vector<int32_t>{5, 6, 7, 8, 9, 10, 11, 0}), 7);
+}
+
 }  // namespace
 }  // namespace sparseserve::spec
 
