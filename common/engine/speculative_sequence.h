@@ -167,6 +167,7 @@ class SpeculativeSequence {
   // A draft made at a plain step and the tokens that came after its root so far.
   spec::StepDraft shadow_;
   std::vector<int32_t> shadow_actual_;
+  bool deeper_shadow_ = false;  // the planned step's shadow is its deepest draft (Plan)
   static constexpr int kShadowEvery = 8;
   int plain_steps_since_shadow_ = kShadowEvery - 1;  // the first plain step makes one
   // Heads-drafted sequences: the steps between head reads for shadow drafts. It doubles, up to

@@ -112,8 +112,9 @@ void TokenSwiftProposer::Propose(absl::Span<const int32_t> history, int depth, b
                                  StepDraft* draft) {
   draft->Clear();
   if (verify_only && params_.draft_pass) return;  // a shadow draft would need the draft pass
-  ModelDraft made = std::move(draft_);
-  draft_ = ModelDraft();
+  // A shadow (verify_only) leaves the candidates for the step's own draft.
+  ModelDraft made = verify_only ? draft_ : std::move(draft_);
+  if (!verify_only) draft_ = ModelDraft();
   depth = std::min(depth, max_depth());
   if (depth < 1 || history.empty()) return;
   std::vector<int32_t> level;  // the rows of the tree's last level so far (0 = the root)

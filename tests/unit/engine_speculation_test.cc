@@ -467,6 +467,55 @@ TEST(ShadowDraftsTest, PlainTokenSwiftReadsItsHeadsLessOftenAndAgainAfterADraft)
   EXPECT_EQ(after[1] % 8, 0);
 }
 
+// A heads-drafted sequence that the controller runs at depth 1 at every step still measures the
+// deeper positions (a shadow of its deepest draft beside the step's): otherwise they stay at the
+// prior, and the controller never learns that a deeper draft would pay.
+TEST(ShadowDraftsTest, ShallowTokenSwiftStepsMeasureTheDeeperPositions) {
+  Fixture f("stories260K", /*heads=*/true);
+  if (!f.found()) GTEST_SKIP() << "stories260K.gguf not found";
+  ASSERT_TRUE(f.status().ok()) << f.status();
+  ModelRunner& runner = *f.runner();
+  std::vector<int32_t> history = Prompt(7, runner.config().vocab_size);
+  SequenceKv seq;
+  ASSERT_TRUE(runner.Prefill(std::vector<int32_t>(history.begin(), history.end() - 1), seq).ok());
+  sampling::SamplingParams greedy;
+  greedy.temperature = 0;
+  sampling::Sampler sampler(greedy);
+  SpeculationChoice choice = Choice("tokenswift-nopass");
+  choice.controller = true;
+  std::unique_ptr<SpeculativeSequence> spec = *SpeculativeSequence::Create(choice, runner);
+  ASSERT_GE(spec->max_depth(), 3);
+  const HeadDraftJob first{spec.get(), -1, history, {}, &sampler};
+  ASSERT_TRUE(DraftFromLastStep(runner, absl::MakeConstSpan(&first, 1)).ok());
+  const spec::StepCostModel cost;
+  int64_t drafted = 0;
+  for (int step = 0; step < 60; ++step) {
+    StepRows rows;
+    kernels::SamplingBatch sampling;
+    spec->Plan(/*depth=*/1, history, &seq, {}, sampler, &rows, &sampling);
+    StepDraftHeads heads(cost);
+    heads.Add(spec.get(), 0, static_cast<int32_t>(rows.tokens.size()));
+    absl::StatusOr<std::vector<int32_t>> next =
+        runner.Step(absl::MakeConstSpan(&rows, 1), sampling, nullptr, heads.pass());
+    ASSERT_TRUE(next.ok()) << next.status();
+    absl::StatusOr<SpecStepResult> done = spec->Finish(*next, runner, seq, sampler);
+    ASSERT_TRUE(done.ok()) << done.status();
+    EXPECT_LE(done->depth, 1);
+    drafted += done->drafted;
+    heads.Deliver(spec.get(), done->emitted_rows.back(),
+                  static_cast<int64_t>(history.size() + done->emitted.size()));
+    history.insert(history.end(), done->emitted.begin(), done->emitted.end());
+  }
+  runner.Release(seq);
+  ASSERT_GT(drafted, 0);
+  const spec::AcceptanceStats& stats = spec->acceptance();
+  EXPECT_GT(stats.samples(), 1.0);
+  // Positions 2 and 3 were never drafted, yet measured: off the Beta(1, 1) prior's 0.5.
+  std::printf("alpha by position: %.3f %.3f %.3f\n", stats.Alpha(1), stats.Alpha(2),
+              stats.Alpha(3));
+  EXPECT_TRUE(std::abs(stats.Alpha(2) - 0.5) > 1e-9 || std::abs(stats.Alpha(3) - 0.5) > 1e-9);
+}
+
 TEST(ChiSquareTest, PValuesOfKnownStatistics) {
   EXPECT_NEAR(UpperGamma(0.5, 3.841 / 2), 0.05, 1e-3);    // chi2(1) at 3.841
   EXPECT_NEAR(UpperGamma(5, 18.307 / 2), 0.05, 1e-3);     // chi2(10) at 18.307
