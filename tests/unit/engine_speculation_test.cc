@@ -401,6 +401,68 @@ TEST(ShadowDraftsTest, PlainStepsMeasurePromptLookupButNotLookahead) {
   }
 }
 
+// A TokenSwift sequence without a draft pass under the controller, greedy on stories260K with its
+// trained heads: Prompt(prompt) prefilled, the first draft read at the prompt's last row, then
+// decode steps at the depths the test picks (as a decode loop runs them, WantsDraftHeads included).
+class NoPassSequenceRun {
+ public:
+  struct Step {
+    SpecStepResult result;
+    size_t step_rows = 0;
+    size_t head_rows = 0;  // 0: the step did not read the heads
+  };
+
+  explicit NoPassSequenceRun(ModelRunner& runner) : runner_(runner) {}
+  ~NoPassSequenceRun() { runner_.Release(seq_); }
+
+  absl::Status Start(int prompt) {
+    history_ = Prompt(prompt, runner_.config().vocab_size);
+    SS_RETURN_IF_ERROR(
+        runner_.Prefill(std::vector<int32_t>(history_.begin(), history_.end() - 1), seq_).status());
+    SpeculationChoice choice = Choice("tokenswift-nopass");
+    choice.controller = true;
+    SS_ASSIGN_OR_RETURN(spec_, SpeculativeSequence::Create(choice, runner_));
+    if (!spec_->drafts_from_last_step()) return absl::InternalError("not heads-drafted");
+    const HeadDraftJob first{spec_.get(), -1, history_, {}, &sampler_};
+    return DraftFromLastStep(runner_, absl::MakeConstSpan(&first, 1));
+  }
+
+  absl::StatusOr<Step> Run(int depth, const spec::StepCostModel& cost) {
+    StepRows rows;
+    kernels::SamplingBatch sampling;
+    spec_->Plan(depth, history_, &seq_, {}, sampler_, &rows, &sampling);
+    StepDraftHeads heads(cost);
+    heads.Add(spec_.get(), 0, static_cast<int32_t>(rows.tokens.size()));
+    Step step;
+    step.step_rows = rows.tokens.size();
+    if (heads.pass() != nullptr) step.head_rows = heads.pass()->head_rows.size();
+    SS_ASSIGN_OR_RETURN(
+        const std::vector<int32_t> sampled,
+        runner_.Step(absl::MakeConstSpan(&rows, 1), sampling, nullptr, heads.pass()));
+    SS_ASSIGN_OR_RETURN(step.result, spec_->Finish(sampled, runner_, seq_, sampler_));
+    const auto& emitted = step.result.emitted;
+    heads.Deliver(spec_.get(), step.result.emitted_rows.back(),
+                  static_cast<int64_t>(history_.size() + emitted.size()));
+    history_.insert(history_.end(), emitted.begin(), emitted.end());
+    return step;
+  }
+
+  SpeculativeSequence& spec() { return *spec_; }
+
+ private:
+  static sampling::SamplingParams Greedy() {
+    sampling::SamplingParams p;
+    p.temperature = 0;
+    return p;
+  }
+
+  ModelRunner& runner_;
+  std::vector<int32_t> history_;
+  SequenceKv seq_;
+  sampling::Sampler sampler_{Greedy()};
+  std::unique_ptr<SpeculativeSequence> spec_;
+};
+
 // TokenSwift without a draft pass, kept plain by the controller: its heads are read for shadow
 // drafts on ever fewer steps (8, 16, 32, 64 apart), always on multiples of the interval (the same
 // steps for every sequence), and every 8th step again after a speculative step.
@@ -408,47 +470,23 @@ TEST(ShadowDraftsTest, PlainTokenSwiftReadsItsHeadsLessOftenAndAgainAfterADraft)
   Fixture f("stories260K", /*heads=*/true);
   if (!f.found()) GTEST_SKIP() << "stories260K.gguf not found";
   ASSERT_TRUE(f.status().ok()) << f.status();
-  ModelRunner& runner = *f.runner();
-  std::vector<int32_t> history = Prompt(5, runner.config().vocab_size);
-  SequenceKv seq;
-  ASSERT_TRUE(runner.Prefill(std::vector<int32_t>(history.begin(), history.end() - 1), seq).ok());
-  sampling::SamplingParams greedy;
-  greedy.temperature = 0;
-  sampling::Sampler sampler(greedy);
-  SpeculationChoice choice = Choice("tokenswift-nopass");
-  choice.controller = true;
-  std::unique_ptr<SpeculativeSequence> spec = *SpeculativeSequence::Create(choice, runner);
-  ASSERT_TRUE(spec->drafts_from_last_step());
-  const HeadDraftJob first{spec.get(), -1, history, {}, &sampler};
-  ASSERT_TRUE(DraftFromLastStep(runner, absl::MakeConstSpan(&first, 1)).ok());
+  NoPassSequenceRun run(*f.runner());
+  ASSERT_TRUE(run.Start(5).ok());
   spec::StepCostModel cost;
   std::vector<int64_t> reads;  // the cost model's step count at each step that read the heads
   for (int step = 0; step < 240; ++step) {
     // Plain but for one step that drafts: the reads are 8 apart again after it.
     const int depth = step == 150 ? 2 : 0;
-    StepRows rows;
-    kernels::SamplingBatch sampling;
-    spec->Plan(depth, history, &seq, {}, sampler, &rows, &sampling);
-    StepDraftHeads heads(cost);
-    heads.Add(spec.get(), 0, static_cast<int32_t>(rows.tokens.size()));
-    if (heads.pass() != nullptr) {
+    absl::StatusOr<NoPassSequenceRun::Step> done = run.Run(depth, cost);
+    ASSERT_TRUE(done.ok()) << done.status();
+    if (done->head_rows > 0) {
       reads.push_back(cost.steps());
       // Padded to a power of 2 (one step graph per count).
-      const size_t n = heads.pass()->head_rows.size();
-      EXPECT_EQ(n & (n - 1), 0u) << n;
-      EXPECT_GE(n, rows.tokens.size());
+      EXPECT_EQ(done->head_rows & (done->head_rows - 1), 0u) << done->head_rows;
+      EXPECT_GE(done->head_rows, done->step_rows);
     }
-    absl::StatusOr<std::vector<int32_t>> next =
-        runner.Step(absl::MakeConstSpan(&rows, 1), sampling, nullptr, heads.pass());
-    ASSERT_TRUE(next.ok()) << next.status();
-    absl::StatusOr<SpecStepResult> done = spec->Finish(*next, runner, seq, sampler);
-    ASSERT_TRUE(done.ok()) << done.status();
-    heads.Deliver(spec.get(), done->emitted_rows.back(),
-                  static_cast<int64_t>(history.size() + done->emitted.size()));
-    history.insert(history.end(), done->emitted.begin(), done->emitted.end());
-    cost.Record(static_cast<int>(rows.tokens.size()), 1e-3, depth > 0);
+    cost.Record(static_cast<int>(done->step_rows), 1e-3, depth > 0);
   }
-  runner.Release(seq);
   std::string listed;
   for (const int64_t r : reads) absl::StrAppend(&listed, r, " ");
   std::printf("draft heads read at steps %s\n", listed.c_str());
@@ -474,41 +512,19 @@ TEST(ShadowDraftsTest, ShallowTokenSwiftStepsMeasureTheDeeperPositions) {
   Fixture f("stories260K", /*heads=*/true);
   if (!f.found()) GTEST_SKIP() << "stories260K.gguf not found";
   ASSERT_TRUE(f.status().ok()) << f.status();
-  ModelRunner& runner = *f.runner();
-  std::vector<int32_t> history = Prompt(7, runner.config().vocab_size);
-  SequenceKv seq;
-  ASSERT_TRUE(runner.Prefill(std::vector<int32_t>(history.begin(), history.end() - 1), seq).ok());
-  sampling::SamplingParams greedy;
-  greedy.temperature = 0;
-  sampling::Sampler sampler(greedy);
-  SpeculationChoice choice = Choice("tokenswift-nopass");
-  choice.controller = true;
-  std::unique_ptr<SpeculativeSequence> spec = *SpeculativeSequence::Create(choice, runner);
-  ASSERT_GE(spec->max_depth(), 3);
-  const HeadDraftJob first{spec.get(), -1, history, {}, &sampler};
-  ASSERT_TRUE(DraftFromLastStep(runner, absl::MakeConstSpan(&first, 1)).ok());
+  NoPassSequenceRun run(*f.runner());
+  ASSERT_TRUE(run.Start(7).ok());
+  ASSERT_GE(run.spec().max_depth(), 3);
   const spec::StepCostModel cost;
   int64_t drafted = 0;
   for (int step = 0; step < 60; ++step) {
-    StepRows rows;
-    kernels::SamplingBatch sampling;
-    spec->Plan(/*depth=*/1, history, &seq, {}, sampler, &rows, &sampling);
-    StepDraftHeads heads(cost);
-    heads.Add(spec.get(), 0, static_cast<int32_t>(rows.tokens.size()));
-    absl::StatusOr<std::vector<int32_t>> next =
-        runner.Step(absl::MakeConstSpan(&rows, 1), sampling, nullptr, heads.pass());
-    ASSERT_TRUE(next.ok()) << next.status();
-    absl::StatusOr<SpecStepResult> done = spec->Finish(*next, runner, seq, sampler);
+    absl::StatusOr<NoPassSequenceRun::Step> done = run.Run(/*depth=*/1, cost);
     ASSERT_TRUE(done.ok()) << done.status();
-    EXPECT_LE(done->depth, 1);
-    drafted += done->drafted;
-    heads.Deliver(spec.get(), done->emitted_rows.back(),
-                  static_cast<int64_t>(history.size() + done->emitted.size()));
-    history.insert(history.end(), done->emitted.begin(), done->emitted.end());
+    EXPECT_LE(done->result.depth, 1);
+    drafted += done->result.drafted;
   }
-  runner.Release(seq);
   ASSERT_GT(drafted, 0);
-  const spec::AcceptanceStats& stats = spec->acceptance();
+  const spec::AcceptanceStats& stats = run.spec().acceptance();
   EXPECT_GT(stats.samples(), 1.0);
   // Positions 2 and 3 were never drafted, yet measured: off the Beta(1, 1) prior's 0.5.
   std::printf("alpha by position: %.3f %.3f %.3f\n", stats.Alpha(1), stats.Alpha(2),
