@@ -22,6 +22,19 @@ int64_t FourGramTable::Count(int32_t first, const Continuation& continuation) co
   return c == it->second.end() ? 0 : c->second;
 }
 
+bool FourGramTable::Best(int32_t first, Continuation* best) const {
+  const auto it = counts_.find(first);
+  if (it == counts_.end() || it->second.empty()) return false;
+  int64_t most = -1;
+  for (const auto& [cont, count] : it->second) {
+    if (count > most || (count == most && cont < *best)) {
+      most = count;
+      *best = cont;
+    }
+  }
+  return true;
+}
+
 std::vector<FourGramTable::Continuation> FourGramTable::Top(int32_t first, int k) const {
   std::vector<Continuation> out;
   const auto it = counts_.find(first);
@@ -82,9 +95,9 @@ int TokenSwiftProposer::HeadPathRows(int depth) const {
 
 void TokenSwiftProposer::ExtendByFourGrams(size_t length, std::vector<int32_t>* chain) const {
   while (!chain->empty() && chain->size() < length) {
-    const std::vector<FourGramTable::Continuation> best = table_.Top(chain->back(), 1);
-    if (best.empty()) return;
-    for (const int32_t token : best[0]) {
+    FourGramTable::Continuation best;
+    if (!table_.Best(chain->back(), &best)) return;
+    for (const int32_t token : best) {
       if (chain->size() == length) break;
       chain->push_back(token);
     }

@@ -47,6 +47,9 @@ class FourGramTable {
   // Up to `k` continuations of `first`, most frequent first (ties: smaller tokens first, so the
   // order does not depend on hashing).
   std::vector<Continuation> Top(int32_t first, int k) const;
+  // Top(first, 1)'s continuation without building the list (chained reutilization asks for it
+  // several times per draft); false when `first` has none.
+  bool Best(int32_t first, Continuation* best) const;
   // How often `first` followed by `continuation` was counted.
   int64_t Count(int32_t first, const Continuation& continuation) const;
   int64_t counted_end() const { return counted_end_; }

@@ -24,6 +24,10 @@ TEST(FourGramTableTest, CountsFourGramsUpToTheEndAndRanksByCount) {
   EXPECT_EQ(top[1], (FourGramTable::Continuation{1, 2, 4}));  // once; ties: smaller tokens first
   EXPECT_EQ(top[2], (FourGramTable::Continuation{9, 9, 9}));
   EXPECT_EQ(table.Top(5, 1).size(), 1u);
+  FourGramTable::Continuation best;
+  ASSERT_TRUE(table.Best(5, &best));
+  EXPECT_EQ(best, top[0]);
+  EXPECT_FALSE(table.Best(7, &best));
   EXPECT_TRUE(table.Top(7, 5).empty());
   // Each 4-gram counted once, across calls; updating again with the same end adds nothing.
   table.Update(h, static_cast<int64_t>(h.size()));
