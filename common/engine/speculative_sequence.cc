@@ -98,16 +98,18 @@ absl::StatusOr<std::unique_ptr<SpeculativeSequence>> SpeculativeSequence::ForMet
 void RecordStepCost(const ModelRunner& runner, absl::Span<const StepRows> rows, double seconds,
                     spec::StepCostModel& cost) {
   int total = 0;
+  int64_t context = 0;
   bool speculative = false;
   for (const StepRows& r : rows) {
     total += static_cast<int>(r.tokens.size());
+    if (r.seq != nullptr) context += static_cast<int64_t>(r.seq->tokens.size());
     speculative |= r.speculative;
   }
   if (runner.last_step_was_graph_setup()) {
     cost.NoteUnmeasured(speculative);
     return;
   }
-  cost.Record(total, seconds, speculative);
+  cost.Record(total, seconds, speculative, context);
 }
 
 spec::LookaheadParams LookaheadParamsOf(const SpeculationChoice& spec,

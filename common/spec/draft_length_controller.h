@@ -22,11 +22,17 @@
 // interpolated; past the largest it extends the last two buckets' slope, and with one bucket
 // measured a step of r rows against r0 is assumed to cost 1 + log2(r / r0) / 4 times as much
 // (optimistic where rows are nearly free, as on a GPU, so that the first speculative steps get to
-// measure the truth). Speculative steps have their own shape, which falls back to the plain one
-// until measured, and so do the draft passes of drafters that are the model itself (sparse-self:
-// a depth-k draft costs k forward passes of the drafting sequences before the step, priced per
-// pass by its sequences, and its step's measured time leaves them out). ChooseDraftDepths maximises
-// the step's expected emitted tokens per second: Σ_s (1
+// measure the truth) — up to twice the largest bucket's rows plus kHorizonRows; past that the
+// cost grows in proportion to the rows: a GPU step is nearly free in rows only while it is bound
+// by its launches, and steps of thousands of rows priced by a flat slope (TokenSwift's trees at
+// batch 64: 2,432 rows priced at 1.9 plain steps from buckets of 112 and 128; at batch 8, 216 rows
+// priced at 2.2 from one bucket of 8) measured at 4x their estimate, the most one measurement
+// counts for (past 128 rows a step has no step graph and runs op by op). Speculative steps have
+// their own shape, which falls back to the plain one until measured, and so do the draft passes of
+// drafters that are the model itself (sparse-self: a depth-k draft costs k forward passes of the
+// drafting sequences before the step, priced per pass by its sequences, and its step's measured
+// time leaves them out). ChooseDraftDepths maximises the step's expected emitted tokens per second:
+// Σ_s (1
 // + E_s(k_s)) / cost(base + Σ_s rows_s(k_s)), by coordinate ascent from all zeros and from every
 // uniform depth (a GPU's jump from plain to speculative steps is paid once per step, so one
 // sequence alone may not pay for it where all of them do), keeping the best; once every
@@ -83,7 +89,9 @@ class StepCostModel {
   // `speculative`: some sequence in the step verified a draft (multi-row sequences: on a GPU such
   // a step cannot replay a decode graph and takes other kernels, a jump in cost that rows alone
   // do not show), so those steps have a shape of their own.
-  void Record(int rows, double seconds, bool speculative = false);
+  // `context_tokens`: the step's sequences' tokens in all (-1: not known); see the level's
+  // replacement after a streak in Record.
+  void Record(int rows, double seconds, bool speculative = false, int64_t context_tokens = -1);
   // Estimated seconds of a step of `rows` rows; 1 when nothing was measured.
   double Estimate(int rows, bool speculative = false) const;
   // A model drafter's draft pass (one row per drafting sequence, `rows` of them), and its
@@ -97,6 +105,8 @@ class StepCostModel {
   bool measured() const { return level_samples_ >= kLevelWarmup; }
   // The bucket `rows` is measured in (its smallest row count).
   static int Bucket(int rows);
+  // How far past twice its largest measured bucket a shape is extrapolated optimistically.
+  static constexpr int kHorizonRows = 64;
   // True once every kExploreSteps recorded steps: ChooseDraftDepths then runs its best
   // speculative choice even where plain decoding looks better, to measure it again. Also true
   // after a speculative step that measured nothing (NoteUnmeasured) until one is recorded. While
@@ -104,6 +114,9 @@ class StepCostModel {
   // (an explore on a GPU costs several plain steps: a new shape is run op by op and captured
   // before its replay is measured — at batch 64 on a small model, explores every 128 steps cost
   // 7-10% with nothing accepted); a step that chooses speculation sets it back to kExploreSteps.
+  // An explore that measures its bucket below the bucket's shape replaces the shape: a price too
+  // high keeps speculation off, so only explores can lower it (by a fifth each, several hundred
+  // steps apart), while a price too low lets speculative steps run and measure it every step.
   static constexpr int kExploreSteps = 128;
   static constexpr int kMaxExploreSteps = 1024;
   bool ExploreDue() const { return retry_explore_ || steps_ >= next_explore_; }
@@ -150,6 +163,7 @@ class StepCostModel {
   int64_t steps_ = 0, reference_seen_ = 0;
   bool retry_explore_ = false;  // NoteUnmeasured saw a speculative step
   int unmeasured_in_row_ = 0;   // speculative steps NoteUnmeasured saw since one was recorded
+  int64_t spec_context_ = -1;   // context_tokens of the last speculative step recorded
   // ExploreDue's schedule: the step count of the next explore, the interval that put it there,
   // and whether a speculative step that was not an explore was recorded since the last one.
   int64_t next_explore_ = kExploreSteps - 1;

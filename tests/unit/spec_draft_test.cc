@@ -2,6 +2,7 @@
 // lookup's n-gram index, Lookahead's mask and window against the paper's rules, and the
 // controller's arithmetic.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <numeric>
 #include <set>
@@ -379,20 +380,80 @@ TEST(StepCostModelTest, APlainStepAfterAStreakReplacesAStaleLevel) {
   EXPECT_NEAR(cost.Estimate(8), 3.8, 1e-9);
 }
 
+// A sequence that speculated to its end, then a fresh one that starts plain at half the context
+// (longgen at batch 1): the streak's seconds were the old context's, so its shapes carry over
+// instead — keeping the seconds priced a 2.2x step at 4-5x, and nothing speculated for a whole
+// sequence. At the streak's own contexts the seconds are kept, as above.
+TEST(StepCostModelTest, AStreakAtOtherContextsKeepsItsShapesNotItsSeconds) {
+  for (const int64_t context : {4100, 8200}) {
+    StepCostModel cost;
+    for (int i = 0; i < 8; ++i) cost.Record(1, 0.2, false, 7900);
+    for (int i = 0; i < StepCostModel::kPlainSteps; ++i) {
+      cost.Record(39, 0.44, true, 8000 + 5 * i);
+    }
+    ASSERT_TRUE(cost.PlainDue());
+    cost.Record(1, 0.12, false, context);
+    EXPECT_NEAR(cost.Estimate(1), 0.12, 1e-9);
+    EXPECT_NEAR(cost.Estimate(39, true), context == 4100 ? 0.12 * 2.2 : 0.44, 1e-9) << context;
+  }
+}
+
+// Past twice its largest bucket plus kHorizonRows a step is priced in proportion to its rows:
+// TokenSwift's trees at batch 64 (2,432 rows) were priced at 1.9 plain steps from flat buckets of
+// 112 and 128 rows, and each such step cost 4-9 of its estimates.
+TEST(StepCostModelTest, StepsFarPastTheMeasuredOnesArePricedInProportionToTheirRows) {
+  StepCostModel cost;
+  for (int i = 0; i < 4; ++i) cost.Record(64, 0.3);
+  const double at192 = 1 + 0.25 * std::log2(3.0);  // the prior, up to 2 * 64 + 64 rows
+  EXPECT_NEAR(cost.Estimate(128) / 0.3, 1.25, 1e-9);
+  EXPECT_NEAR(cost.Estimate(192) / 0.3, at192, 1e-9);
+  EXPECT_NEAR(cost.Estimate(1664) / 0.3, at192 * 1664 / 192, 1e-9);
+  EXPECT_NEAR(cost.Estimate(1664, true), cost.Estimate(1664), 1e-12);  // the plain shape
+  for (int i = 0; i < 4; ++i) {
+    cost.Record(112, 0.57, true);
+    cost.Record(128, 0.57, true);
+  }
+  EXPECT_NEAR(cost.Estimate(320, true), 0.57, 1e-9);  // the flat slope, up to 2 * 128 + 64
+  EXPECT_NEAR(cost.Estimate(2432, true), 0.57 * StepCostModel::Bucket(2432) / 320, 1e-9);
+}
+
+// A price too high keeps speculation off, so only explores lower it: an explore that measures a
+// bucket cheaper replaces its shape; other speculative steps move it a fifth of the way.
+TEST(StepCostModelTest, ACheaperExploreReplacesTheBucketsShape) {
+  StepCostModel cost;
+  for (int i = 0; i < 10; ++i) cost.Record(1, 0.2);
+  for (int i = 0; i < 4; ++i) cost.Record(39, 0.9, true);
+  EXPECT_NEAR(cost.Estimate(39, true), 0.9, 1e-9);
+  while (!cost.ExploreDue()) cost.Record(1, 0.2);
+  cost.Record(39, 0.44, true);
+  EXPECT_NEAR(cost.Estimate(39, true), 0.44, 1e-9);
+  cost.Record(39, 0.3, true);  // not an explore
+  EXPECT_NEAR(cost.Estimate(39, true), 0.44 + 0.2 * (0.3 - 0.44), 1e-9);
+  cost.Record(39, 0.9, true);  // dearer: averaged as before
+  EXPECT_GT(cost.Estimate(39, true), 0.44);
+}
+
 // An explore at a large batch drafts for as few sequences as the step has rows for, in turn: 64
 // sequences of Lookahead's 29-119-row drafts explore two at a time, others each time; prompt
 // lookup's few rows explore many sequences, never more draft rows than roots.
 TEST(ChooseDraftDepthsTest, ExploresDraftOnlyAsManySequencesAsTheStepHasRows) {
-  // Acceptances that plain decoding beats but explores retry (within half of plain's rate at the
-  // cost model's optimistic first guess): the prior's for the big drafts, none for the small.
+  // Acceptances that plain decoding beats but explores retry (within half of plain's rate): the
+  // prior's for the big drafts, none for the small.
   AcceptanceStats prior(4, 1.0), bad(4, 1.0);
   for (int i = 0; i < 200; ++i) bad.Record(4, 0);
   for (const std::vector<int>& rows_at :
        {std::vector<int>{29, 59, 89, 119}, std::vector<int>{1, 2, 3, 4}}) {
     SCOPED_TRACE(rows_at.back());
-    const std::vector<DraftOption> options(
-        64, DraftOption{rows_at.back() > 64 ? &prior : &bad, rows_at});
+    const bool big = rows_at.back() > 64;
+    const std::vector<DraftOption> options(64, DraftOption{big ? &prior : &bad, rows_at});
     StepCostModel cost;
+    if (big) {
+      // Every sequence's draft, 1,920 rows, is priced past the horizon: far below half of plain's
+      // rate, not explored — unless such a step was measured at twice a plain one.
+      for (int i = 0; i < 2; ++i) cost.Record(64, 1.0);
+      EXPECT_LT(cost.Estimate(64 + 64 * 29, true), 64 * 1.5 * 0.5);
+      cost.Record(64 + 64 * 29, 2.0, /*speculative=*/true);
+    }
     std::vector<std::vector<int>> explores;
     for (int i = 0; i < 2 * StepCostModel::kExploreSteps; ++i) {
       const std::vector<int> depth = ChooseDraftDepths(cost, options, 64, /*uniform=*/true);
