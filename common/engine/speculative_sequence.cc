@@ -243,11 +243,18 @@ void SpeculativeSequence::Plan(int depth, absl::Span<const int32_t> history, Seq
     deeper_shadow_ = !shadow_.empty();
   }
   if (depth > 0) proposer_->Propose(history, depth, /*verify_only=*/false, &draft_);
-  // Trees and branches come in many sizes; chains of each depth are one shape already.
-  const bool chain = draft_.IsChain();
-  if (pad_drafts_ && !draft_.empty() && !chain) {
+  // Trees and branches come in many sizes; chains of each depth are one shape already — up to
+  // kGraphRowsPerSequence rows: a longer unmasked chain is a prefill chunk to the model (cuDNN,
+  // which no step graph holds) and ran op by op at every step (longgen with chained 4-grams: a
+  // 10-row chain measured at 8.7 plain steps, its depth's padded tree replays at 2.2). Masked,
+  // and padded as a tree, it replays its depth's graph.
+  const bool graph_chain =
+      draft_.IsChain() && draft_.size() + 1 <= model::LlamaModel::kGraphRowsPerSequence;
+  if (pad_drafts_ && !draft_.empty() && !graph_chain) {
     draft_.PadWithAuxiliaryRows(rows_at_[static_cast<size_t>(depth - 1)], history.back());
+    if (draft_.mask.empty()) draft_.mask = draft_.FullMask();
   }
+  const bool chain = draft_.IsChain();
   // Heads-drafted sequences shadow when their heads were read for this root (WantsDraftHeads).
   if (draft_.empty() && shadow_.empty() && shadow_actual_.empty() &&
       proposer_->shadow_predicts_acceptance() &&

@@ -243,6 +243,9 @@ class LlamaModel {
   // Whether decode and verify steps replay step graphs here (graphs on, and the backend captures
   // them; probed once).
   bool replays_step_graphs() { return graphs_.Eligible(1); }
+  // Rows an unmasked sequence of a graph-able step may add (the CUDA decode kernel's few-row
+  // limit: longer chains are prefill chunks, which may run on cuDNN); masked ones any.
+  static constexpr int kGraphRowsPerSequence = 8;
   // Whether the last forward step warmed up or captured a step graph (much slower than the
   // replays that follow: speculation's step-cost model skips it).
   bool last_step_was_graph_setup() const { return last_step_graph_setup_; }
@@ -325,9 +328,6 @@ class LlamaModel {
 
   // How often op-by-op steps time their all-reduces (set_allreduce_observer).
   static constexpr int64_t kAllReduceTimingEvery = 16;
-  // Rows an unmasked sequence of a graph-able step may add (the CUDA decode kernel's few-row
-  // limit: longer chains are prefill chunks, which may run on cuDNN).
-  static constexpr int kGraphRowsPerSequence = 8;
   // A step's batch flattened on the host: what its index tensors and attention plan hold.
   struct StepInputs {
     std::vector<int32_t> ids, positions, slots, logit_rows;

@@ -94,6 +94,9 @@ class StepCostModel {
   void Record(int rows, double seconds, bool speculative = false, int64_t context_tokens = -1);
   // Estimated seconds of a step of `rows` rows; 1 when nothing was measured.
   double Estimate(int rows, bool speculative = false) const;
+  // The least Estimate of a step of at least `rows` rows: shapes need not grow with the rows (one
+  // bucket's slow first measurement), so the fewest rows are not always the cheapest.
+  double LeastEstimate(int rows, bool speculative = false) const;
   // A model drafter's draft pass (one row per drafting sequence, `rows` of them), and its
   // estimate: a plain step of as many rows until one was measured.
   void RecordDraftPass(int rows, double seconds);

@@ -433,6 +433,25 @@ TEST(StepCostModelTest, ACheaperExploreReplacesTheBucketsShape) {
   EXPECT_GT(cost.Estimate(39, true), 0.44);
 }
 
+// Shapes need not grow with the rows: one slow measurement of a shallow draft's bucket must not
+// keep the deep drafts, measured cheaper, from being chosen (the cheap way out priced every
+// speculative step at the fewest rows' estimate).
+TEST(ChooseDraftDepthsTest, ASlowShallowBucketDoesNotHideCheaperDeepDrafts) {
+  StepCostModel cost;
+  for (int i = 0; i < 4; ++i) cost.Record(1, 1.0);
+  for (int i = 0; i < 4; ++i) cost.Record(39, 2.2, /*speculative=*/true);
+  cost.Record(11, 8.7, /*speculative=*/true);
+  EXPECT_NEAR(cost.Estimate(5, true), 8.7, 1e-9);  // below every bucket: no cheaper
+  EXPECT_NEAR(cost.LeastEstimate(5, true), 2.2, 1e-9);
+  EXPECT_NEAR(cost.LeastEstimate(39, true), 2.2, 1e-9);
+  EXPECT_NEAR(cost.LeastEstimate(40, true), cost.Estimate(40, true), 1e-9);
+  AcceptanceStats good(9, 1.0);
+  for (int i = 0; i < 20; ++i) good.Record(9, 9);
+  const std::vector<int> rows_at = {4, 10, 20, 23, 26, 29, 32, 35, 38};
+  const std::vector<DraftOption> options = {DraftOption{&good, rows_at}};
+  EXPECT_EQ(ChooseDraftDepths(cost, options, 1, /*uniform=*/true), std::vector<int>{9});
+}
+
 // An explore at a large batch drafts for as few sequences as the step has rows for, in turn: 64
 // sequences of Lookahead's 29-119-row drafts explore two at a time, others each time; prompt
 // lookup's few rows explore many sequences, never more draft rows than roots.
