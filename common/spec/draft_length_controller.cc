@@ -150,8 +150,7 @@ void StepCostModel::Record(int rows, double seconds, bool speculative, int64_t c
       // and a fresh one began plain): then its seconds are another context's, and the shapes,
       // relative costs, carry over better. (Longgen at batch 1 on the long-context model: after
       // one sequence's streak at 8K tokens the next began plain at 4K, its verify step, 2.2
-      // plain ones, was priced at 4.5, and speculation stayed off for 1,500-2,000 steps: 1.45-1.50x
-      // plain in three invocations, 1.65-1.88x without the rescale.)
+      // plain ones, was priced at 4.5, and speculation stayed off for 1,500-2,000 steps.)
       const bool moved =
           context_tokens >= 0 && spec_context_ >= 0 &&
           8 * std::abs(context_tokens - spec_context_) > std::max(context_tokens, spec_context_);

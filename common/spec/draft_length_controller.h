@@ -31,10 +31,9 @@
 // their own shape, which falls back to the plain one until measured, and so do the draft passes of
 // drafters that are the model itself (sparse-self: a depth-k draft costs k forward passes of the
 // drafting sequences before the step, priced per pass by its sequences, and its step's measured
-// time leaves them out). ChooseDraftDepths maximises the step's expected emitted tokens per second:
-// Σ_s (1
-// + E_s(k_s)) / cost(base + Σ_s rows_s(k_s)), by coordinate ascent from all zeros and from every
-// uniform depth (a GPU's jump from plain to speculative steps is paid once per step, so one
+// time leaves them out). ChooseDraftDepths maximises the step's expected emitted tokens per second,
+// Σ_s (1 + E_s(k_s)) / cost(base + Σ_s rows_s(k_s)), by coordinate ascent from all zeros and from
+// every uniform depth (a GPU's jump from plain to speculative steps is paid once per step, so one
 // sequence alone may not pay for it where all of them do), keeping the best; once every
 // StepCostModel::kExploreSteps steps a plain decision becomes the best speculative one — for as
 // many sequences, in turn, as keep its draft rows within the step's other rows — so a bad
