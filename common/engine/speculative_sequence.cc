@@ -184,7 +184,9 @@ spec::DraftOption SpeculativeSequence::Option(int room, int wanted) const {
 
 bool SpeculativeSequence::WantsDraftHeads(const spec::StepCostModel& cost) const {
   if (!heads_after_step_) return false;
-  return !controlled() || planned_depth_ > 0 ||
+  // Before an explore too: without the heads its draft would be the 4-grams alone, a shape and
+  // an acceptance of their own (a chained 4-gram chain of 9 tokens, an unmasked 10-row step).
+  return !controlled() || planned_depth_ > 0 || cost.ExploreDueNext() ||
          (shadow_.empty() && shadow_actual_.empty() && cost.steps() % shadow_every_ == 0);
 }
 

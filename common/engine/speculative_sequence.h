@@ -97,8 +97,9 @@ class SpeculativeSequence {
   // After Plan: whether the step should read the heads for the next. A sequence that drafts in it
   // (or has no controller) may draft again next step; a plain one under the controller needs
   // them only for a shadow draft, on every shadow_every_-th step of `cost` (a power of 2: the
-  // same steps for every sequence, one read for all of them). An explore whose heads were not
-  // read drafts the 4-grams alone.
+  // same steps for every sequence, one read for all of them), and on the step before the
+  // controller may explore (StepCostModel::ExploreDueNext: an explore whose heads were not read
+  // would draft the 4-grams alone).
   bool WantsDraftHeads(const spec::StepCostModel& cost) const;
 
   // The controller's choices for this step: `room` is the most rows the sequence may add after
