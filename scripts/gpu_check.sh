@@ -77,7 +77,7 @@ has tests && run tests_prefill_variants bash -c "
   SPARSESERVE_DECODE_TENSOR_CORES=0 cuda_backend_test \
     --gtest_filter='*AttentionPrefillChunkDecode*:*AttentionLong*:*Shadow*:CudaTokenSelectTest.*'"
 has sanitizer && run sanitizer compute-sanitizer --tool memcheck --error-exitcode 1 \
-  cuda_backend_test --gtest_filter='*RmsNorm*:*Linear*:*Rope*:*SiluMul*:*FillUniform*:*Stories*:*StepGraph*:*SampleMatches*:*SampleRejects*:*ReadKv*:*FlipsAreRare*:*Shadow*:*RelativeL2Error*:*MInferenceSmall*:*TokenLogprobs*:*AttentionLongContexts*:*PlansPick*'
+  cuda_backend_test --gtest_filter='*RmsNorm*:*Linear*:*Rope*:*SiluMul*:*FillUniform*:*Stories*:*StepGraph*:*SampleMatches*:*SampleRejects*:*ReadKv*:*FlipsAreRare*:*Shadow*:*RelativeL2Error*:*MInferenceSmall*:*TokenLogprobs*:*AttentionLongContexts*:*PlansPick*:*AttentionFewRowVerifySteps*:*AttentionSplitKv*'
 if has golden; then
   run golden bash -c "sparseserve generate --device cuda --model models/stories260K/stories260K.gguf \
     --prompt 'Once upon a time' --max-tokens 60 --temperature 0 >$out/golden.txt &&

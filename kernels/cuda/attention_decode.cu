@@ -387,7 +387,7 @@ __global__ void MergeKernel(const float* partial_out, const float* partial_lse, 
   const float inv_sum = total > 0.0f ? 1.0f / total : 0.0f;
   for (int d = threadIdx.x; d < dims.head_dim; d += blockDim.x) {
     float acc = 0.0f;
-#pragma unroll 4
+#pragma unroll 4  // LaunchSplitKvMerge sizes `weights` in groups of 4 for it
     for (int i = 0; i < m.y; ++i) {
       acc += weights[i] * partial_out[(int64_t{m.x + i} * dims.heads + head) * dims.head_dim + d];
     }
@@ -450,9 +450,12 @@ bool DecodeOnTensorCores() {
 cudaError_t LaunchSplitKvMerge(const SplitKvMerge& merge, const AttentionDims& dims, bf16_t* out,
                                cudaStream_t stream) {
   if (merge.num_merges == 0) return cudaSuccess;
-  // One weight slot per chunk in shared memory.
+  // One weight slot per chunk in shared memory, rounded up to the weighted sum's unroll of 4: the
+  // compiler reads a group's slots before it checks the count (memcheck: 12-byte reads past the 2
+  // slots of a split-KV prefill merge, attention_decode.cu's weighted sum).
+  const size_t slots = (static_cast<size_t>(merge.max_chunks) + 3) / 4 * 4;
   return LaunchOverlapping(MergeKernel, dim3(merge.num_merges, dims.heads), dims.head_dim,
-                           merge.max_chunks * sizeof(float), stream, merge.partial_out,
+                           slots * sizeof(float), stream, merge.partial_out,
                            merge.partial_lse, merge.merges, merge.merge_rows, dims,
                            reinterpret_cast<__nv_bfloat16*>(out));
 }
