@@ -455,8 +455,8 @@ cudaError_t LaunchSplitKvMerge(const SplitKvMerge& merge, const AttentionDims& d
   // slots of a split-KV prefill merge, attention_decode.cu's weighted sum).
   const size_t slots = (static_cast<size_t>(merge.max_chunks) + 3) / 4 * 4;
   return LaunchOverlapping(MergeKernel, dim3(merge.num_merges, dims.heads), dims.head_dim,
-                           slots * sizeof(float), stream, merge.partial_out,
-                           merge.partial_lse, merge.merges, merge.merge_rows, dims,
+                           slots * sizeof(float), stream, merge.partial_out, merge.partial_lse,
+                           merge.merges, merge.merge_rows, dims,
                            reinterpret_cast<__nv_bfloat16*>(out));
 }
 

@@ -363,7 +363,11 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   // Its keys are then cut into parts, up to one wave of CTAs and at least kMinSplitKeyTiles key
   // tiles a part, in powers of two (the layout changes a few times as a context grows, so step
   // graphs stay valid between). MInference-gated batches keep whole tiles (SplitTilesFor).
-  constexpr int kMinSplitKeyTiles = 4;
+  // One key tile a part at least: a 39-row TokenSwift tree at a few hundred keys on the 6-layer
+  // test model took 35 us a layer on 2 CTAs with 4 (no split), 17 us on 8 (+ a 4.6 us merge);
+  // longgen B=1 1.97-2.23x plain under the controller against 1.69-1.81x (bench/RESULTS.md,
+  // session 30). Long contexts are bound by the wave, not by this.
+  constexpr int kMinSplitKeyTiles = 1;
   int splits = 1;
   std::vector<int32_t> split_merges, split_merge_rows;
   if (split_tiles && !tile_work.empty()) {
