@@ -125,7 +125,7 @@ class StepCostModel {
   // Whether the step after the one now planned may explore (it is due, or due once the one now
   // planned is recorded): drafters that draft from what a step computes (TokenSwift's heads
   // without a pass) have it computed in this one.
-  bool ExploreDueNext() const { return retry_explore_ || steps_ + 1 >= next_explore_; }
+  bool ExploreDueNext() const { return ExploreDue() || steps_ + 1 >= next_explore_; }
   // Every `every`-th step (or after an unmeasured speculative step), without backing off.
   bool ExploreDue(int every) const { return retry_explore_ || steps_ % every == every - 1; }
   // A step that was not recorded (it set up a step graph: warm-up or capture, far slower than

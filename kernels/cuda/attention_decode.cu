@@ -361,6 +361,10 @@ cudaError_t LaunchTensorCore(const bf16_t* q, const bf16_t* kv_layer, const Atte
 // out[row][head] = Σ_i w_i o_i / Σ_i w_i with w_i = exp(lse_i - max lse) over the row's chunks.
 // One block of head_dim threads per (merge, head); the chunk weights are computed once into
 // shared memory (`weights`: one float per chunk) and every dimension's sum reads them.
+// The weighted sum's unroll: the compiler reads a group of `weights` before it checks the count,
+// so LaunchSplitKvMerge allocates them in whole groups (memcheck: 12-byte reads past the 2 slots
+// of a split-KV prefill merge).
+constexpr int kMergeUnroll = 4;
 __global__ void MergeKernel(const float* partial_out, const float* partial_lse, const int2* merges,
                             const int32_t* merge_rows, AttentionDims dims, __nv_bfloat16* out) {
   // A row whose chunks all saw nothing has max_lse = -inf: its output is zeros.
@@ -387,7 +391,7 @@ __global__ void MergeKernel(const float* partial_out, const float* partial_lse, 
   const float inv_sum = total > 0.0f ? 1.0f / total : 0.0f;
   for (int d = threadIdx.x; d < dims.head_dim; d += blockDim.x) {
     float acc = 0.0f;
-#pragma unroll 4  // LaunchSplitKvMerge sizes `weights` in groups of 4 for it
+#pragma unroll kMergeUnroll
     for (int i = 0; i < m.y; ++i) {
       acc += weights[i] * partial_out[(int64_t{m.x + i} * dims.heads + head) * dims.head_dim + d];
     }
@@ -450,10 +454,9 @@ bool DecodeOnTensorCores() {
 cudaError_t LaunchSplitKvMerge(const SplitKvMerge& merge, const AttentionDims& dims, bf16_t* out,
                                cudaStream_t stream) {
   if (merge.num_merges == 0) return cudaSuccess;
-  // One weight slot per chunk in shared memory, rounded up to the weighted sum's unroll of 4: the
-  // compiler reads a group's slots before it checks the count (memcheck: 12-byte reads past the 2
-  // slots of a split-KV prefill merge, attention_decode.cu's weighted sum).
-  const size_t slots = (static_cast<size_t>(merge.max_chunks) + 3) / 4 * 4;
+  // One weight slot per chunk in shared memory, in whole groups of MergeKernel's unroll.
+  const size_t slots =
+      (static_cast<size_t>(merge.max_chunks) + kMergeUnroll - 1) / kMergeUnroll * kMergeUnroll;
   return LaunchOverlapping(MergeKernel, dim3(merge.num_merges, dims.heads), dims.head_dim,
                            slots * sizeof(float), stream, merge.partial_out, merge.partial_lse,
                            merge.merges, merge.merge_rows, dims,
