@@ -45,9 +45,16 @@ endfunction()
 # Tests are labelled "unit" (the sanitizer build runs those again) unless LABELS says "slow":
 # minutes of model runs that the normal build runs once, which ctest -j starts first (COST: on a
 # clean clone ctest has no timings and would start them in declaration order, leaving a long one
-# alone at the end).
+# alone at the end). A sanitizer build, which runs only the "unit" tests, does not build the slow
+# ones at all; the target `unit_tests` builds the others (scripts/test.sh builds no more there).
 function(sparseserve_test name)
   cmake_parse_arguments(ARG "" "" "SRCS;DEPS;LABELS" ${ARGN})
+  if(SPARSESERVE_SANITIZE AND "slow" IN_LIST ARG_LABELS)
+    return()
+  endif()
+  if(NOT "slow" IN_LIST ARG_LABELS)
+    set_property(GLOBAL APPEND PROPERTY SPARSESERVE_UNIT_TESTS ${name})
+  endif()
   add_executable(${name} ${ARG_SRCS})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   target_compile_options(${name} PRIVATE ${SPARSESERVE_TEST_CXX_WARNINGS})

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# build.sh [BUILD_DIR] [extra cmake args...] — configure (once) and build everything with Ninja.
+# build.sh [BUILD_DIR] [extra cmake args...] — configure (once) and build everything with Ninja
+# (or only the targets in $SPARSESERVE_BUILD_TARGETS).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${1:-$root/build}
@@ -11,4 +12,5 @@ export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root} CCACHE_NOHASHDIR=${CCACHE_NOHASHD
 if [ ! -f "$dir/build.ninja" ]; then
   cmake -S "$root" -B "$dir" -G Ninja "$@"
 fi
-cmake --build "$dir" -j "$jobs"
+# shellcheck disable=SC2086
+cmake --build "$dir" -j "$jobs" ${SPARSESERVE_BUILD_TARGETS:+--target $SPARSESERVE_BUILD_TARGETS}

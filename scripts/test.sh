@@ -37,7 +37,9 @@ ctest --test-dir build -j "$jobs" --output-on-failure --timeout 900 2>&1 | tee "
 count_ctest "$log/ctest.txt"
 
 echo "=== build (clang, ASan + UBSan, fuzzers) ==="
-if bash scripts/build.sh build-asan -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+# Only what this stage runs: the unit test binaries and the fuzzers.
+if SPARSESERVE_BUILD_TARGETS=unit_tests_and_fuzzers bash scripts/build.sh build-asan \
+     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
      -DSPARSESERVE_SANITIZE=ON -DSPARSESERVE_FUZZ=ON -DSPARSESERVE_BUILD_BENCH=OFF \
      -DSPARSESERVE_CUDA=OFF; then
   echo "=== ctest (ASan + UBSan, unit tests) ==="
