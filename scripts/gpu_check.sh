@@ -18,7 +18,8 @@
 # draft heads trained for stories260K and the long-context test model by
 # tools/train_spec_adapters.py, into $out/adapters) window (sliding-window models with rolling KV on CUDA,
 # bench/window/window_check.sh, issue 17)
-# kernels attention peer bench baseline
+# kernels attention sparse_prefill (MInference's sparse variants per layer against cuDNN dense:
+# useful FLOP rate and density, bench/cuda/sparse_prefill_bench.py) peer bench baseline
 # (this binary against an older one, when packed) graphs (the
 # decode cases with CUDA graphs off, for the A/B) shadow (the shadow-dense monitor's cost on
 # sliding-window decode: rate 0 against 0.01) profile cublas (decode GEMMs through cuBLASLt
@@ -46,7 +47,7 @@ for lib in libcudnn.so.9 libcudart.so.13; do
   [ "$dir" != . ] && export LD_LIBRARY_PATH=$dir:$LD_LIBRARY_PATH
 done
 [ -n "$(find "$site" -name libcudnn.so.9 2>/dev/null | head -1)" ] && export SPARSESERVE_EXPECT_CUDNN=1
-stages=${*:-tests sanitizer golden services kv_transfer eval minference tokenselect tokenselect_eval tokenselect_kvh spec spec_eval spec_verify spec_self window kernels attention tokenselect_bench peer bench baseline graphs shadow profile cublas ncu}
+stages=${*:-tests sanitizer golden services kv_transfer eval minference tokenselect tokenselect_eval tokenselect_kvh spec spec_eval spec_verify spec_self window kernels attention sparse_prefill tokenselect_bench peer bench baseline graphs shadow profile cublas ncu}
 summary=()
 run() {  # run NAME CMD... — logs to $out/NAME.log, records ok/FAIL
   local name=$1; shift
@@ -74,10 +75,21 @@ has tests && run tests_prefill_variants bash -c "
   SPARSESERVE_PREFILL_MMA=sync cuda_backend_test --gtest_filter=\$filter &&
   SPARSESERVE_PREFILL_HEADS_PER_CTA=2 cuda_backend_test --gtest_filter=\$filter &&
   SPARSESERVE_PREFILL_HEADS_PER_CTA=1 cuda_backend_test --gtest_filter=\$filter &&
+  SPARSESERVE_PREFILL_WS=0 cuda_backend_test --gtest_filter=\$filter &&
   SPARSESERVE_DECODE_TENSOR_CORES=0 cuda_backend_test \
     --gtest_filter='*AttentionPrefillChunkDecode*:*AttentionLong*:*Shadow*:CudaTokenSelectTest.*'"
 has sanitizer && run sanitizer compute-sanitizer --tool memcheck --error-exitcode 1 \
   cuda_backend_test --gtest_filter='*RmsNorm*:*Linear*:*Rope*:*SiluMul*:*FillUniform*:*Stories*:*StepGraph*:*SampleMatches*:*SampleRejects*:*ReadKv*:*FlipsAreRare*:*Shadow*:*RelativeL2Error*:*MInferenceSmall*:*TokenLogprobs*:*AttentionLongContexts*:*PlansPick*:*AttentionFewRowVerifySteps*:*AttentionSplitKv*'
+# Issue 16's warp-specialised prefill kernels (TMA, mbarriers) with dense chunks kept off cuDNN:
+# the prefill and MInference tests (the `prefill_ws` stage alone, not in the default list, where
+# `tests` covers them), and memcheck (with `sanitizer` too).
+has prefill_ws && run prefill_ws_tests env SPARSESERVE_PREFILL_ATTENTION=kernel cuda_backend_test \
+  --gtest_filter='*AttentionPrefill*:*AttentionLong*:*MInference*:*AttentionSplitKv*:*PlansPick*'
+if has sanitizer || has prefill_ws; then
+  run sanitizer_prefill_ws env SPARSESERVE_PREFILL_ATTENTION=kernel \
+    compute-sanitizer --tool memcheck --error-exitcode 1 cuda_backend_test \
+    --gtest_filter='*AttentionPrefillWarpSpecialized*:*MInferenceSmall*:*AttentionSplitKv*'
+fi
 if has golden; then
   run golden bash -c "sparseserve generate --device cuda --model models/stories260K/stories260K.gguf \
     --prompt 'Once upon a time' --max-tokens 60 --temperature 0 >$out/golden.txt &&
@@ -262,6 +274,19 @@ has attention && [ -f bench/cuda/attention_bench.py ] &&
   run attention_kernel env SPARSESERVE_PREFILL_ATTENTION=kernel python3 \
     bench/cuda/attention_bench.py --lib "$lib" --decode-lengths '' --out "$out/attention_kernel.json"
 # The wgmma prefill kernel against its mma.sync alternative, same call (bench/RESULTS.md).
+# Issue 16: the warp-specialised prefill kernel against the one before it (dense, our kernel).
+has attention && [ -f bench/cuda/attention_bench.py ] &&
+  run attention_kernel_nows env SPARSESERVE_PREFILL_ATTENTION=kernel SPARSESERVE_PREFILL_WS=0 \
+    python3 bench/cuda/attention_bench.py --lib "$lib" --decode-lengths '' \
+    --out "$out/attention_kernel_nows.json"
+# Issue 16: MInference's sparse variants per layer against cuDNN dense (useful FLOP rate, density),
+# warp-specialised and not.
+if has sparse_prefill; then
+  run sparse_prefill python3 bench/cuda/sparse_prefill_bench.py --lib "$lib" \
+    --out "$out/sparse_prefill.json"
+  run sparse_prefill_nows env SPARSESERVE_PREFILL_WS=0 python3 bench/cuda/sparse_prefill_bench.py \
+    --lib "$lib" --out "$out/sparse_prefill_nows.json"
+fi
 has attention && [ -f bench/cuda/attention_bench.py ] &&
   run attention_mma_sync env SPARSESERVE_PREFILL_ATTENTION=kernel SPARSESERVE_PREFILL_MMA=sync python3 bench/cuda/attention_bench.py \
     --lib "$lib" --prefill-lengths 8192,32768 --decode-lengths '' --out "$out/attention_sync.json"

@@ -13,6 +13,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/per_device_once.cuh"
 #include "kernels/cuda/prefill_tile.cuh"
+#include "kernels/cuda/prefill_ws.cuh"
 #include "kernels/minference_index.h"
 
 namespace sparseserve::kernels::cuda {
@@ -48,6 +49,15 @@ struct CoverPacker {
   // VS run merging (ForEachVsCover's state): the run still open.
   bool open = false;
   int32_t open_b = 0, open_e = 0;
+  // With aligned_blocks (the warp-specialised kernel, whose producer copies whole 64-key blocks
+  // by TMA), block-sparse blocks and ranges of at least kAlignedRunKeys keys are emitted as tiles
+  // that are each one aligned 64-key block, the keys outside the range listed as -1 (loaded but
+  // masked: at most 63 wasted keys at each end of a long range); shorter ranges and the columns
+  // are packed and gathered. tile_block: after Fill, the first key of the tile's block, or -1.
+  static constexpr int32_t kAlignedRunKeys = 192;
+  bool aligned_blocks = false;
+  bool range_aligned = false;
+  int32_t tile_block = -1;
 
   // The next range; false when the ranges are exhausted.
   __device__ bool NextRange() {
@@ -121,10 +131,25 @@ struct CoverPacker {
   // Fills keys[0, 64) with the next tile (-1 past the cover) and returns its key count.
   __device__ int Fill(int32_t* keys, int lane) {
     int n = 0;
+    tile_block = -1;
     while (n < kKeys) {
       if (cur_b >= cur_e) {
-        if (NextRange()) continue;
-        break;
+        if (!NextRange()) break;
+        range_aligned = aligned_blocks &&
+                        (kind == HeadPatternKind::kBlockSparse || cur_e - cur_b >= kAlignedRunKeys);
+        continue;
+      }
+      if (range_aligned) {
+        if (n > 0) break;  // the packed tile first (columns may still fill it)
+        const int32_t block = cur_b / kKeys * kKeys;
+        for (int t = lane; t < kKeys; t += 32) {
+          keys[t] = block + t >= cur_b && block + t < cur_e ? block + t : -1;
+        }
+        const int32_t end = min(cur_e, block + kKeys);
+        n = end - cur_b;
+        cur_b = end;
+        tile_block = block;
+        return n;
       }
       const int take = min(kKeys - n, cur_e - cur_b);
       for (int t = lane; t < take; t += 32) keys[n + t] = cur_b + t;
@@ -275,6 +300,151 @@ __global__ void __launch_bounds__(kThreads)
   StoreRows<D>(out, o, row_sum, seq.q_begin + q0, rows, dims.heads, head, warp, lane);
 }
 
+// The warp-specialised variant (prefill_ws.cuh), the default on wgmma: a CTA per (query block,
+// pair of query heads), each head's consumer warpgroup draining its own stream of tiles (the heads'
+// covers differ). For each stream, half of the producer warpgroup: its first warp packs the cover
+// into tiles as above and writes each tile's keys into its stage's list; a tile that is one
+// aligned 64-key block (long ranges, block-sparse blocks: CoverPacker::aligned_blocks) is copied
+// by TMA, the others (short runs and columns, packed across their boundaries) gathered by both
+// warps.
+constexpr int kProducerRegisters = 88;  // the cover packer's state and eight rows' addresses
+
+template <int D, int kStages, bool kQInRegisters>
+__global__ void __launch_bounds__(prefill_ws::Layout<D, 2, 2, kStages>::kThreads, 1)
+    MInferenceWsKernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv,
+                       const MInferenceSeqInfo* seqs, const int32_t* block_tables,
+                       const int2* tiles, const int32_t* index, AttentionDims dims,
+                       __nv_bfloat16* __restrict__ out,
+                       const __grid_constant__ prefill_ws::KvTensorMap kv_map, bool aligned_tiles) {
+  using St = prefill_ws::Stages<D, 2, 2, kStages>;
+  constexpr int kCopiers = St::L::kCopiers;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int role = threadIdx.x / prefill_ws::kConsumerThreads;      // 0, 1: consumers; 2: producer
+  const int ptid = threadIdx.x - 2 * prefill_ws::kConsumerThreads;  // within the producer
+  // Consumer c's stream, or the one the producer thread serves.
+  const int stream = role < 2 ? role : ptid / kCopiers;
+  const St st = St::Carve(smem_raw, stream);
+  const int2 tile = tiles[blockIdx.x];
+  const int head = blockIdx.y * 2 + stream;
+  const MInferenceSeqInfo seq = seqs[tile.x];
+  // A head's kind; heads the dense switch fired for (and a missing second head of an odd count)
+  // are the dense prefill kernel's. A CTA with neither head to compute leaves at once.
+  auto kind_of = [&](int h) {
+    return h < dims.heads ? static_cast<HeadPatternKind>(
+                                index[seq.index_offset + int64_t{h} * seq.words_per_head])
+                          : HeadPatternKind::kDense;
+  };
+  if (kind_of(blockIdx.y * 2) == HeadPatternKind::kDense &&
+      kind_of(blockIdx.y * 2 + 1) == HeadPatternKind::kDense) {
+    return;
+  }
+  const HeadPatternKind kind = kind_of(head);
+  const int32_t* area = index + seq.index_offset + int64_t{head} * seq.words_per_head;
+  const int32_t* body = area + minference::kHeaderWords;
+  const int q0 = tile.y;
+  const int kv_head = head / (dims.heads / dims.kv_heads);
+  const int rows = min(kRows, seq.q_len - q0);
+  const int first_pos = seq.kv_len - seq.q_len + q0;
+  if (threadIdx.x == 0) st.Init();
+  __syncthreads();
+
+  if (role == 2) {
+    prefill_ws::ShrinkRegisters<kProducerRegisters>();
+    const int sptid = ptid % kCopiers;  // within the stream's producer threads
+    const int lane = sptid % 32;
+    CoverPacker packer;
+    packer.kind = kind;
+    packer.row_begin = first_pos;
+    packer.row_end = first_pos + rows;
+    packer.columns = body;
+    packer.n_columns = area[1];
+    packer.slashes = body + seq.cap_columns;
+    packer.n_slashes = area[2];
+    packer.blocks = body + int64_t{q0 / minference::kBlockRows} * (1 + seq.cap_blocks) + 1;
+    packer.n_blocks = kind == HeadPatternKind::kBlockSparse ? packer.blocks[-1] : 0;
+    packer.sinks = area[1];
+    packer.window = area[2];
+    packer.aligned_blocks = aligned_tiles && kv_map.box_rows > 0;
+    if (sptid == 0 && kv_map.box_rows > 0) PrefetchTensorMap(&kv_map.map);
+    const int64_t token_stride = int64_t{dims.kv_heads} * D;
+    const int64_t value_offset = int64_t{dims.block_tokens} * token_stride;
+    const int32_t* table = block_tables + seq.table_begin;
+    const bool dense = kind == HeadPatternKind::kDense;  // an empty stream
+    for (int t = 0;; ++t) {
+      const prefill_ws::RingSlot<kStages> ring(t);
+      MbarrierWait(st.empty_k(ring.slot), ring.empty_parity);
+      int32_t* keys = st.keys(ring.slot);
+      if (sptid < 32) {  // the packer's warp-uniform state lives in the stream's first warp
+        const int n = dense ? 0 : packer.Fill(keys, lane);
+        if (lane == 0) *st.header(ring.slot) = make_int2(packer.tile_block, n);
+      }
+      NamedBarrierSync(prefill_ws::kProducerBarrier + stream, kCopiers);
+      const int2 header = *st.header(ring.slot);
+      if (header.y == 0) {
+        if (sptid == 0) MbarrierArrive(st.full_k(ring.slot));
+        break;
+      }
+      // An aligned block by TMA when its 64 keys lie in the sequence's blocks, else gathered.
+      const bool whole = header.x >= 0 && header.x + kKeys <= seq.kv_len;
+      auto key_at = [&](int r) { return keys[r]; };
+      auto load = [&](unsigned char* dst, uint64_t* full, bool values) {
+        if (whole) {
+          if (sptid == 0) {
+            prefill_ws::TmaTile<D>(dst, &kv_map.map, kv_map.box_rows, table, header.x, values, dims,
+                                   kv_head, full);
+          }
+        } else {
+          prefill_ws::GatherTile<D, kCopiers>(dst, kv, table, key_at, values ? value_offset : 0,
+                                              dims, token_stride, kv_head, sptid);
+          prefill_ws::ArriveWhenGathered<kCopiers>(full, stream, sptid);
+        }
+      };
+      load(st.k(ring.slot), st.full_k(ring.slot), false);
+      MbarrierWait(st.empty_v(ring.slot), ring.empty_parity);
+      load(st.v(ring.slot), st.full_v(ring.slot), true);
+    }
+    CpAsyncWait<0>();
+    return;
+  }
+
+  prefill_ws::GrowRegisters<prefill_ws::ConsumerRegisters(2, kProducerRegisters)>();
+  if (kind == HeadPatternKind::kDense) return;  // its stream is empty; the dense kernel's head
+  const bool ashape = kind == HeadPatternKind::kAShape;
+  prefill_ws::ConsumerRows mine{q,         seq.q_begin + q0, rows,    dims.heads, head,
+                                first_pos, ashape,           area[1], area[2]};
+  prefill_ws::ConsumerState<D> state;
+  prefill_ws::ConsumeTiles<D, true, kQInRegisters>(st, role, st.q(role), mine, dims.scale * kLog2e,
+                                                   true, prefill_ws::ProductTurns{false, role},
+                                                   state);
+  // A block with no key at all (cannot happen with the forced lines, but stays safe) stores zeros.
+  StoreRows<D>(out, state.o, state.row_sum, seq.q_begin + q0, rows, dims.heads, head,
+               (threadIdx.x / 32) % 4, threadIdx.x % 32);
+}
+
+template <int D, bool kQInRegisters>
+cudaError_t LaunchWsWith(const bf16_t* q, const bf16_t* kv_layer, const MInferenceSeqInfo* seqs,
+                         const int32_t* block_tables, const int2* tiles, int num_tiles,
+                         const int32_t* index, const AttentionDims& dims, bf16_t* out,
+                         cudaStream_t stream) {
+  // Two streams: as many stages each as fit.
+  constexpr int kStages = D == 128 ? 3 : 4;
+  using L = prefill_ws::Layout<D, 2, 2, kStages>;
+  static std::atomic<uint64_t> configured{0};
+  const cudaError_t attr = OncePerDevice(configured, [] {
+    return cudaFuncSetAttribute(MInferenceWsKernel<D, kStages, kQInRegisters>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes);
+  });
+  if (attr != cudaSuccess) return attr;
+  const dim3 grid(num_tiles, (dims.heads + 1) / 2);
+  static const bool aligned_tiles = PrefillWsOption("SPARSESERVE_PREFILL_WS_ALIGNED", false);
+  const prefill_ws::KvTensorMap map = prefill_ws::KvTensorMapOf(kv_layer, dims);
+  MInferenceWsKernel<D, kStages, kQInRegisters><<<grid, L::kThreads, L::kBytes, stream>>>(
+      reinterpret_cast<const __nv_bfloat16*>(q), reinterpret_cast<const __nv_bfloat16*>(kv_layer),
+      seqs, block_tables, tiles, index, dims, reinterpret_cast<__nv_bfloat16*>(out), map,
+      aligned_tiles);
+  return cudaGetLastError();
+}
+
 template <int D, bool kWgmma>
 cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const MInferenceSeqInfo* seqs,
                    const int32_t* block_tables, const int2* tiles, int num_tiles,
@@ -294,9 +464,19 @@ cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const MInferenceSeqI
   return cudaGetLastError();
 }
 
-// The tile math chosen at run time (PrefillTilesOnWgmma), the rest at compile time.
+// Q's fragments in registers or read from shared memory by every product (as the dense kernel's,
+// PrefillWsOption SPARSESERVE_PREFILL_WS_QREG).
+template <int D, class... Args>
+cudaError_t LaunchWs(Args... args) {
+  static const bool q_in_registers = PrefillWsOption("SPARSESERVE_PREFILL_WS_QREG", false);
+  return q_in_registers ? LaunchWsWith<D, true>(args...) : LaunchWsWith<D, false>(args...);
+}
+
+// The kernel chosen at run time (PrefillTilesOnWgmma, PrefillWarpSpecialized), the rest at
+// compile time.
 template <int D, class... Args>
 cudaError_t LaunchMath(bool wgmma, Args... args) {
+  if (wgmma && PrefillWarpSpecialized()) return LaunchWs<D>(args...);
   return wgmma ? Launch<D, true>(args...) : Launch<D, false>(args...);
 }
 

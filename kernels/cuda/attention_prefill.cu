@@ -12,8 +12,11 @@
 // CTA can see through its window are never loaded. The tile math is shared with the sparse
 // kernel (prefill_tile.cuh's TileMath). Split-KV tiles (PrefillSplit) walk one part of the keys
 // and leave partial states for the split-KV merge (flash-decoding's split, for few-row chunks).
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -21,6 +24,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/per_device_once.cuh"
 #include "kernels/cuda/prefill_tile.cuh"
+#include "kernels/cuda/prefill_ws.cuh"
 #include "kernels/cuda/wgmma_tile.cuh"
 #include "kernels/minference_index.h"
 
@@ -239,6 +243,155 @@ __global__ void __launch_bounds__(kThreads* kHeads, kHeads == 2 ? 2 : 1)
   }
 }
 
+// The warp-specialised dense variant (prefill_ws.cuh): two query heads of one KV head per CTA, a
+// consumer warpgroup each, over one stream of the tile's key tiles that the producer warpgroup
+// copies once for both — whole tiles by TMA (its thread 0), the partial last one gathered (all of
+// it). Unmasked chunks only (the causal bound; split parts too): masks and windows stay on
+// PrefillAttentionKernel.
+constexpr int kProducerRegisters = 56;  // the producer mostly issues TMA copies
+
+template <int D, int kStages, bool kQInRegisters>
+__global__ void __launch_bounds__(prefill_ws::Layout<D, 2, 1, kStages>::kThreads, 1)
+    PrefillWsKernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv,
+                    AttentionSeqs seq_arrays, const int2* tiles, AttentionDims dims,
+                    PrefillTileGates gates, PrefillSplit split, __nv_bfloat16* __restrict__ out,
+                    const __grid_constant__ prefill_ws::KvTensorMap kv_map, bool take_turns) {
+  using St = prefill_ws::Stages<D, 2, 1, kStages>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const St st = St::Carve(smem_raw, 0);
+  const int role = threadIdx.x / prefill_ws::kConsumerThreads;      // 0, 1: consumers; 2: producer
+  const int ptid = threadIdx.x - 2 * prefill_ws::kConsumerThreads;  // within the producer
+  const int2 tile = tiles[blockIdx.x];
+  const int head = blockIdx.y * 2 + role;  // a consumer's
+  bool active = true, both_active = true;
+  if (gates.areas != nullptr) {
+    // As PrefillAttentionKernel: only heads the MInference index switched to dense run here; a
+    // CTA none of whose heads runs leaves at once, all together.
+    const int2 area = gates.areas[blockIdx.x];
+    auto runs_here = [&](int h) {
+      return area.x < 0 || gates.index[area.x + int64_t{h} * area.y] ==
+                               static_cast<int32_t>(HeadPatternKind::kDense);
+    };
+    const bool first = runs_here(blockIdx.y * 2), second = runs_here(blockIdx.y * 2 + 1);
+    if (!first && !second) return;
+    active = role == 0 ? first : second;
+    both_active = first && second;
+  }
+  const AttentionSeqInfo seq = seq_arrays.seqs[tile.x];
+  const int q0 = tile.y;
+  const int kv_head = (blockIdx.y * 2) / (dims.heads / dims.kv_heads);
+  const int rows = min(kRows, seq.q_len - q0);
+  const int first_pos = seq.kv_len - seq.q_len + q0;
+  const int kv_end = first_pos + rows;  // the last row's causal bound
+  const int tile_count = (kv_end + kKeys - 1) / kKeys;
+  int jj_begin = 0, jj_end = tile_count;
+  const int warp = (threadIdx.x / 32) % 4;
+  const int lane = threadIdx.x % 32;
+  const int64_t slot0 = int64_t{blockIdx.x} * split.splits + blockIdx.z;
+  const int64_t row_stride = int64_t{gridDim.x} * split.splits;
+  if (split.splits > 1) {
+    jj_begin = static_cast<int>(int64_t{tile_count} * blockIdx.z / split.splits);
+    jj_end = static_cast<int>(int64_t{tile_count} * (blockIdx.z + 1) / split.splits);
+    if (jj_begin == jj_end) {
+      if (role == 2 || !active) return;
+      float zeros[D / 8][4] = {};
+      const float no_max[2] = {-INFINITY, -INFINITY}, no_sum[2] = {0.0f, 0.0f};
+      StorePartialRows<D>(split, zeros, no_max, no_sum, slot0, row_stride, rows, dims.heads, head,
+                          dims.scale, warp, lane);
+      return;
+    }
+  }
+  if (threadIdx.x == 0) st.Init();
+  __syncthreads();
+
+  const int32_t* table = seq_arrays.block_tables + seq.table_begin;
+  const int64_t token_stride = int64_t{dims.kv_heads} * D;
+  if (role == 2) {
+    prefill_ws::ShrinkRegisters<kProducerRegisters>();
+    const bool tma_ok = kv_map.box_rows > 0;
+    if (ptid == 0 && tma_ok) PrefetchTensorMap(&kv_map.map);
+    const int64_t value_offset = int64_t{dims.block_tokens} * token_stride;
+    int t = 0;
+    for (int jj = jj_begin; jj < jj_end; ++jj, ++t) {
+      const prefill_ws::RingSlot<kStages> ring(t);
+      const int first_key = jj * kKeys;
+      const bool whole = tma_ok && first_key + kKeys <= kv_end;
+      auto load = [&](unsigned char* dst, uint64_t* full, bool values) {
+        if (whole) {
+          if (ptid == 0) {
+            prefill_ws::TmaTile<D>(dst, &kv_map.map, kv_map.box_rows, table, first_key, values,
+                                   dims, kv_head, full);
+          }
+        } else {
+          prefill_ws::GatherTile<D, St::L::kCopiers>(
+              dst, kv, table, [&](int r) { return first_key + r < kv_end ? first_key + r : -1; },
+              values ? value_offset : 0, dims, token_stride, kv_head, ptid);
+          prefill_ws::ArriveWhenGathered<St::L::kCopiers>(full, 0, ptid);
+        }
+      };
+      MbarrierWait(st.empty_k(ring.slot), ring.empty_parity);
+      if (ptid == 0) *st.header(ring.slot) = make_int2(first_key, min(kKeys, kv_end - first_key));
+      load(st.k(ring.slot), st.full_k(ring.slot), false);
+      MbarrierWait(st.empty_v(ring.slot), ring.empty_parity);
+      load(st.v(ring.slot), st.full_v(ring.slot), true);
+    }
+    const prefill_ws::RingSlot<kStages> end(t);
+    MbarrierWait(st.empty_k(end.slot), end.empty_parity);
+    if (ptid == 0) {
+      *st.header(end.slot) = make_int2(0, 0);
+      MbarrierArrive(st.full_k(end.slot));
+    }
+    CpAsyncWait<0>();
+    return;
+  }
+
+  prefill_ws::GrowRegisters<prefill_ws::ConsumerRegisters(2, kProducerRegisters)>();
+  prefill_ws::ConsumerRows mine{q, seq.q_begin + q0, rows, dims.heads, head, first_pos, false, 0,
+                                0};
+  prefill_ws::ConsumerState<D> state;
+  // Both heads computing: they take turns at the tensor cores (unless the A/B switch says not).
+  const prefill_ws::ProductTurns turns{take_turns && both_active, role};
+  prefill_ws::ConsumeTiles<D, false, kQInRegisters>(st, role, st.q(role), mine, dims.scale * kLog2e,
+                                                    active, turns, state);
+  if (!active) return;
+  if (split.splits > 1) {
+    StorePartialRows<D>(split, state.o, state.row_max, state.row_sum, slot0, row_stride, rows,
+                        dims.heads, head, dims.scale, warp, lane);
+  } else {
+    StoreRows<D>(out, state.o, state.row_sum, seq.q_begin + q0, rows, dims.heads, head, warp, lane);
+  }
+}
+
+template <int D, bool kQInRegisters>
+cudaError_t LaunchWs(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqs& seqs,
+                     const int2* tiles, int num_tiles, const AttentionDims& dims,
+                     const PrefillTileGates& gates, const PrefillSplit& split, bf16_t* out,
+                     cudaStream_t stream) {
+  constexpr int kStages = 4;
+  using L = prefill_ws::Layout<D, 2, 1, kStages>;
+  static std::atomic<uint64_t> configured{0};
+  const cudaError_t attr = OncePerDevice(configured, [] {
+    return cudaFuncSetAttribute(PrefillWsKernel<D, kStages, kQInRegisters>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes);
+  });
+  if (attr != cudaSuccess) return attr;
+  static const bool take_turns = PrefillWsOption("SPARSESERVE_PREFILL_WS_TURNS", true);
+  const prefill_ws::KvTensorMap map = prefill_ws::KvTensorMapOf(kv_layer, dims);
+  const dim3 grid(num_tiles, dims.heads / 2, split.splits);
+  PrefillWsKernel<D, kStages, kQInRegisters><<<grid, L::kThreads, L::kBytes, stream>>>(
+      reinterpret_cast<const __nv_bfloat16*>(q), reinterpret_cast<const __nv_bfloat16*>(kv_layer),
+      seqs, tiles, dims, gates, split, reinterpret_cast<__nv_bfloat16*>(out), map, take_turns);
+  return cudaGetLastError();
+}
+
+// Q's fragments in registers (PrefillWsOption SPARSESERVE_PREFILL_WS_QREG) or read from shared
+// memory by every product.
+template <int D, class... Args>
+cudaError_t LaunchWsVariant(Args... args) {
+  static const bool q_in_registers = PrefillWsOption("SPARSESERVE_PREFILL_WS_QREG", false);
+  return q_in_registers ? LaunchWs<D, true>(args...) : LaunchWs<D, false>(args...);
+}
+
 template <int D, bool kMasked, bool kWgmma, int kHeads>
 cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqs& seqs,
                    const int2* tiles, int num_tiles, const AttentionDims& dims,
@@ -282,7 +435,19 @@ cudaError_t LaunchPrefillAttention(const bf16_t* q, const bf16_t* kv_layer,
     return cudaErrorInvalidValue;
   }
   const bool wgmma = PrefillTilesOnWgmma();
-  const int heads = PrefillCtaHeads(dims.heads / dims.kv_heads);
+  const int group = dims.heads / dims.kv_heads;
+  if (PrefillOnWarpSpecialized(group, masked)) {
+    switch (dims.head_dim) {
+      case 64:
+        return LaunchWsVariant<64>(q, kv_layer, seqs, tiles, num_tiles, dims, gates, split, out,
+                                   stream);
+      case 128:
+        return LaunchWsVariant<128>(q, kv_layer, seqs, tiles, num_tiles, dims, gates, split, out,
+                                    stream);
+      default: return cudaErrorInvalidValue;
+    }
+  }
+  const int heads = PrefillCtaHeads(group, masked);
   switch (dims.head_dim) {
     case 64:
       return masked ? LaunchVariant<64, true>(wgmma, heads, q, kv_layer, seqs, tiles, num_tiles,
@@ -298,7 +463,62 @@ cudaError_t LaunchPrefillAttention(const bf16_t* q, const bf16_t* kv_layer,
   }
 }
 
-int PrefillCtaHeads(int group) {
+namespace prefill_ws {
+
+KvTensorMap KvTensorMapOf(const bf16_t* kv_layer, const AttentionDims& dims) {
+  KvTensorMap m{};
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  const int box_rows = std::min(kKeys, dims.block_tokens);
+  if (encode == nullptr || box_rows <= 0 || kKeys % box_rows != 0 ||
+      (dims.block_tokens > kKeys && dims.block_tokens % kKeys != 0)) {
+    return m;
+  }
+  const cuuint64_t row_elems = static_cast<cuuint64_t>(dims.kv_heads) * dims.head_dim;
+  // The row count only bounds the boxes, which always lie inside the layer's blocks.
+  const cuuint64_t global_dim[2] = {row_elems, cuuint64_t{1} << 31};
+  const cuuint64_t global_stride[1] = {row_elems * sizeof(bf16_t)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kKeys), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_stride[2] = {1, 1};
+  if (encode(&m.map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16_t*>(kv_layer), global_dim,
+             global_stride, box, element_stride, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+    return m;
+  }
+  m.box_rows = box_rows;
+  return m;
+}
+
+}  // namespace prefill_ws
+
+bool PrefillWsOption(const char* name, bool fallback) {
+  const char* env = std::getenv(name);
+  return env == nullptr ? fallback : std::strcmp(env, "0") != 0;
+}
+
+bool PrefillWarpSpecialized() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("SPARSESERVE_PREFILL_WS");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }();
+  return enabled && PrefillTilesOnWgmma();
+}
+
+bool PrefillOnWarpSpecialized(int group, bool masked) {
+  return !masked && group % 2 == 0 && PrefillWarpSpecialized();
+}
+
+int PrefillCtaHeads(int group, bool masked) {
+  if (PrefillOnWarpSpecialized(group, masked)) return 2;
   int heads = 1;
   while (PrefillTilesOnWgmma() && heads * 2 <= PrefillHeadsPerCta() && group % (heads * 2) == 0) {
     heads *= 2;

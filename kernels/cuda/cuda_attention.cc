@@ -371,9 +371,12 @@ absl::StatusOr<AttentionPlan> CudaBackend::PlanAttention(const AttentionBatch& b
   int splits = 1;
   std::vector<int32_t> split_merges, split_merge_rows;
   if (split_tiles && !tile_work.empty()) {
-    const int cta_heads = cuda::PrefillCtaHeads(group);
+    const bool masked = plan.layout.prefill_masked;
+    const int cta_heads = cuda::PrefillCtaHeads(group, masked);
     const int64_t ctas = static_cast<int64_t>(tile_work.size()) * (shape.num_heads / cta_heads);
-    const int64_t wave = int64_t{std::max(sm_count_, 1)} * (cta_heads == 4 ? 1 : 2);
+    // CTAs resident per SM: one of the warp-specialised kernel or of 4 heads, else two.
+    const int per_sm = cuda::PrefillOnWarpSpecialized(group, masked) || cta_heads == 4 ? 1 : 2;
+    const int64_t wave = int64_t{std::max(sm_count_, 1)} * per_sm;
     int max_key_tiles = 0;
     for (const TileWork& w : tile_work) {
       max_key_tiles =

@@ -187,9 +187,23 @@ cudaError_t LaunchPrefillAttention(const bf16_t* q, const bf16_t* kv_layer,
                                    const PrefillTileGates& gates, const PrefillSplit& split,
                                    bf16_t* out, cudaStream_t stream);
 inline constexpr int kPrefillTileRows = 64;
-// Query heads of one GQA group (of `group` heads) a prefill CTA computes: as many as divide the
-// group up to PrefillHeadsPerCta() on wgmma, one on mma.sync.
-int PrefillCtaHeads(int group);
+// Whether the prefill kernels run warp-specialised (prefill_ws.cuh: a producer warp feeding
+// consumer warpgroups through mbarriers; the MInference tiles always, dense tiles as below): on
+// wgmma, unless $SPARSESERVE_PREFILL_WS=0 (read once: the A/B switch).
+bool PrefillWarpSpecialized();
+// A boolean A/B switch of the warp-specialised kernels read from the environment variable `name`
+// ("0" false, anything else true; `fallback` when unset): SPARSESERVE_PREFILL_WS_TURNS (two
+// consumers take turns at the tensor cores, default on), SPARSESERVE_PREFILL_WS_QREG (Q's
+// fragments held in registers, default off), SPARSESERVE_PREFILL_WS_ALIGNED (MInference tiles of
+// long ranges as aligned blocks copied by TMA, default off until measured). Callers read it once.
+bool PrefillWsOption(const char* name, bool fallback);
+// Whether a batch's dense prefill tiles run on the warp-specialised kernel (two query heads of a
+// GQA group per CTA, one CTA per SM): unmasked batches (`masked` false) of even groups.
+bool PrefillOnWarpSpecialized(int group, bool masked);
+// Query heads of one GQA group (of `group` heads) a prefill CTA computes: 2 on the
+// warp-specialised kernel, else as many as divide the group up to PrefillHeadsPerCta() on wgmma,
+// one on mma.sync.
+int PrefillCtaHeads(int group, bool masked);
 // Whether chunks of few tiles over long contexts take split-KV prefill tiles (the default) or
 // keep one CTA per tile ($SPARSESERVE_PREFILL_SPLIT_KV=0, read once: an A/B switch).
 bool PrefillSplitKv();

@@ -9,19 +9,20 @@
 
 #include "kernels/cuda/cuda_backend.h"
 
-struct ss_backend {
-  std::unique_ptr<sparseserve::kernels::CudaBackend> impl;
-  // The last attention call's batch and plan: a call with the same batch and shape reuses them,
-  // as a forward step plans once and runs every layer (timing loops then measure the kernels).
+// A plan kept across calls: a call with the same batch and shape reuses it, as a forward step
+// plans once and runs every layer (timing loops then measure the kernels).
+struct ss_cached_plan {
   sparseserve::kernels::AttentionBatch batch;
   sparseserve::kernels::AttentionShape shape;
   sparseserve::kernels::AttentionWorkspace workspace;
   std::optional<sparseserve::kernels::AttentionPlan> plan;
-  // The same for ss_tokenselect_attention (a plan of its own: its batch carries the state).
-  sparseserve::kernels::AttentionBatch ts_batch;
-  sparseserve::kernels::AttentionShape ts_shape;
-  sparseserve::kernels::AttentionWorkspace ts_workspace;
-  std::optional<sparseserve::kernels::AttentionPlan> ts_plan;
+};
+
+struct ss_backend {
+  std::unique_ptr<sparseserve::kernels::CudaBackend> impl;
+  // One plan per entry point: ss_attention's, ss_tokenselect_attention's (its batch carries the
+  // state) and ss_minference_attention's (its index).
+  ss_cached_plan dense, tokenselect, minference;
 };
 
 namespace {
@@ -90,6 +91,38 @@ bool SameShape(const sparseserve::kernels::AttentionShape& a,
                const sparseserve::kernels::AttentionShape& b) {
   return a.num_heads == b.num_heads && a.num_kv_heads == b.num_kv_heads &&
          a.head_dim == b.head_dim && a.num_rows == b.num_rows && a.num_blocks == b.num_blocks;
+}
+
+// The cached plan for `batch`, planned anew when it or the shape changed.
+absl::Status EnsurePlan(ss_backend* be, ss_cached_plan& cached,
+                        sparseserve::kernels::AttentionBatch batch,
+                        const sparseserve::kernels::AttentionShape& shape) {
+  if (cached.plan.has_value() && SameShape(cached.shape, shape) && SameBatch(cached.batch, batch)) {
+    return absl::OkStatus();
+  }
+  cached.plan.reset();
+  cached.batch = std::move(batch);
+  cached.shape = shape;
+  absl::StatusOr<sparseserve::kernels::AttentionPlan> plan =
+      be->impl->PlanAttention(cached.batch, cached.shape, cached.workspace);
+  if (!plan.ok()) return plan.status();
+  cached.plan = *plan;
+  return absl::OkStatus();
+}
+
+int32_t PackedRows(const sparseserve::kernels::AttentionBatch& batch) {
+  return batch.sequences.empty() ? 0
+                                 : batch.sequences.back().q_begin + batch.sequences.back().q_len;
+}
+
+// Copies the first 2 * num_seqs floats of a plan's device counters into `host` (NULL: skipped).
+int CopyStats(ss_backend* be, const ss_cached_plan& cached, const Tensor& stats, float* host) {
+  if (host == nullptr) return 0;
+  const int64_t n = 2 * static_cast<int64_t>(cached.batch.sequences.size());
+  Tensor staged = Tensor::Zeros(DType::kF32, {stats.numel()});
+  if (int rc = Report(be->impl->CopyToHost(stats, staged)); rc != 0) return rc;
+  std::copy(staged.data<float>(), staged.data<float>() + n, host);
+  return 0;
 }
 
 }  // namespace
@@ -176,20 +209,11 @@ int ss_attention(ss_backend* be, const void* q_dev, const void* kv_layer_dev, in
                  float scale, void* out_dev) {
   sparseserve::kernels::AttentionBatch batch =
       PackedBatch(block_tokens, scale, num_seqs, q_lens, kv_lens, block_tables);
-  const int32_t rows =
-      batch.sequences.empty() ? 0 : batch.sequences.back().q_begin + batch.sequences.back().q_len;
+  const int32_t rows = PackedRows(batch);
   const sparseserve::kernels::AttentionShape shape{heads, kv_heads, head_dim, rows, num_blocks};
-  if (!be->plan.has_value() || !SameShape(be->shape, shape) || !SameBatch(be->batch, batch)) {
-    be->plan.reset();
-    be->batch = std::move(batch);
-    be->shape = shape;
-    absl::StatusOr<sparseserve::kernels::AttentionPlan> plan =
-        be->impl->PlanAttention(be->batch, be->shape, be->workspace);
-    if (!plan.ok()) return Report(plan.status());
-    be->plan = *plan;
-  }
+  if (int rc = Report(EnsurePlan(be, be->dense, std::move(batch), shape)); rc != 0) return rc;
   return Report(
-      be->impl->Attention(*be->plan, Bf16(q_dev, {rows, heads, head_dim}),
+      be->impl->Attention(*be->dense.plan, Bf16(q_dev, {rows, heads, head_dim}),
                           Bf16(kv_layer_dev, {num_blocks * 2, block_tokens, kv_heads, head_dim}), 0,
                           Bf16(out_dev, {rows, heads, head_dim})));
 }
@@ -209,39 +233,99 @@ int ss_tokenselect_attention(ss_backend* be, const void* q_dev, const void* kv_l
     sa.state_slot = s;
   }
   batch.sequence_state = I32(state_dev, {num_seqs, slot_words});
-  const int32_t rows =
-      batch.sequences.empty() ? 0 : batch.sequences.back().q_begin + batch.sequences.back().q_len;
+  const int32_t rows = PackedRows(batch);
   const sparseserve::kernels::AttentionShape shape{heads, kv_heads, head_dim, rows, num_blocks};
-  if (!be->ts_plan.has_value() || !SameShape(be->ts_shape, shape) ||
-      !SameBatch(be->ts_batch, batch)) {
-    be->ts_plan.reset();
-    be->ts_batch = std::move(batch);
-    be->ts_shape = shape;
-    absl::StatusOr<sparseserve::kernels::AttentionPlan> plan =
-        be->impl->PlanAttention(be->ts_batch, be->ts_shape, be->ts_workspace);
-    if (!plan.ok()) return Report(plan.status());
-    be->ts_plan = *plan;
+  if (int rc = Report(EnsurePlan(be, be->tokenselect, std::move(batch), shape)); rc != 0) {
+    return rc;
   }
   const Tensor q = Bf16(q_dev, {rows, heads, head_dim});
   const Tensor kv = Bf16(kv_layer_dev, {num_blocks * 2, block_tokens, kv_heads, head_dim});
-  if (int rc = Report(be->impl->BuildAttentionIndex(*be->ts_plan, q, kv, 0)); rc != 0) return rc;
-  return Report(
-      be->impl->Attention(*be->ts_plan, q, kv, 0, Bf16(out_dev, {rows, heads, head_dim})));
+  const sparseserve::kernels::AttentionPlan& plan = *be->tokenselect.plan;
+  if (int rc = Report(be->impl->BuildAttentionIndex(plan, q, kv, 0)); rc != 0) return rc;
+  return Report(be->impl->Attention(plan, q, kv, 0, Bf16(out_dev, {rows, heads, head_dim})));
 }
 
 int ss_tokenselect_stats(ss_backend* be, float* selection_host, float* pairs_host) {
-  if (!be->ts_plan.has_value()) {
+  const ss_cached_plan& cached = be->tokenselect;
+  if (!cached.plan.has_value()) {
     return Report(absl::FailedPreconditionError("ss_tokenselect_stats: no TokenSelect plan yet"));
   }
-  const int64_t n = 2 * static_cast<int64_t>(be->ts_batch.sequences.size());
-  const std::pair<float*, const Tensor*> copies[2] = {
-      {selection_host, &be->ts_workspace.selection_stats},
-      {pairs_host, &be->ts_workspace.sparse_stats}};
-  for (const auto& [host, dev] : copies) {
-    if (host == nullptr) continue;
-    Tensor staged = Tensor::Zeros(DType::kF32, {dev->numel()});
-    if (int rc = Report(be->impl->CopyToHost(*dev, staged)); rc != 0) return rc;
-    std::copy(staged.data<float>(), staged.data<float>() + n, host);
+  if (int rc = CopyStats(be, cached, cached.workspace.selection_stats, selection_host); rc != 0) {
+    return rc;
+  }
+  return CopyStats(be, cached, cached.workspace.sparse_stats, pairs_host);
+}
+
+int ss_minference_attention(ss_backend* be, const void* q_dev, const void* kv_layer_dev,
+                            int64_t num_blocks, int block_tokens, int heads, int kv_heads,
+                            int head_dim, int num_seqs, const int32_t* q_lens,
+                            const int32_t* kv_lens, const int32_t* block_tables, float scale,
+                            int pattern, int v, int s, int planted, int build_index,
+                            void* out_dev) {
+  using sparseserve::kernels::HeadPatternKind;
+  if (pattern < 0 || pattern > static_cast<int>(HeadPatternKind::kDense)) {
+    return Report(absl::InvalidArgumentError("ss_minference_attention: pattern must be 0..3"));
+  }
+  // One config per call shape: a new pointer would make every call plan anew.
+  const sparseserve::kernels::HeadPattern head_pattern{static_cast<HeadPatternKind>(pattern), v, s};
+  std::shared_ptr<const sparseserve::kernels::MInferenceConfig> config;
+  if (be->minference.plan.has_value() && !be->minference.batch.sequences.empty()) {
+    const auto& old = be->minference.batch.sequences.front().pattern.minference;
+    if (old != nullptr && old->planted == (planted != 0) && old->num_heads == heads &&
+        !old->heads.empty() && old->heads.front() == head_pattern) {
+      config = old;
+    }
+  }
+  if (config == nullptr) {
+    auto made = std::make_shared<sparseserve::kernels::MInferenceConfig>(
+        sparseserve::kernels::MInferenceConfig::Uniform(1, heads, head_pattern));
+    made->planted = planted != 0;
+    config = std::move(made);
+  }
+  sparseserve::kernels::AttentionBatch batch =
+      PackedBatch(block_tokens, scale, num_seqs, q_lens, kv_lens, block_tables);
+  for (sparseserve::kernels::SequenceAttention& sa : batch.sequences) {
+    sa.pattern.kind = sparseserve::kernels::AttentionMethodKind::kMInference;
+    sa.pattern.minference = config;
+  }
+  const int32_t rows = PackedRows(batch);
+  const sparseserve::kernels::AttentionShape shape{heads, kv_heads, head_dim, rows, num_blocks};
+  if (int rc = Report(EnsurePlan(be, be->minference, std::move(batch), shape)); rc != 0) {
+    return rc;
+  }
+  const Tensor q = Bf16(q_dev, {rows, heads, head_dim});
+  const Tensor kv = Bf16(kv_layer_dev, {num_blocks * 2, block_tokens, kv_heads, head_dim});
+  const sparseserve::kernels::AttentionPlan& plan = *be->minference.plan;
+  if (build_index != 0) {
+    if (int rc = Report(be->impl->BuildAttentionIndex(plan, q, kv, 0)); rc != 0) return rc;
+  }
+  return Report(be->impl->Attention(plan, q, kv, 0, Bf16(out_dev, {rows, heads, head_dim})));
+}
+
+int ss_minference_stats(ss_backend* be, float* pairs_host) {
+  const ss_cached_plan& cached = be->minference;
+  if (!cached.plan.has_value()) {
+    return Report(absl::FailedPreconditionError("ss_minference_stats: no MInference plan yet"));
+  }
+  return CopyStats(be, cached, cached.workspace.sparse_stats, pairs_host);
+}
+
+int ss_minference_planted_lines(int layer, int head, int kv_len, int32_t* columns_host,
+                                int32_t* n_columns, int32_t* slashes_host, int32_t* n_slashes) {
+  if (kv_len < 1 || layer < 0 || head < 0) {
+    return Report(absl::InvalidArgumentError("ss_minference_planted_lines: bad layer/head/kv_len"));
+  }
+  const sparseserve::kernels::MInferenceConfig config;  // its planted_seed is the product's
+  const sparseserve::kernels::HeadPattern vs;           // VS(1000, 6096)
+  *n_columns = sparseserve::kernels::MInferenceColumns(vs.v, kv_len);
+  *n_slashes = sparseserve::kernels::MInferenceSlashes(vs.s, kv_len);
+  for (int32_t i = 0; i < *n_columns; ++i) {
+    columns_host[i] = sparseserve::kernels::PlantedColumn(config.planted_seed, layer, head, i,
+                                                          *n_columns, kv_len);
+  }
+  for (int32_t i = 0; i < *n_slashes; ++i) {
+    slashes_host[i] =
+        sparseserve::kernels::PlantedSlash(config.planted_seed, layer, head, i, *n_slashes, kv_len);
   }
   return 0;
 }

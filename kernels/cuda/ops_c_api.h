@@ -88,6 +88,30 @@ int ss_tokenselect_attention(ss_backend* be, const void* q_dev, const void* kv_l
  * (computed, causal), summed since that plan was made. Waits for queued work. */
 int ss_tokenselect_stats(ss_backend* be, float* selection_host, float* pairs_host);
 
+/* MInference sparse prefill (kernels/minference_index.h) over paged KV for a batch of sequences:
+ * one layer's BuildAttentionIndex (when build_index is nonzero; else the index of the previous
+ * call with the same batch is reused) then Attention. Arguments as ss_attention, plus every query
+ * head's pattern: `pattern` 0 A-shape (v sinks, s window), 1 vertical-slash (v columns, s
+ * slashes), 2 block-sparse (v blocks), 3 dense; `planted` nonzero replaces estimation by the
+ * seeded planted lines of VS(1000, 6096) (issue 16's speed index, random inputs). Reuses its plan
+ * like ss_attention. */
+int ss_minference_attention(ss_backend* be, const void* q_dev, const void* kv_layer_dev,
+                            int64_t num_blocks, int block_tokens, int heads, int kv_heads,
+                            int head_dim, int num_seqs, const int32_t* q_lens,
+                            const int32_t* kv_lens, const int32_t* block_tables, float scale,
+                            int pattern, int v, int s, int planted, int build_index, void* out_dev);
+/* The planted index's lines of (layer, head) at context kv_len (host only, no backend): its
+ * columns into columns_host [n_columns] and its slash offsets into slashes_host [n_slashes], both
+ * ascending, as the planted config of ss_minference_attention builds them (kernels/
+ * minference_index.h). Fills *n_columns and *n_slashes (the sizes VS(1000, 6096) takes at kv_len,
+ * at most 1000 and 6096); the arrays must hold 1000 and 6096 entries. */
+int ss_minference_planted_lines(int layer, int head, int kv_len, int32_t* columns_host,
+                                int32_t* n_columns, int32_t* slashes_host, int32_t* n_slashes);
+/* Copies the pair counters of the current ss_minference_attention plan into a host array of
+ * 2 * num_seqs floats: per sequence the (row, key) pairs computed and the causal pairs, summed
+ * over the calls since that plan was made. Waits for queued work. */
+int ss_minference_stats(ss_backend* be, float* pairs_host);
+
 #ifdef __cplusplus
 }
 #endif

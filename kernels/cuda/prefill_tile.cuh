@@ -104,21 +104,20 @@ __device__ __forceinline__ float Exp2(float x) {
   return y;
 }
 
-// One online-softmax step over raw scores q·k, masked with -inf: updates the running max (raw
-// units) and sum of the thread's two rows, rescales o, and turns s into probabilities
-// 2^(s·scale_log2 - max·scale_log2), the scaling folded into one FFMA per score. o is rescaled
-// only when some row of the warp raised its max (after the first tiles of a row it rarely does).
-template <int D, int kTileKeys = kKeys>
-__device__ __forceinline__ void SoftmaxStep(float (&s)[kTileKeys / 8][4], float (&o)[D / 8][4],
-                                            float (&row_max)[2], float (&row_sum)[2],
-                                            float scale_log2) {
+// The online-softmax update of a tile of raw scores q·k (masked with -inf): raises the running
+// max (raw units) of the thread's two rows, rescales their sums, turns s into probabilities
+// 2^(s·scale_log2 - max·scale_log2) (the scaling folded into one FFMA per score) and returns the
+// factor each row's output accumulator must be multiplied by (RescaleRows), 1 when its max held.
+template <int kTileKeys = kKeys>
+__device__ __forceinline__ void SoftmaxScores(float (&s)[kTileKeys / 8][4], float (&row_max)[2],
+                                              float (&row_sum)[2], float scale_log2,
+                                              float (&correction)[2]) {
   float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int nt = 0; nt < kTileKeys / 8; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);
   }
-  float correction[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
@@ -139,6 +138,12 @@ __device__ __forceinline__ void SoftmaxStep(float (&s)[kTileKeys / 8][4], float 
       row_sum[h] += p0 + p1;
     }
   }
+}
+
+// o's two rows times SoftmaxScores' factors; skipped when no row of the warp raised its max
+// (after the first tiles of a row it rarely does).
+template <int D>
+__device__ __forceinline__ void RescaleRows(float (&o)[D / 8][4], const float (&correction)[2]) {
   if (__any_sync(0xffffffffu, correction[0] != 1.0f || correction[1] != 1.0f)) {
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt) {
@@ -148,6 +153,16 @@ __device__ __forceinline__ void SoftmaxStep(float (&s)[kTileKeys / 8][4], float 
       o[dt][3] *= correction[1];
     }
   }
+}
+
+// One online-softmax step: SoftmaxScores, then o rescaled at once.
+template <int D, int kTileKeys = kKeys>
+__device__ __forceinline__ void SoftmaxStep(float (&s)[kTileKeys / 8][4], float (&o)[D / 8][4],
+                                            float (&row_max)[2], float (&row_sum)[2],
+                                            float scale_log2) {
+  float correction[2];
+  SoftmaxScores<kTileKeys>(s, row_max, row_sum, scale_log2, correction);
+  RescaleRows<D>(o, correction);
 }
 
 // O += P V over kTileKeys value rows from v_s's first: P's accumulator layout is the A-fragment

@@ -92,9 +92,17 @@ __device__ __forceinline__ uint64_t Descriptor(uint32_t address, uint32_t leadin
 __device__ __forceinline__ void WgmmaFence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
-__device__ __forceinline__ void WgmmaCommitAndWait() {
+__device__ __forceinline__ void WgmmaCommit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+// Waits until at most kPending of the warpgroup's committed groups are still running.
+template <int kPending>
+__device__ __forceinline__ void WgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+__device__ __forceinline__ void WgmmaCommitAndWait() {
+  WgmmaCommit();
+  WgmmaWait<0>();
 }
 
 // Orders later reads and writes of accumulator registers after the wait above (the wgmma asm
@@ -107,21 +115,32 @@ __device__ __forceinline__ void FenceAccumulators(float (&d)[N][4]) {
   }
 }
 
+// Keeps an in-flight product's register A operand alive (and unmoved) until this point, after
+// its wait: the asm statement that issued it only read the registers, so the compiler would
+// otherwise reuse them while the tensor cores still do.
+template <int N>
+__device__ __forceinline__ void FenceFragments(uint32_t (&a)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    asm volatile("" : "+r"(a[i][0]), "+r"(a[i][1]), "+r"(a[i][2]), "+r"(a[i][3])::"memory");
+  }
+}
+
 #define SPARSESERVE_WGMMA_ACC(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
 
 // d[64 x 64] += a[64 x 16] (registers, this warp's 16 rows) · B[16 x 64] (shared, by descriptor),
-// B stored N-major (V of head_dim 64).
-__device__ __forceinline__ void WgmmaN64TransB(float (&d)[8][4], const uint32_t (&a)[4],
-                                               uint64_t b) {
+// B stored N-major (kTransB: V of head_dim 64) or K-major (K, for scores with Q in registers).
+template <bool kTransB = true>
+__device__ __forceinline__ void WgmmaN64RegA(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
   asm volatile(
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+      "{%32, %33, %34, %35}, %36, 1, 1, 1, %37;\n"
       : SPARSESERVE_WGMMA_ACC(0), SPARSESERVE_WGMMA_ACC(1), SPARSESERVE_WGMMA_ACC(2),
         SPARSESERVE_WGMMA_ACC(3), SPARSESERVE_WGMMA_ACC(4), SPARSESERVE_WGMMA_ACC(5),
         SPARSESERVE_WGMMA_ACC(6), SPARSESERVE_WGMMA_ACC(7)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(kTransB ? 1 : 0));
 }
 
 // d[64 x 64] += A[64 x 16] · B[16 x 64], both from shared memory, both K-major (Q Kᵀ).
@@ -158,15 +177,16 @@ __device__ __forceinline__ void WgmmaN128TransB(float (&d)[16][4], const uint32_
 
 #undef SPARSESERVE_WGMMA_ACC
 
-// S = Q Kᵀ for the warpgroup's 64 rows x 64 keys; s in prefill_tile's score layout. Q and K
-// are K-major (head_dim contiguous) swizzled tiles: a 16-column step advances 32 bytes inside a
-// 128-byte row, the next 8 rows are 1024 bytes on (the stride byte offset), the second half of
-// a 128-wide head 8 KiB on. Q is read from shared memory (FlashAttention-3's choice too): with
-// its fragments held in registers across tiles, head_dim 64 tiles after the first came out
-// wrong on the H100 (the RS form is kept for P V, whose fragments live for one product only).
+// Issues S = Q Kᵀ for the warpgroup's 64 rows x 64 keys (s in prefill_tile's score layout,
+// zeroed first) without waiting: commit and wait follow. Q and K are K-major (head_dim
+// contiguous) swizzled tiles: a 16-column step advances 32 bytes inside a 128-byte row, the next
+// 8 rows are 1024 bytes on (the stride byte offset), the second half of a 128-wide head 8 KiB on.
+// Q is read from shared memory (FlashAttention-3's choice too): with its fragments held in
+// registers across tiles, head_dim 64 tiles after the first came out wrong on the H100 (the RS
+// form is kept for P V, whose fragments live for one product only).
 template <int D>
-__device__ __forceinline__ void TileScores(float (&s)[8][4], const unsigned char* q_tile,
-                                           const unsigned char* k_tile) {
+__device__ __forceinline__ void IssueScores(float (&s)[8][4], const unsigned char* q_tile,
+                                            const unsigned char* k_tile) {
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
   const uint32_t q_base = SharedAddress(q_tile);
@@ -177,19 +197,49 @@ __device__ __forceinline__ void TileScores(float (&s)[8][4], const unsigned char
     const uint32_t step = (kk / 4) * kHalfBytes + (kk % 4) * 32;
     WgmmaN64Shared(s, Descriptor(q_base + step, 16, 1024), Descriptor(k_base + step, 16, 1024));
   }
+}
+
+// This warp's 16 rows of the swizzled Q tile as register A fragments of the scores (the
+// mma.sync m16n8k16 A layout, which wgmma's register A operand shares), D / 16 steps of 16
+// columns: ldmatrix lanes 0-7 address rows 0-7 of columns 0-7, 8-15 rows 8-15, 16-31 the same rows
+// of columns 8-15.
+template <int D>
+__device__ __forceinline__ void LoadQFragments(uint32_t (&qf)[D / 16][4],
+                                               const unsigned char* q_tile, int warp, int lane) {
+  const int r = warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    LdMatrixX4(qf[kk], q_tile + SwizzledOffset(r, kk * 2 + lane / 16));
+  }
+}
+
+// IssueScores with Q's fragments in registers (qf from LoadQFragments, held across tiles): only
+// K is read from shared memory.
+template <int D>
+__device__ __forceinline__ void IssueScoresRegQ(float (&s)[8][4], const uint32_t (&qf)[D / 16][4],
+                                                const unsigned char* k_tile) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+  const uint32_t k_base = SharedAddress(k_tile);
+  WgmmaFence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const uint32_t step = (kk / 4) * kHalfBytes + (kk % 4) * 32;
+    WgmmaN64RegA<false>(s, qf[kk], Descriptor(k_base + step, 16, 1024));
+  }
+}
+
+// S = Q Kᵀ, waited for.
+template <int D>
+__device__ __forceinline__ void TileScores(float (&s)[8][4], const unsigned char* q_tile,
+                                           const unsigned char* k_tile) {
+  IssueScores<D>(s, q_tile, k_tile);
   WgmmaCommitAndWait();
   FenceAccumulators(s);
 }
 
-// O += P V: P (probabilities in the score layout) becomes the A operand in registers; V is
-// N-major (head_dim contiguous): a 16-key step is 16 rows = 2048 bytes on, 8-key groups 1024
-// bytes apart (the stride byte offset) and the two 64-column halves 8 KiB apart (the leading
-// byte offset).
-template <int D>
-__device__ __forceinline__ void AccumulatePv(float (&o)[D / 8][4], const float (&p)[8][4],
-                                             const unsigned char* v_tile) {
-  const uint32_t base = SharedAddress(v_tile);
-  uint32_t a[4][4];
+// P (probabilities in the score layout) as the A operand of P V in registers: 16 keys a step.
+__device__ __forceinline__ void PackProbabilities(uint32_t (&a)[4][4], const float (&p)[8][4]) {
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     a[kk][0] = PackBf16x2(p[2 * kk][0], p[2 * kk][1]);
@@ -197,6 +247,16 @@ __device__ __forceinline__ void AccumulatePv(float (&o)[D / 8][4], const float (
     a[kk][2] = PackBf16x2(p[2 * kk + 1][0], p[2 * kk + 1][1]);
     a[kk][3] = PackBf16x2(p[2 * kk + 1][2], p[2 * kk + 1][3]);
   }
+}
+
+// Issues O += P V without waiting (a packed by PackProbabilities; it must stay untouched until the
+// wait, FenceFragments after it). V is N-major (head_dim contiguous): a 16-key step is 16 rows =
+// 2048 bytes on, 8-key groups 1024 bytes apart (the stride byte offset) and the two 64-column
+// halves 8 KiB apart (the leading byte offset).
+template <int D>
+__device__ __forceinline__ void IssuePv(float (&o)[D / 8][4], const uint32_t (&a)[4][4],
+                                        const unsigned char* v_tile) {
+  const uint32_t base = SharedAddress(v_tile);
   FenceAccumulators(o);
   WgmmaFence();
 #pragma unroll
@@ -206,11 +266,21 @@ __device__ __forceinline__ void AccumulatePv(float (&o)[D / 8][4], const float (
       WgmmaN128TransB(o, a[kk], desc);
     } else {
       static_assert(D == 64, "head_dim 64 or 128");
-      WgmmaN64TransB(o, a[kk], desc);
+      WgmmaN64RegA(o, a[kk], desc);
     }
   }
+}
+
+// O += P V, waited for.
+template <int D>
+__device__ __forceinline__ void AccumulatePv(float (&o)[D / 8][4], const float (&p)[8][4],
+                                             const unsigned char* v_tile) {
+  uint32_t a[4][4];
+  PackProbabilities(a, p);
+  IssuePv<D>(o, a, v_tile);
   WgmmaCommitAndWait();
   FenceAccumulators(o);
+  FenceFragments(a);
 }
 
 }  // namespace sparseserve::kernels::cuda::wgmma_tile

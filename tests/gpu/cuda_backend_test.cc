@@ -643,6 +643,34 @@ TEST_F(CudaBackendTest, PlansPickTheMaskedKernelVariantsOnlyWhenNeeded) {
   EXPECT_FALSE(plan_of(1, 1000, 0, false).decode_masked);
 }
 
+// The warp-specialised prefill kernel (kernels/cuda/prefill_ws.cuh) on dense chunks kept off
+// cuDNN (gpu_check.sh runs this test again with SPARSESERVE_PREFILL_ATTENTION=kernel): whole tiles
+// copied by TMA at every block size that tiles 64 keys (boxes of 16 and 32 rows, half blocks of
+// 128), the partial last tile gathered, GQA groups 2, 4 and 8, chunks over cached prefixes whose
+// length is no multiple of 64, and several sequences in one batch.
+TEST_F(CudaBackendTest, AttentionPrefillWarpSpecialized) {
+  if (!kernels::cuda::PrefillOnWarpSpecialized(4, /*masked=*/false)) {
+    GTEST_SKIP() << "SPARSESERVE_PREFILL_WS=0 or mma.sync tiles";
+  }
+  if (OnCudnn()) GTEST_SKIP() << "dense chunks run on cuDNN here";
+  const std::vector<std::vector<std::pair<int, int>>> shapes = {
+      {{64, 64}},
+      {{200, 200}},
+      {{37, 300}},
+      {{130, 1000}},
+      {{5, 5}, {64, 200}, {128, 128}, {70, 4000}},
+  };
+  for (int hd : {64, 128}) {
+    for (auto [heads, kv_heads] : {std::pair{4, 2}, std::pair{32, 8}, std::pair{16, 2}}) {
+      for (int bt : {16, 32, 64, 128}) {
+        for (const auto& seqs : shapes) {
+          RunAttentionCase(*this, cpu_, *gpu_, AttnCase{hd, heads, kv_heads, bt, seqs}, rng_);
+        }
+      }
+    }
+  }
+}
+
 // Split-KV prefill tiles: chunks of one or two tiles over long prefixes (Lookahead's 119-row
 // branches and TokenSwift's 100-row trees at 4K-9K keys, a causal 70-row chunk off cuDNN, a
 // windowed one, a batch mixing them with decode rows) have their keys cut into parts whose partial
