@@ -294,39 +294,6 @@ class TorchOps:
         kv_layer[2 * blk, off] = k
         kv_layer[2 * blk + 1, off] = v
 
-    def prepare_minference(self, q, kv_layer, block_tokens, q_lens, kv_lens, block_tables, scale,
-                           pattern, v, s, planted, build_index, out):
-        """As prepare_attention, for ss_minference_attention: every head's pattern (0 A-shape,
-        1 vertical-slash, 2 block-sparse, 3 dense) with sizes v, s, or the planted index; with
-        build_index the layer's index is built before the attention (else the last one is
-        reused)."""
-        if not hasattr(self.lib, "ss_minference_attention"):
-            raise OpError("this library has no ss_minference_attention")
-        _check_tensor(q, "q", BF16, 3, "cuda")
-        _check_tensor(out, "out", BF16, 3, "cuda")
-        _check_tensor(kv_layer, "kv_layer", BF16, 4, "cuda")
-        ql = (ctypes.c_int32 * len(q_lens))(*q_lens)
-        kl = (ctypes.c_int32 * len(kv_lens))(*kv_lens)
-        bt = (ctypes.c_int32 * max(1, len(block_tables)))(*block_tables)
-        args = (self.be, _ptr(q), _ptr(kv_layer), kv_layer.shape[0] // 2, block_tokens,
-                q.shape[1], kv_layer.shape[2], q.shape[2], len(q_lens), ql, kl, bt, scale,
-                pattern, v, s, 1 if planted else 0, 1 if build_index else 0, _ptr(out))
-        fn = self.lib.ss_minference_attention
-
-        def run():
-            rc = fn(*args)
-            if rc != 0:
-                raise OpError("ss_minference_attention returned %d: %s" % (rc, self.last_error()))
-        run.keepalive = (ql, kl, bt, q, kv_layer, out)
-        return run
-
-    def minference_stats(self, num_seqs):
-        """Per sequence (pairs computed, causal pairs) summed since the MInference plan was
-        made."""
-        host = (ctypes.c_float * (2 * num_seqs))()
-        self._call("ss_minference_stats", host)
-        return [(host[2 * i], host[2 * i + 1]) for i in range(num_seqs)]
-
     def attention(self, q, kv_layer, block_tokens, q_lens, kv_lens, block_tables, scale, out):
         heads, hd = q.shape[1], q.shape[2]
         kvh = kv_layer.shape[2]

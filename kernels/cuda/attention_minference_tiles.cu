@@ -59,6 +59,26 @@ struct CoverPacker {
   bool range_aligned = false;
   int32_t tile_block = -1;
 
+  // The packer of a (sequence, head) index area's cover of the query block of `rows` rows from
+  // chunk row q0 (absolute position first_pos).
+  static __device__ CoverPacker Of(const MInferenceSeqInfo& seq, const int32_t* area, int q0,
+                                   int first_pos, int rows) {
+    CoverPacker packer;
+    const int32_t* body = area + minference::kHeaderWords;
+    packer.kind = static_cast<HeadPatternKind>(area[0]);
+    packer.row_begin = first_pos;
+    packer.row_end = first_pos + rows;
+    packer.columns = body;
+    packer.n_columns = area[1];
+    packer.slashes = body + seq.cap_columns;
+    packer.n_slashes = area[2];
+    packer.blocks = body + int64_t{q0 / minference::kBlockRows} * (1 + seq.cap_blocks) + 1;
+    packer.n_blocks = packer.kind == HeadPatternKind::kBlockSparse ? packer.blocks[-1] : 0;
+    packer.sinks = area[1];
+    packer.window = area[2];
+    return packer;
+  }
+
   // The next range; false when the ranges are exhausted.
   __device__ bool NextRange() {
     switch (kind) {
@@ -208,7 +228,6 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t* area = index + seq.index_offset + int64_t{head} * seq.words_per_head;
   const auto kind = static_cast<HeadPatternKind>(area[0]);
   if (kind == HeadPatternKind::kDense) return;  // the dense prefill kernel's (whole CTA)
-  const int32_t* body = area + minference::kHeaderWords;
   const int q0 = tile.y;
   const int kv_head = head / (dims.heads / dims.kv_heads);
   const int warp = threadIdx.x / 32;
@@ -218,18 +237,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t token_stride = int64_t{dims.kv_heads} * D;
   const int32_t* table = block_tables + seq.table_begin;
 
-  CoverPacker packer;
-  packer.kind = kind;
-  packer.row_begin = first_pos;
-  packer.row_end = first_pos + rows;
-  packer.columns = body;
-  packer.n_columns = area[1];
-  packer.slashes = body + seq.cap_columns;
-  packer.n_slashes = area[2];
-  packer.blocks = body + int64_t{q0 / minference::kBlockRows} * (1 + seq.cap_blocks) + 1;
-  packer.n_blocks = kind == HeadPatternKind::kBlockSparse ? packer.blocks[-1] : 0;
-  packer.sinks = area[1];
-  packer.window = area[2];
+  CoverPacker packer = CoverPacker::Of(seq, area, q0, first_pos, rows);
 
   if (warp == 0) {
     for (int t = 0; t < 2; ++t) {
@@ -340,7 +348,6 @@ __global__ void __launch_bounds__(prefill_ws::Layout<D, 2, 2, kStages>::kThreads
   }
   const HeadPatternKind kind = kind_of(head);
   const int32_t* area = index + seq.index_offset + int64_t{head} * seq.words_per_head;
-  const int32_t* body = area + minference::kHeaderWords;
   const int q0 = tile.y;
   const int kv_head = head / (dims.heads / dims.kv_heads);
   const int rows = min(kRows, seq.q_len - q0);
@@ -352,18 +359,7 @@ __global__ void __launch_bounds__(prefill_ws::Layout<D, 2, 2, kStages>::kThreads
     prefill_ws::ShrinkRegisters<kProducerRegisters>();
     const int sptid = ptid % kCopiers;  // within the stream's producer threads
     const int lane = sptid % 32;
-    CoverPacker packer;
-    packer.kind = kind;
-    packer.row_begin = first_pos;
-    packer.row_end = first_pos + rows;
-    packer.columns = body;
-    packer.n_columns = area[1];
-    packer.slashes = body + seq.cap_columns;
-    packer.n_slashes = area[2];
-    packer.blocks = body + int64_t{q0 / minference::kBlockRows} * (1 + seq.cap_blocks) + 1;
-    packer.n_blocks = kind == HeadPatternKind::kBlockSparse ? packer.blocks[-1] : 0;
-    packer.sinks = area[1];
-    packer.window = area[2];
+    CoverPacker packer = CoverPacker::Of(seq, area, q0, first_pos, rows);
     packer.aligned_blocks = aligned_tiles && kv_map.box_rows > 0;
     if (sptid == 0 && kv_map.box_rows > 0) PrefetchTensorMap(&kv_map.map);
     const int64_t token_stride = int64_t{dims.kv_heads} * D;
