@@ -317,7 +317,7 @@ __global__ void __launch_bounds__(kThreads)
 // warps.
 constexpr int kProducerRegisters = 88;  // the cover packer's state and eight rows' addresses
 
-template <int D, int kStages, bool kQInRegisters>
+template <int D, int kStages>
 __global__ void __launch_bounds__(prefill_ws::Layout<D, 2, 2, kStages>::kThreads, 1)
     MInferenceWsKernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv,
                        const MInferenceSeqInfo* seqs, const int32_t* block_tables,
@@ -409,32 +409,31 @@ __global__ void __launch_bounds__(prefill_ws::Layout<D, 2, 2, kStages>::kThreads
   prefill_ws::ConsumerRows mine{q,         seq.q_begin + q0, rows,    dims.heads, head,
                                 first_pos, ashape,           area[1], area[2]};
   prefill_ws::ConsumerState<D> state;
-  prefill_ws::ConsumeTiles<D, true, kQInRegisters>(st, role, st.q(role), mine, dims.scale * kLog2e,
-                                                   true, prefill_ws::ProductTurns{false, role},
-                                                   state);
+  prefill_ws::ConsumeTiles<D, true>(st, role, st.q(role), mine, dims.scale * kLog2e, true,
+                                    prefill_ws::ProductTurns{false, role}, state);
   // A block with no key at all (cannot happen with the forced lines, but stays safe) stores zeros.
   StoreRows<D>(out, state.o, state.row_sum, seq.q_begin + q0, rows, dims.heads, head,
                (threadIdx.x / 32) % 4, threadIdx.x % 32);
 }
 
-template <int D, bool kQInRegisters>
-cudaError_t LaunchWsWith(const bf16_t* q, const bf16_t* kv_layer, const MInferenceSeqInfo* seqs,
-                         const int32_t* block_tables, const int2* tiles, int num_tiles,
-                         const int32_t* index, const AttentionDims& dims, bf16_t* out,
-                         cudaStream_t stream) {
+template <int D>
+cudaError_t LaunchWs(const bf16_t* q, const bf16_t* kv_layer, const MInferenceSeqInfo* seqs,
+                     const int32_t* block_tables, const int2* tiles, int num_tiles,
+                     const int32_t* index, const AttentionDims& dims, bf16_t* out,
+                     cudaStream_t stream) {
   // Two streams: as many stages each as fit.
   constexpr int kStages = D == 128 ? 3 : 4;
   using L = prefill_ws::Layout<D, 2, 2, kStages>;
   static std::atomic<uint64_t> configured{0};
   const cudaError_t attr = OncePerDevice(configured, [] {
-    return cudaFuncSetAttribute(MInferenceWsKernel<D, kStages, kQInRegisters>,
+    return cudaFuncSetAttribute(MInferenceWsKernel<D, kStages>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes);
   });
   if (attr != cudaSuccess) return attr;
   const dim3 grid(num_tiles, (dims.heads + 1) / 2);
   static const bool aligned_tiles = PrefillWsOption("SPARSESERVE_PREFILL_WS_ALIGNED", false);
   const prefill_ws::KvTensorMap map = prefill_ws::KvTensorMapOf(kv_layer, dims);
-  MInferenceWsKernel<D, kStages, kQInRegisters><<<grid, L::kThreads, L::kBytes, stream>>>(
+  MInferenceWsKernel<D, kStages><<<grid, L::kThreads, L::kBytes, stream>>>(
       reinterpret_cast<const __nv_bfloat16*>(q), reinterpret_cast<const __nv_bfloat16*>(kv_layer),
       seqs, block_tables, tiles, index, dims, reinterpret_cast<__nv_bfloat16*>(out), map,
       aligned_tiles);
@@ -458,14 +457,6 @@ cudaError_t Launch(const bf16_t* q, const bf16_t* kv_layer, const MInferenceSeqI
       reinterpret_cast<const __nv_bfloat16*>(q), reinterpret_cast<const __nv_bfloat16*>(kv_layer),
       seqs, block_tables, tiles, index, dims, reinterpret_cast<__nv_bfloat16*>(out));
   return cudaGetLastError();
-}
-
-// Q's fragments in registers or read from shared memory by every product (as the dense kernel's,
-// PrefillWsOption SPARSESERVE_PREFILL_WS_QREG).
-template <int D, class... Args>
-cudaError_t LaunchWs(Args... args) {
-  static const bool q_in_registers = PrefillWsOption("SPARSESERVE_PREFILL_WS_QREG", false);
-  return q_in_registers ? LaunchWsWith<D, true>(args...) : LaunchWsWith<D, false>(args...);
 }
 
 // The kernel chosen at run time (PrefillTilesOnWgmma, PrefillWarpSpecialized), the rest at

@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(kThreads* kHeads, kHeads == 2 ? 2 : 1)
 // PrefillAttentionKernel.
 constexpr int kProducerRegisters = 56;  // the producer mostly issues TMA copies
 
-template <int D, int kStages, bool kQInRegisters>
+template <int D, int kStages>
 __global__ void __launch_bounds__(prefill_ws::Layout<D, 2, 1, kStages>::kThreads, 1)
     PrefillWsKernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv,
                     AttentionSeqs seq_arrays, const int2* tiles, AttentionDims dims,
@@ -351,8 +351,8 @@ __global__ void __launch_bounds__(prefill_ws::Layout<D, 2, 1, kStages>::kThreads
   prefill_ws::ConsumerState<D> state;
   // Both heads computing: they take turns at the tensor cores (unless the A/B switch says not).
   const prefill_ws::ProductTurns turns{take_turns && both_active, role};
-  prefill_ws::ConsumeTiles<D, false, kQInRegisters>(st, role, st.q(role), mine, dims.scale * kLog2e,
-                                                    active, turns, state);
+  prefill_ws::ConsumeTiles<D, false>(st, role, st.q(role), mine, dims.scale * kLog2e, active, turns,
+                                     state);
   if (!active) return;
   if (split.splits > 1) {
     StorePartialRows<D>(split, state.o, state.row_max, state.row_sum, slot0, row_stride, rows,
@@ -362,7 +362,7 @@ __global__ void __launch_bounds__(prefill_ws::Layout<D, 2, 1, kStages>::kThreads
   }
 }
 
-template <int D, bool kQInRegisters>
+template <int D>
 cudaError_t LaunchWs(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeqs& seqs,
                      const int2* tiles, int num_tiles, const AttentionDims& dims,
                      const PrefillTileGates& gates, const PrefillSplit& split, bf16_t* out,
@@ -371,25 +371,17 @@ cudaError_t LaunchWs(const bf16_t* q, const bf16_t* kv_layer, const AttentionSeq
   using L = prefill_ws::Layout<D, 2, 1, kStages>;
   static std::atomic<uint64_t> configured{0};
   const cudaError_t attr = OncePerDevice(configured, [] {
-    return cudaFuncSetAttribute(PrefillWsKernel<D, kStages, kQInRegisters>,
+    return cudaFuncSetAttribute(PrefillWsKernel<D, kStages>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes);
   });
   if (attr != cudaSuccess) return attr;
   static const bool take_turns = PrefillWsOption("SPARSESERVE_PREFILL_WS_TURNS", true);
   const prefill_ws::KvTensorMap map = prefill_ws::KvTensorMapOf(kv_layer, dims);
   const dim3 grid(num_tiles, dims.heads / 2, split.splits);
-  PrefillWsKernel<D, kStages, kQInRegisters><<<grid, L::kThreads, L::kBytes, stream>>>(
+  PrefillWsKernel<D, kStages><<<grid, L::kThreads, L::kBytes, stream>>>(
       reinterpret_cast<const __nv_bfloat16*>(q), reinterpret_cast<const __nv_bfloat16*>(kv_layer),
       seqs, tiles, dims, gates, split, reinterpret_cast<__nv_bfloat16*>(out), map, take_turns);
   return cudaGetLastError();
-}
-
-// Q's fragments in registers (PrefillWsOption SPARSESERVE_PREFILL_WS_QREG) or read from shared
-// memory by every product.
-template <int D, class... Args>
-cudaError_t LaunchWsVariant(Args... args) {
-  static const bool q_in_registers = PrefillWsOption("SPARSESERVE_PREFILL_WS_QREG", false);
-  return q_in_registers ? LaunchWs<D, true>(args...) : LaunchWs<D, false>(args...);
 }
 
 template <int D, bool kMasked, bool kWgmma, int kHeads>
@@ -439,11 +431,9 @@ cudaError_t LaunchPrefillAttention(const bf16_t* q, const bf16_t* kv_layer,
   if (PrefillOnWarpSpecialized(group, masked)) {
     switch (dims.head_dim) {
       case 64:
-        return LaunchWsVariant<64>(q, kv_layer, seqs, tiles, num_tiles, dims, gates, split, out,
-                                   stream);
+        return LaunchWs<64>(q, kv_layer, seqs, tiles, num_tiles, dims, gates, split, out, stream);
       case 128:
-        return LaunchWsVariant<128>(q, kv_layer, seqs, tiles, num_tiles, dims, gates, split, out,
-                                    stream);
+        return LaunchWs<128>(q, kv_layer, seqs, tiles, num_tiles, dims, gates, split, out, stream);
       default: return cudaErrorInvalidValue;
     }
   }

@@ -272,11 +272,7 @@ struct ProductTurns {
 // `q_tile`: loads Q, then per tile the scores, the causal bound (and with kList the stage's key
 // list and A-shape's rule), the online softmax and P V, releasing each stage as soon as it is
 // read. An inactive consumer (a head another kernel computes) only releases the stages.
-// kQInRegisters: Q's fragments are read from shared memory once and the scores take them from
-// registers (only K is read from shared memory per product), else both from shared memory. The
-// fragments stay live across the loop, so no fence keeps them (one after each wait made ptxas
-// serialise every product).
-template <int D, bool kList, bool kQInRegisters, class St>
+template <int D, bool kList, class St>
 __device__ __forceinline__ void ConsumeTiles(const St& st, int c, unsigned char* q_tile,
                                              const ConsumerRows& r, float scale_log2, bool active,
                                              const ProductTurns& turns, ConsumerState<D>& state) {
@@ -310,15 +306,6 @@ __device__ __forceinline__ void ConsumeTiles(const St& st, int c, unsigned char*
   CpAsyncWait<0>();
   wgmma_tile::FenceForTensorCores();
   NamedBarrierSync(1 + c, kConsumerThreads);
-  uint32_t qf[kQInRegisters ? D / 16 : 1][4];
-  if constexpr (kQInRegisters) wgmma_tile::LoadQFragments<D>(qf, q_tile, warp, lane);
-  auto issue_scores = [&](float(&s)[8][4], const unsigned char* k_tile) {
-    if constexpr (kQInRegisters) {
-      wgmma_tile::IssueScoresRegQ<D>(s, qf, k_tile);
-    } else {
-      wgmma_tile::IssueScores<D>(s, q_tile, k_tile);
-    }
-  };
   turns.Start();
 
   const int my_pos0 = r.first_pos + warp * 16 + lane / 4;
@@ -360,7 +347,7 @@ __device__ __forceinline__ void ConsumeTiles(const St& st, int c, unsigned char*
     if (st.header(0)->y == 0) return;
     wgmma_tile::FenceForTensorCores();  // gathered rows, ordered for the tensor cores
     turns.Take();
-    issue_scores(s, st.k(0));
+    wgmma_tile::IssueScores<D>(s, q_tile, st.k(0));
     wgmma_tile::WgmmaCommit();
     turns.Pass();
     wgmma_tile::WgmmaWait<0>();
@@ -379,7 +366,7 @@ __device__ __forceinline__ void ConsumeTiles(const St& st, int c, unsigned char*
     MbarrierWait(st.full_v(prev.slot), prev.full_parity);
     wgmma_tile::FenceForTensorCores();
     turns.Take();
-    issue_scores(s, st.k(ring.slot));
+    wgmma_tile::IssueScores<D>(s, q_tile, st.k(ring.slot));
     wgmma_tile::WgmmaCommit();
     wgmma_tile::IssuePv<D>(state.o, p, st.v(prev.slot));
     wgmma_tile::WgmmaCommit();

@@ -199,36 +199,6 @@ __device__ __forceinline__ void IssueScores(float (&s)[8][4], const unsigned cha
   }
 }
 
-// This warp's 16 rows of the swizzled Q tile as register A fragments of the scores (the
-// mma.sync m16n8k16 A layout, which wgmma's register A operand shares), D / 16 steps of 16
-// columns: ldmatrix lanes 0-7 address rows 0-7 of columns 0-7, 8-15 rows 8-15, 16-31 the same rows
-// of columns 8-15.
-template <int D>
-__device__ __forceinline__ void LoadQFragments(uint32_t (&qf)[D / 16][4],
-                                               const unsigned char* q_tile, int warp, int lane) {
-  const int r = warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    LdMatrixX4(qf[kk], q_tile + SwizzledOffset(r, kk * 2 + lane / 16));
-  }
-}
-
-// IssueScores with Q's fragments in registers (qf from LoadQFragments, held across tiles): only
-// K is read from shared memory.
-template <int D>
-__device__ __forceinline__ void IssueScoresRegQ(float (&s)[8][4], const uint32_t (&qf)[D / 16][4],
-                                                const unsigned char* k_tile) {
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-  const uint32_t k_base = SharedAddress(k_tile);
-  WgmmaFence();
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    const uint32_t step = (kk / 4) * kHalfBytes + (kk % 4) * 32;
-    WgmmaN64RegA<false>(s, qf[kk], Descriptor(k_base + step, 16, 1024));
-  }
-}
-
 // S = Q Kᵀ, waited for.
 template <int D>
 __device__ __forceinline__ void TileScores(float (&s)[8][4], const unsigned char* q_tile,
