@@ -359,13 +359,15 @@ __global__ void __launch_bounds__(prefill_ws::Layout<D, 2, 2, kStages>::kThreads
     prefill_ws::ShrinkRegisters<kProducerRegisters>();
     const int sptid = ptid % kCopiers;  // within the stream's producer threads
     const int lane = sptid % 32;
-    CoverPacker packer = CoverPacker::Of(seq, area, q0, first_pos, rows);
+    // A dense stream's head may not exist (the second of an odd count): its area is not read.
+    const bool dense = kind == HeadPatternKind::kDense;  // an empty stream
+    CoverPacker packer{};
+    if (!dense) packer = CoverPacker::Of(seq, area, q0, first_pos, rows);
     packer.aligned_blocks = aligned_tiles && kv_map.box_rows > 0;
     if (sptid == 0 && kv_map.box_rows > 0) PrefetchTensorMap(&kv_map.map);
     const int64_t token_stride = int64_t{dims.kv_heads} * D;
     const int64_t value_offset = int64_t{dims.block_tokens} * token_stride;
     const int32_t* table = block_tables + seq.table_begin;
-    const bool dense = kind == HeadPatternKind::kDense;  // an empty stream
     for (int t = 0;; ++t) {
       const prefill_ws::RingSlot<kStages> ring(t);
       MbarrierWait(st.empty_k(ring.slot), ring.empty_parity);
@@ -399,7 +401,7 @@ __global__ void __launch_bounds__(prefill_ws::Layout<D, 2, 2, kStages>::kThreads
       MbarrierWait(st.empty_v(ring.slot), ring.empty_parity);
       load(st.v(ring.slot), st.full_v(ring.slot), true);
     }
-    CpAsyncWait<0>();
+    // No wait: every gather completes a full barrier some consumer waits on before the CTA ends.
     return;
   }
 

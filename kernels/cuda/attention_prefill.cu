@@ -341,7 +341,7 @@ __global__ void __launch_bounds__(prefill_ws::Layout<D, 2, 1, kStages>::kThreads
       *st.header(end.slot) = make_int2(0, 0);
       MbarrierArrive(st.full_k(end.slot));
     }
-    CpAsyncWait<0>();
+    // No wait: every gather completes a full barrier some consumer waits on before the CTA ends.
     return;
   }
 
@@ -467,8 +467,10 @@ KvTensorMap KvTensorMapOf(const bf16_t* kv_layer, const AttentionDims& dims) {
     }
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
+  // Boxes of at least 8 rows: each lands on a 1024-byte boundary, where the 128-byte swizzle
+  // repeats (blocks of 1, 2 or 4 tokens, which only the C API allows, are gathered).
   const int box_rows = std::min(kKeys, dims.block_tokens);
-  if (encode == nullptr || box_rows <= 0 || kKeys % box_rows != 0 ||
+  if (encode == nullptr || box_rows < 8 || kKeys % box_rows != 0 ||
       (dims.block_tokens > kKeys && dims.block_tokens % kKeys != 0)) {
     return m;
   }

@@ -247,7 +247,8 @@ struct ConsumerState {
 // Two consumers of one CTA take turns issuing their products (FlashAttention-3's ping-pong), so
 // that one's softmax runs while the other's products do: consumer c waits at named barrier 3 + c
 // for its turn before it issues and hands the turn to the other after. Off (`on` false) for a
-// lone consumer, or when one of the two only drains the stream.
+// lone consumer, or when one of the two only drains the stream. REQUIRES (on): both consumers
+// drain the same stream of at least one tile (an empty one would leave Start's arrival behind).
 struct ProductTurns {
   bool on;
   int c;
