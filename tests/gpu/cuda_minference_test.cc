@@ -331,6 +331,31 @@ TEST_F(CudaMInferenceTest, RandomInputsEveryPatternHeadDimAndBatch) {
   }
 }
 
+// Odd head counts and GQA groups: the warp-specialised kernel's CTAs take two heads (a stream
+// each), so the last CTA of 7 heads has one head and no second, and pairs of a group of 3 straddle
+// two KV heads. A wide A-shape window (600 keys, 70 sinks) is one long range: with
+// SPARSESERVE_PREFILL_WS_ALIGNED its tiles are aligned blocks with the keys outside masked.
+TEST_F(CudaMInferenceTest, OddHeadCountsAndGroups) {
+  const HeadPattern wide_ashape{HeadPatternKind::kAShape, 70, 600};
+  const std::vector<std::vector<SeqSpec>> batches = {
+      {{130, 130}},
+      {{200, 1000}, {37, 37, false}, {1, 300, false}},
+  };
+  for (int hd : {64, 128}) {
+    for (auto [heads, kv_heads] : {std::pair{7, 7}, std::pair{6, 2}, std::pair{3, 1}}) {
+      for (const auto& seqs : batches) {
+        for (const auto& [config, name] :
+             {std::pair{Uniform(kVs, heads), "vs"},
+              std::pair{Uniform(wide_ashape, heads), "ashape"},
+              std::pair{Uniform(kBs, heads), "bs"}, std::pair{Mixed(heads), "mixed"}}) {
+          RunMinfCase(*this, cpu_, *gpu_, MinfCase{hd, heads, kv_heads, 64, seqs, config, name},
+                      rng_);
+        }
+      }
+    }
+  }
+}
+
 // Dense-switched heads run on the tensor-core prefill kernel (gated per head by the index
 // header), the others on the sparse kernels, in one sequence; head dims 16 keep every head on
 // the CUDA-core kernel.
