@@ -9,9 +9,11 @@
 // tile t runs while P V still does.
 //
 // The stream of tiles is the producer's to decide; each K stage carries a header {first key of a
-// contiguous tile, or -1 for the stage's key list; key count, 0 = end of the stream}, so the
-// consumers need not know how many tiles there are. Several consumers may share one stream (the
-// query heads of one KV head: every tile is copied once for all of them).
+// contiguous 64-key tile (copied by TMA when whole), or -1; key count, 0 = end of the stream}, so
+// the consumers need not know how many tiles there are. A list stream (a sparse method's) also
+// lists each tile's keys in the stage (-1 for a row to mask), which its consumers read. Several
+// consumers may share one stream (the query heads of one KV head: every tile is copied once for all
+// of them).
 //
 // The tile maths, softmax and stores are prefill_tile.cuh's and wgmma_tile.cuh's, so the scores a
 // consumer computes and masks are the ones the other prefill kernels compute.
@@ -105,7 +107,7 @@ struct Stages {
   __device__ __forceinline__ uint64_t* full_v(int s) const { return barrier(1, s); }
   __device__ __forceinline__ uint64_t* empty_k(int s) const { return barrier(2, s); }
   __device__ __forceinline__ uint64_t* empty_v(int s) const { return barrier(3, s); }
-  // {first key of a contiguous tile, or -1: keys(s) lists them; key count, 0 = end of stream}
+  // {first key of a contiguous tile, or -1; key count, 0 = end of stream} (see the top)
   __device__ __forceinline__ int2* header(int s) const {
     return reinterpret_cast<int2*>(base + L::kHeaders) + slot(s);
   }
