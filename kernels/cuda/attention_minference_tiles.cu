@@ -11,6 +11,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/minference_cover.cuh"
 #include "kernels/cuda/per_device_once.cuh"
 #include "kernels/cuda/prefill_tile.cuh"
 #include "kernels/cuda/prefill_ws.cuh"
@@ -133,19 +134,8 @@ struct CoverPacker {
     }
   }
 
-  // True when column c lies in a merged run: some offset o has row_begin - c <= o < row_end - c.
   __device__ bool InRun(int32_t c) const {
-    int32_t lo = 0, hi = n_slashes;  // first offset >= row_begin - c
-    const int32_t want = row_begin - c;
-    while (lo < hi) {
-      const int32_t mid = (lo + hi) / 2;
-      if (slashes[mid] < want) {
-        lo = mid + 1;
-      } else {
-        hi = mid;
-      }
-    }
-    return lo < n_slashes && slashes[lo] < row_end - c;
+    return InSlashRun(slashes, n_slashes, row_begin, row_end, c);
   }
 
   // Fills keys[0, 64) with the next tile (-1 past the cover) and returns its key count.
@@ -315,7 +305,7 @@ __global__ void __launch_bounds__(kThreads)
 // aligned 64-key block (long ranges, block-sparse blocks: CoverPacker::aligned_blocks) is copied
 // by TMA, the others (short runs and columns, packed across their boundaries) gathered by both
 // warps.
-constexpr int kProducerRegisters = 88;  // the cover packer's state and eight rows' addresses
+constexpr int kProducerRegisters = 96;  // the cover packer's state and its rows' addresses
 
 template <int D, int kStages>
 __global__ void __launch_bounds__(prefill_ws::Layout<D, 2, 2, kStages>::kThreads, 1)
@@ -384,7 +374,11 @@ __global__ void __launch_bounds__(prefill_ws::Layout<D, 2, 2, kStages>::kThreads
       }
       // An aligned block by TMA when its 64 keys lie in the sequence's blocks, else gathered.
       const bool whole = header.x >= 0 && header.x + kKeys <= seq.kv_len;
-      auto key_at = [&](int r) { return keys[r]; };
+      prefill_ws::TileRows<D, kCopiers> gathered;
+      if (!whole) {
+        gathered.Resolve(
+            table, [&](int r) { return keys[r]; }, dims, sptid);
+      }
       auto load = [&](unsigned char* dst, uint64_t* full, bool values) {
         if (whole) {
           if (sptid == 0) {
@@ -392,8 +386,7 @@ __global__ void __launch_bounds__(prefill_ws::Layout<D, 2, 2, kStages>::kThreads
                                    kv_head, full);
           }
         } else {
-          prefill_ws::GatherTile<D, kCopiers>(dst, kv, table, key_at, values ? value_offset : 0,
-                                              dims, token_stride, kv_head, sptid);
+          gathered.Copy(dst, kv, token_stride, values ? value_offset : 0, kv_head);
           prefill_ws::ArriveWhenGathered<kCopiers>(full, stream, sptid);
         }
       };

@@ -316,6 +316,11 @@ __global__ void __launch_bounds__(prefill_ws::Layout<D, 2, 1, kStages>::kThreads
       const prefill_ws::RingSlot<kStages> ring(t);
       const int first_key = jj * kKeys;
       const bool whole = tma_ok && first_key + kKeys <= kv_end;
+      prefill_ws::TileRows<D, St::L::kCopiers> gathered;
+      if (!whole) {
+        gathered.Resolve(
+            table, [&](int r) { return first_key + r < kv_end ? first_key + r : -1; }, dims, ptid);
+      }
       auto load = [&](unsigned char* dst, uint64_t* full, bool values) {
         if (whole) {
           if (ptid == 0) {
@@ -323,9 +328,7 @@ __global__ void __launch_bounds__(prefill_ws::Layout<D, 2, 1, kStages>::kThreads
                                    dims, kv_head, full);
           }
         } else {
-          prefill_ws::GatherTile<D, St::L::kCopiers>(
-              dst, kv, table, [&](int r) { return first_key + r < kv_end ? first_key + r : -1; },
-              values ? value_offset : 0, dims, token_stride, kv_head, ptid);
+          gathered.Copy(dst, kv, token_stride, values ? value_offset : 0, kv_head);
           prefill_ws::ArriveWhenGathered<St::L::kCopiers>(full, 0, ptid);
         }
       };

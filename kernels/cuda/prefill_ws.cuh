@@ -140,42 +140,57 @@ struct RingSlot {
       : slot(t % kStages), empty_parity(((t / kStages) & 1) ^ 1), full_parity((t / kStages) & 1) {}
 };
 
-// Queues, by the kCopiers producer threads of a stream (ptid: the thread's index among them), the
-// copy of 64 key (or value: value_offset = block_tokens * token_stride elements) rows of head
-// kv_head into the swizzled tile at `dst`: row r from key position key_at(r), zeros where it is
-// < 0. A thread copies one 16-byte chunk of every (kCopiers / chunks)-th row; it finds eight rows'
-// addresses before it queues their copies, so their block-table reads are in flight together.
-template <int D, int kCopiers, class KeyAt>
-__device__ __forceinline__ void GatherTile(unsigned char* dst, const __nv_bfloat16* kv,
-                                           const int32_t* table, KeyAt&& key_at,
-                                           int64_t value_offset, const AttentionDims& dims,
-                                           int64_t token_stride, int kv_head, int ptid) {
-  constexpr int kChunks = D / 8;
-  constexpr int kRowsPerPass = kCopiers / kChunks;
-  constexpr int kBatch = kKeys / kRowsPerPass < 8 ? kKeys / kRowsPerPass : 8;
-  static_assert(kKeys % (kRowsPerPass * kBatch) == 0);
-  const int chunk = ptid % kChunks;
-  const int row0 = ptid / kChunks;
-#pragma unroll 1
-  for (int r0 = row0; r0 < kKeys; r0 += kRowsPerPass * kBatch) {
-    const __nv_bfloat16* src[kBatch];
+// The rows of a 64-key tile that one of a stream's kCopiers producer threads (ptid: its index
+// among them) gathers into a swizzled tile: four threads share a row, each copying every fourth
+// 16-byte chunk of it (a warp's copy reads whole 32-byte sectors of eight rows). Resolve finds the
+// thread's rows through the key list and the block table once, their reads in flight together;
+// Copy then queues the keys' or the values' copy from those addresses — the K and V of a tile cost
+// one lookup, not one each (the gather's dependent reads are what bound a sparse stream's
+// producer).
+template <int D, int kCopiers>
+struct TileRows {
+  static constexpr int kThreadsPerRow = 4;
+  static constexpr int kChunks = D / 8;
+  static constexpr int kRowsPerPass = kCopiers / kThreadsPerRow;
+  static constexpr int kRows = kKeys / kRowsPerPass;  // per thread
+  static_assert(kChunks % kThreadsPerRow == 0 && kKeys % kRowsPerPass == 0);
+  int32_t kv_row[kRows];  // the layer's row (KeyRowOffset's unit) of each row's key; -1: zeros
+  int row0;               // the thread's first row; then every kRowsPerPass-th
+  int part;               // its chunks: part, part + kThreadsPerRow, ...
+
+  // Row r holds key position key_at(r), zeros where it is < 0.
+  template <class KeyAt>
+  __device__ __forceinline__ void Resolve(const int32_t* table, KeyAt&& key_at,
+                                          const AttentionDims& dims, int ptid) {
+    row0 = ptid / kThreadsPerRow;
+    part = ptid % kThreadsPerRow;
 #pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int pos = key_at(r0 + i * kRowsPerPass);
-      src[i] =
-          pos < 0
-              ? nullptr
-              : kv + KeyRowOffset(table, pos, dims.block_tokens, dims.block_shift, token_stride) +
-                    value_offset + int64_t{kv_head} * D + chunk * 8;
-    }
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const bool valid = src[i] != nullptr;
-      CpAsync16(dst + wgmma_tile::SwizzledOffset(r0 + i * kRowsPerPass, chunk), valid ? src[i] : kv,
-                valid);
+    for (int i = 0; i < kRows; ++i) {
+      const int pos = key_at(row0 + i * kRowsPerPass);
+      kv_row[i] = pos < 0
+                      ? -1
+                      : static_cast<int32_t>(KeyRowOffset(table, pos, dims.block_tokens,
+                                                          dims.block_shift, /*token_stride=*/1));
     }
   }
-}
+  // The keys' copy (value_offset 0) or the values' (block_tokens * token_stride) of head kv_head.
+  __device__ __forceinline__ void Copy(unsigned char* dst, const __nv_bfloat16* kv,
+                                       int64_t token_stride, int64_t value_offset,
+                                       int kv_head) const {
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const bool valid = kv_row[i] >= 0;
+      const __nv_bfloat16* src =
+          kv + (valid ? kv_row[i] * token_stride + value_offset + int64_t{kv_head} * D : 0);
+#pragma unroll
+      for (int j = 0; j < kChunks / kThreadsPerRow; ++j) {
+        const int c = part + j * kThreadsPerRow;
+        CpAsync16(dst + wgmma_tile::SwizzledOffset(row0 + i * kRowsPerPass, c),
+                  valid ? src + c * 8 : kv, valid);
+      }
+    }
+  }
+};
 
 // Completes `full` once the gathers so far of the kCopiers producer threads of `stream` have
 // landed (every thread's copies), with what its thread 0 wrote before (a stage header) released
