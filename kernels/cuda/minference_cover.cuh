@@ -81,15 +81,64 @@ __device__ __forceinline__ int64_t RunPairs(int32_t b, int32_t e, int32_t row_be
   return pairs;
 }
 
-// VsBlockPairs of the cover of one query block, computed from the stream.
-__device__ __forceinline__ int64_t VsBlockPairsStreamed(const int32_t* columns, int32_t n_columns,
-                                                        const int32_t* slashes, int32_t n_slashes,
-                                                        int32_t row_begin, int32_t row_end) {
+// True when column c lies in a merged run of the query block [row_begin, row_end): some offset o
+// of the ascending `slashes` has row_begin - c <= o < row_end - c (a binary search).
+__device__ __forceinline__ bool InSlashRun(const int32_t* slashes, int32_t n_slashes,
+                                           int32_t row_begin, int32_t row_end, int32_t c) {
+  int32_t lo = 0, hi = n_slashes;  // first offset >= row_begin - c
+  const int32_t want = row_begin - c;
+  while (lo < hi) {
+    const int32_t mid = (lo + hi) / 2;
+    if (slashes[mid] < want) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo < n_slashes && slashes[lo] < row_end - c;
+}
+
+// VsBlockPairs of one query block by the 32 lanes of a warp (lane: 0..31), each lane's share
+// returned to it (their sum is the block's pairs). Walked back, the offsets give intervals
+// [max(row_begin - o, 0), row_end - o) whose starts and ends both ascend, so their union is the
+// disjoint pieces [max(b_i, largest end before i), e_i) — a running maximum, 32 offsets a step —
+// and a key's pairs (row_end - max(k, row_begin)) add over pieces as over merged runs. Columns
+// count where no run holds them (InSlashRun), once each. Walking the cover as a stream
+// (ForEachVsCover) takes n_slashes + n_columns dependent steps per block; this, 1/32 of them.
+__device__ __forceinline__ int64_t WarpVsBlockPairs(const int32_t* columns, int32_t n_columns,
+                                                    const int32_t* slashes, int32_t n_slashes,
+                                                    int32_t row_begin, int32_t row_end, int lane) {
   int64_t pairs = 0;
-  ForEachVsCover(
-      columns, n_columns, slashes, n_slashes, row_begin, row_end,
-      [&](int32_t b, int32_t e) { pairs += RunPairs(b, e, row_begin, row_end); },
-      [&](int32_t c) { pairs += row_end - (c > row_begin ? c : row_begin); });
+  int32_t carry = 0;  // the largest end so far (0: none; every start is >= 0)
+  for (int32_t base = 0; base < n_slashes; base += 32) {
+    const int32_t i = base + lane;
+    const int32_t o = i < n_slashes ? slashes[n_slashes - 1 - i] : row_end;  // past: empty
+    const int32_t e = row_end - o;
+    const int32_t b = row_begin - o > 0 ? row_begin - o : 0;
+    // The largest end of the lanes before this one (and of the steps before): a max-scan.
+    int32_t upto = e > 0 ? e : 0;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int32_t other = __shfl_up_sync(0xffffffffu, upto, d);
+      if (lane >= d && other > upto) upto = other;
+    }
+    int32_t before = __shfl_up_sync(0xffffffffu, upto, 1);
+    if (lane == 0) before = 0;
+    if (carry > before) before = carry;
+    const int32_t lo = b > before ? b : before;
+    if (e > lo) pairs += RunPairs(lo, e, row_begin, row_end);
+    const int32_t last = __shfl_sync(0xffffffffu, upto, 31);
+    if (last > carry) carry = last;
+  }
+  for (int32_t base = 0; base < n_columns; base += 32) {
+    const int32_t i = base + lane;
+    const int32_t c = i < n_columns ? columns[i] : row_end;
+    if (c < row_end && (i == 0 || columns[i - 1] != c) &&
+        !InSlashRun(slashes, n_slashes, row_begin, row_end, c)) {
+      pairs += row_end - (c > row_begin ? c : row_begin);
+    }
+    if (__any_sync(0xffffffffu, c >= row_end)) break;  // ascending: the rest lie past the block
+  }
   return pairs;
 }
 

@@ -34,6 +34,7 @@ constexpr int kTile = kBlockRows;  // keys per estimation tile = rows per query 
 constexpr int kEstimateThreads = 256;
 constexpr int kSelectThreads = 1024;
 constexpr int kFinishThreads = 256;
+constexpr int kPairsThreads = 1024;  // FinishKernel: 32 warps, a query block each at a time
 static_assert(minference::kEstimateRows == kTile, "the estimation tile holds the last rows");
 
 struct HeadInfo {
@@ -373,7 +374,7 @@ __global__ void __launch_bounds__(kSelectThreads)
 }
 
 // Grid (1, head, sequence): the head's visible pairs, the dense switch, header and stats.
-__global__ void __launch_bounds__(kFinishThreads)
+__global__ void __launch_bounds__(kPairsThreads)
     FinishKernel(const __grid_constant__ MInferenceIndexParams p) {
   __shared__ unsigned long long total;
   const MInferenceSeqInfo seq = p.seqs[blockIdx.z];
@@ -399,9 +400,12 @@ __global__ void __launch_bounds__(kFinishThreads)
   } else if (info.kind == HeadPatternKind::kVerticalSlash) {
     a = MInferenceColumns(info.v, kv_len);
     b = MInferenceSlashes(info.s, kv_len);
-    for (int32_t qb = threadIdx.x; qb < seq.num_query_blocks; qb += blockDim.x) {
+    // A warp per query block: a thread walking a block's whole cover (thousands of dependent
+    // steps, 2-8 blocks a thread) made this kernel most of a planted index's build.
+    const int lane = threadIdx.x % 32;
+    for (int32_t qb = threadIdx.x / 32; qb < seq.num_query_blocks; qb += blockDim.x / 32) {
       const int32_t rb = first + qb * kBlockRows, re = min(rb + kBlockRows, last);
-      pairs += VsBlockPairsStreamed(body, a, body + seq.cap_columns, b, rb, re);
+      pairs += WarpVsBlockPairs(body, a, body + seq.cap_columns, b, rb, re, lane);
     }
   } else {  // block-sparse
     a = MInferenceBlocks(info.v, kv_len);
@@ -473,7 +477,7 @@ cudaError_t LaunchMInferenceIndex(const MInferenceIndexParams& p, cudaStream_t s
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   SelectKernel<<<blocks, kSelectThreads, select_smem, stream>>>(p);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  FinishKernel<<<heads, kFinishThreads, 0, stream>>>(p);
+  FinishKernel<<<heads, kPairsThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
