@@ -307,6 +307,13 @@ TEST_F(CudaMInferenceTest, PlantedInputsGiveTheCpuIndexAndOutputs) {
   }
 }
 
+// More query blocks than the pair count's CTA has warps (35 for 32: some warps count two), more
+// slash offsets and columns than a warp has lanes: the pairs and the dense switch stay exact.
+TEST_F(CudaMInferenceTest, ManyQueryBlocksCountedExactly) {
+  const std::vector<SeqSpec> seqs = {{2200, 2600}, {1, 300, false}};
+  RunMinfCase(*this, cpu_, *gpu_, MinfCase{64, 8, 2, 64, seqs, Uniform(kVs, 8), "vs", true}, rng_);
+}
+
 TEST_F(CudaMInferenceTest, RandomInputsEveryPatternHeadDimAndBatch) {
   const std::vector<std::vector<SeqSpec>> batches = {
       {{130, 130}},                                      // prefix 0, q_len not a multiple of 64
