@@ -50,12 +50,17 @@ __device__ __forceinline__ void GrowRegisters() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
 }
 // Registers a thread of a consumer holds when the producer's hold `producer` (56 do for TMA
-// copies; a gathering, key-packing producer needs more): with `consumers` consumer warpgroups and
-// one producer warpgroup per CTA, one CTA per SM, each SM sub-partition (16 K registers) runs one
-// producer warp and `consumers` consumer warps.
+// copies; a gathering, key-packing producer needs more), with `consumers` consumer warpgroups and
+// one producer warpgroup per CTA, one CTA per SM. setmaxnreg.inc only takes registers the CTA's
+// warps gave back, so the warpgroups share what the CTA was launched with — every thread starts
+// at 64 K / threads rounded down to 8 (168 for 384 threads: 504 per producer-and-consumers
+// slice, not the SM's 512) — and asking for more blocks the consumers for ever.
 __host__ __device__ constexpr int ConsumerRegisters(int consumers, int producer) {
-  return ((16384 / 32 - producer) / consumers) / 8 * 8;
+  const int threads = (consumers + 1) * 128;
+  const int at_launch = 65536 / threads / 8 * 8;
+  return ((consumers + 1) * at_launch - producer) / consumers / 8 * 8;
 }
+static_assert(ConsumerRegisters(2, 56) == 224 && ConsumerRegisters(2, 96) == 200);
 
 // Shared memory of a CTA with kConsumers Q tiles and kStreams streams (1: the consumers share
 // one; kConsumers: one each) of kStages K and V slots of head_dim D, from a 1024-byte aligned

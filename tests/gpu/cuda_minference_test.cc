@@ -266,7 +266,11 @@ void RunMinfCase(CudaTest& t, kernels::Backend& cpu, kernels::Backend& gpu, cons
     for (int j = 0; j < 2; ++j) {
       const double g = gpu_stats.data<float>()[2 * i + j];
       const double r = cpu_ws.sparse_stats.data<float>()[2 * i + j];
-      EXPECT_NEAR(g, r, (exact || j == 1 ? 1e-5 : 3e-2) * std::max(1.0, r))
+      // Integer sums below 2^24 are exact in f32, whatever the order of the device's additions.
+      const double tolerance = (exact || j == 1) && r < (1 << 24) ? 0.5
+                               : exact || j == 1                  ? 1e-5 * r
+                                                                  : 3e-2 * std::max(1.0, r);
+      EXPECT_NEAR(g, r, tolerance)
           << "stats of sequence " << i << (j == 0 ? " (pairs)" : " (causal)");
     }
   }
@@ -308,9 +312,10 @@ TEST_F(CudaMInferenceTest, PlantedInputsGiveTheCpuIndexAndOutputs) {
 }
 
 // More query blocks than the pair count's CTA has warps (35 for 32: some warps count two), more
-// slash offsets and columns than a warp has lanes: the pairs and the dense switch stay exact.
+// slash offsets and columns than a warp has lanes, and (no prefix) blocks that offsets and columns
+// lie past: the pairs and the dense switch stay exact.
 TEST_F(CudaMInferenceTest, ManyQueryBlocksCountedExactly) {
-  const std::vector<SeqSpec> seqs = {{2200, 2600}, {1, 300, false}};
+  const std::vector<SeqSpec> seqs = {{2200, 2600}, {2200, 2200}};
   RunMinfCase(*this, cpu_, *gpu_, MinfCase{64, 8, 2, 64, seqs, Uniform(kVs, 8), "vs", true}, rng_);
 }
 
