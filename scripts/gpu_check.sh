@@ -85,9 +85,9 @@ has sanitizer && run sanitizer compute-sanitizer --tool memcheck --error-exitcod
 # `tests` covers them), and memcheck (with `sanitizer` too).
 has prefill_ws && run prefill_ws_tests env SPARSESERVE_PREFILL_ATTENTION=kernel cuda_backend_test \
   --gtest_filter='*AttentionPrefill*:*AttentionLong*:*MInference*:*AttentionSplitKv*:*PlansPick*'
-# ... and MInference's aligned-block tiles copied by TMA (SPARSESERVE_PREFILL_WS_ALIGNED).
-has prefill_ws && run prefill_ws_aligned env SPARSESERVE_PREFILL_ATTENTION=kernel \
-  SPARSESERVE_PREFILL_WS_ALIGNED=1 cuda_backend_test --gtest_filter='*MInference*'
+# ... and MInference's long ranges packed and gathered instead of copied as aligned blocks by TMA.
+has prefill_ws && run prefill_ws_packed env SPARSESERVE_PREFILL_ATTENTION=kernel \
+  SPARSESERVE_PREFILL_WS_ALIGNED=0 cuda_backend_test --gtest_filter='*MInference*'
 if has sanitizer || has prefill_ws; then
   run sanitizer_prefill_ws env SPARSESERVE_PREFILL_ATTENTION=kernel \
     compute-sanitizer --tool memcheck --error-exitcode 1 cuda_backend_test \
@@ -289,8 +289,8 @@ if has sparse_prefill; then
     --out "$out/sparse_prefill.json"
   run sparse_prefill_nows env SPARSESERVE_PREFILL_WS=0 python3 bench/cuda/sparse_prefill_bench.py \
     --lib "$lib" --out "$out/sparse_prefill_nows.json"
-  run sparse_prefill_aligned env SPARSESERVE_PREFILL_WS_ALIGNED=1 python3 \
-    bench/cuda/sparse_prefill_bench.py --lib "$lib" --out "$out/sparse_prefill_aligned.json"
+  run sparse_prefill_packed env SPARSESERVE_PREFILL_WS_ALIGNED=0 python3 \
+    bench/cuda/sparse_prefill_bench.py --lib "$lib" --out "$out/sparse_prefill_packed.json"
 fi
 has attention && [ -f bench/cuda/attention_bench.py ] &&
   run attention_mma_sync env SPARSESERVE_PREFILL_ATTENTION=kernel SPARSESERVE_PREFILL_MMA=sync python3 bench/cuda/attention_bench.py \

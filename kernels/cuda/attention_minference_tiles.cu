@@ -364,10 +364,17 @@ __global__ void __launch_bounds__(prefill_ws::Layout<D, 2, 2, kStages>::kThreads
       int32_t* keys = st.keys(ring.slot);
       if (sptid < 32) {  // the packer's warp-uniform state lives in the stream's first warp
         const int n = dense ? 0 : packer.Fill(keys, lane);
-        if (lane == 0) *st.header(ring.slot) = make_int2(packer.tile_block, n);
+        int lo = 0, hi = -1;  // the tile's smallest and largest key (-1 where it has masked rows)
+        if (n > 0) {
+          __syncwarp();
+          const int k0 = keys[lane], k1 = keys[lane + 32];
+          lo = __reduce_min_sync(0xffffffffu, min(k0, k1));
+          hi = __reduce_max_sync(0xffffffffu, max(k0, k1));
+        }
+        if (lane == 0) *st.header(ring.slot) = make_int4(packer.tile_block, n, lo, hi);
       }
       NamedBarrierSync(prefill_ws::kProducerBarrier + stream, kCopiers);
-      const int2 header = *st.header(ring.slot);
+      const int4 header = *st.header(ring.slot);
       if (header.y == 0) {
         if (sptid == 0) MbarrierArrive(st.full_k(ring.slot));
         break;
@@ -426,7 +433,7 @@ cudaError_t LaunchWs(const bf16_t* q, const bf16_t* kv_layer, const MInferenceSe
   });
   if (attr != cudaSuccess) return attr;
   const dim3 grid(num_tiles, (dims.heads + 1) / 2);
-  static const bool aligned_tiles = PrefillWsOption("SPARSESERVE_PREFILL_WS_ALIGNED", false);
+  static const bool aligned_tiles = PrefillWsOption("SPARSESERVE_PREFILL_WS_ALIGNED", true);
   const prefill_ws::KvTensorMap map = prefill_ws::KvTensorMapOf(kv_layer, dims);
   MInferenceWsKernel<D, kStages><<<grid, L::kThreads, L::kBytes, stream>>>(
       reinterpret_cast<const __nv_bfloat16*>(q), reinterpret_cast<const __nv_bfloat16*>(kv_layer),

@@ -345,8 +345,8 @@ TEST_F(CudaMInferenceTest, RandomInputsEveryPatternHeadDimAndBatch) {
 
 // Odd head counts and GQA groups: the warp-specialised kernel's CTAs take two heads (a stream
 // each), so the last CTA of 7 heads has one head and no second, and pairs of a group of 3 straddle
-// two KV heads. A wide A-shape window (600 keys, 70 sinks) is one long range: with
-// SPARSESERVE_PREFILL_WS_ALIGNED its tiles are aligned blocks with the keys outside masked.
+// two KV heads. A wide A-shape window (600 keys, 70 sinks) is one long range: its tiles are
+// aligned blocks with the keys outside masked (packed under SPARSESERVE_PREFILL_WS_ALIGNED=0).
 TEST_F(CudaMInferenceTest, OddHeadCountsAndGroups) {
   const HeadPattern wide_ashape{HeadPatternKind::kAShape, 70, 600};
   const std::vector<std::vector<SeqSpec>> batches = {
