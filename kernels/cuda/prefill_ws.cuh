@@ -149,9 +149,10 @@ struct RingSlot {
 // among them) gathers into a swizzled tile: four threads share a row, each copying every fourth
 // 16-byte chunk of it (a warp's copy reads whole 32-byte sectors of eight rows). Resolve finds the
 // thread's rows through the key list and the block table once, their reads in flight together;
-// Copy then queues the keys' or the values' copy from those addresses — the K and V of a tile cost
-// one lookup, not one each (the gather's dependent reads are what bound a sparse stream's
-// producer).
+// Copy then queues the keys' or the values' copy from those addresses: a MInference stream's
+// producer thread looks up four rows for a tile's K and V, where one chunk of every fourth row had
+// cost it sixteen lookups for each (its sparse tiles 1.5-1.6x faster, bench/RESULTS.md, session
+// 32).
 template <int D, int kCopiers>
 struct TileRows {
   static constexpr int kThreadsPerRow = 4;
