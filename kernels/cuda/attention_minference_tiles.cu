@@ -364,10 +364,17 @@ __global__ void __launch_bounds__(prefill_ws::Layout<D, 2, 2, kStages>::kThreads
       int32_t* keys = st.keys(ring.slot);
       if (sptid < 32) {  // the packer's warp-uniform state lives in the stream's first warp
         const int n = dense ? 0 : packer.Fill(keys, lane);
-        if (lane == 0) *st.header(ring.slot) = make_int2(packer.tile_block, n);
+        int lo = 0, hi = -1;  // the tile's smallest and largest key (lo -1 where rows are masked)
+        if (n > 0) {
+          __syncwarp();
+          const int k0 = keys[lane], k1 = keys[lane + 32];
+          lo = __reduce_min_sync(0xffffffffu, min(k0, k1));
+          hi = __reduce_max_sync(0xffffffffu, max(k0, k1));
+        }
+        if (lane == 0) *st.header(ring.slot) = make_int4(packer.tile_block, n, lo, hi);
       }
       NamedBarrierSync(prefill_ws::kProducerBarrier + stream, kCopiers);
-      const int2 header = *st.header(ring.slot);
+      const int4 header = *st.header(ring.slot);
       if (header.y == 0) {
         if (sptid == 0) MbarrierArrive(st.full_k(ring.slot));
         break;

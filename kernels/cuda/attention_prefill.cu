@@ -333,7 +333,10 @@ __global__ void __launch_bounds__(prefill_ws::Layout<D, 2, 1, kStages>::kThreads
         }
       };
       MbarrierWait(st.empty_k(ring.slot), ring.empty_parity);
-      if (ptid == 0) *st.header(ring.slot) = make_int2(first_key, min(kKeys, kv_end - first_key));
+      if (ptid == 0) {
+        const int count = min(kKeys, kv_end - first_key);
+        *st.header(ring.slot) = make_int4(first_key, count, first_key, first_key + count - 1);
+      }
       load(st.k(ring.slot), st.full_k(ring.slot), false);
       MbarrierWait(st.empty_v(ring.slot), ring.empty_parity);
       load(st.v(ring.slot), st.full_v(ring.slot), true);
@@ -341,7 +344,7 @@ __global__ void __launch_bounds__(prefill_ws::Layout<D, 2, 1, kStages>::kThreads
     const prefill_ws::RingSlot<kStages> end(t);
     MbarrierWait(st.empty_k(end.slot), end.empty_parity);
     if (ptid == 0) {
-      *st.header(end.slot) = make_int2(0, 0);
+      *st.header(end.slot) = make_int4(0, 0, 0, 0);
       MbarrierArrive(st.full_k(end.slot));
     }
     // No wait: every gather completes a full barrier some consumer waits on before the CTA ends.

@@ -101,7 +101,7 @@ __device__ __forceinline__ bool InSlashRun(const int32_t* slashes, int32_t n_sla
 // VsBlockPairs of one query block by the 32 lanes of a warp (lane: 0..31), each lane's share
 // returned to it (their sum is the block's pairs). Walked back, the offsets give intervals
 // [max(row_begin - o, 0), row_end - o) whose starts and ends both ascend, so their union is the
-// disjoint pieces [max(b_i, largest end before i), e_i) — a running maximum, 32 offsets a step —
+// disjoint pieces [max(b_i, largest end before i), e_i) — the previous end, 32 offsets a step —
 // and a key's pairs (row_end - max(k, row_begin)) add over pieces as over merged runs. Columns
 // count where no run holds them (InSlashRun), once each. Walking the cover as a stream
 // (ForEachVsCover) takes n_slashes + n_columns dependent steps per block; this, 1/32 of them.
@@ -115,19 +115,14 @@ __device__ __forceinline__ int64_t WarpVsBlockPairs(const int32_t* columns, int3
     const int32_t o = i < n_slashes ? slashes[n_slashes - 1 - i] : row_end;  // past: empty
     const int32_t e = row_end - o;
     const int32_t b = row_begin - o > 0 ? row_begin - o : 0;
-    // The largest end of the lanes before this one (and of the steps before): a max-scan.
-    int32_t upto = e > 0 ? e : 0;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int32_t other = __shfl_up_sync(0xffffffffu, upto, d);
-      if (lane >= d && other > upto) upto = other;
-    }
-    int32_t before = __shfl_up_sync(0xffffffffu, upto, 1);
-    if (lane == 0) before = 0;
-    if (carry > before) before = carry;
+    // The ends ascend along the walk (those <= 0, the largest offsets, come first), so the largest
+    // end before this lane is the previous lane's, or the previous step's last.
+    const int32_t end = e > 0 ? e : 0;
+    int32_t before = __shfl_up_sync(0xffffffffu, end, 1);
+    if (lane == 0 || carry > before) before = carry;
     const int32_t lo = b > before ? b : before;
     if (e > lo) pairs += RunPairs(lo, e, row_begin, row_end);
-    const int32_t last = __shfl_sync(0xffffffffu, upto, 31);
+    const int32_t last = __shfl_sync(0xffffffffu, end, 31);  // 0 only on the final step
     if (last > carry) carry = last;
   }
   for (int32_t base = 0; base < n_columns; base += 32) {

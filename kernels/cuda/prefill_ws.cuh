@@ -9,9 +9,10 @@
 // tile t runs while P V still does.
 //
 // The stream of tiles is the producer's to decide; each K stage carries a header {first key of a
-// contiguous 64-key tile (copied by TMA when whole), or -1; key count, 0 = end of the stream}, so
-// the consumers need not know how many tiles there are. A list stream (a sparse method's) also
-// lists each tile's keys in the stage (-1 for a row to mask), which its consumers read. Several
+// contiguous 64-key tile (copied by TMA when whole), or -1; key count, 0 = end of the stream;
+// smallest and largest key}, so the consumers need not know how many tiles there are. A list
+// stream (a sparse method's) also lists each tile's keys in the stage (-1 for a row to mask),
+// which its consumers read only for tiles the header does not show wholly visible. Several
 // consumers may share one stream (the query heads of one KV head: every tile is copied once for all
 // of them).
 //
@@ -75,7 +76,7 @@ struct Layout {
   static constexpr int kV = kK + kSlots * kTile;
   static constexpr int kBarriers = kV + kSlots * kTile;
   static constexpr int kHeaders = kBarriers + 4 * kSlots * 8;
-  static constexpr int kKeyLists = kHeaders + kSlots * 8;
+  static constexpr int kKeyLists = kHeaders + kSlots * 16;
   static constexpr int kEnd = kKeyLists + kSlots * kKeys * 4;
   static constexpr size_t kBytes = kEnd + wgmma_tile::kAlign;  // + the base's alignment
   static_assert(kBytes <= 227 * 1024, "more shared memory than a CTA may have");
@@ -112,9 +113,10 @@ struct Stages {
   __device__ __forceinline__ uint64_t* full_v(int s) const { return barrier(1, s); }
   __device__ __forceinline__ uint64_t* empty_k(int s) const { return barrier(2, s); }
   __device__ __forceinline__ uint64_t* empty_v(int s) const { return barrier(3, s); }
-  // {first key of a contiguous tile, or -1; key count, 0 = end of stream} (see the top)
-  __device__ __forceinline__ int2* header(int s) const {
-    return reinterpret_cast<int2*>(base + L::kHeaders) + slot(s);
+  // {first key of a contiguous tile, or -1; key count, 0 = end of stream; smallest key; largest
+  // key} (see the top)
+  __device__ __forceinline__ int4* header(int s) const {
+    return reinterpret_cast<int4*>(base + L::kHeaders) + slot(s);
   }
   __device__ __forceinline__ int32_t* keys(int s) const {
     return reinterpret_cast<int32_t*>(base + L::kKeyLists) + slot(s) * kKeys;
@@ -337,8 +339,16 @@ __device__ __forceinline__ void ConsumeTiles(const St& st, int c, unsigned char*
   const int warp_first_pos = r.first_pos + warp * 16;
   // The causal bound (and the stage's keys) on a tile of scores.
   auto mask = [&](float(&s)[8][4], int slot) {
-    const int2 h = *st.header(slot);
+    const int4 h = *st.header(slot);
     if constexpr (kList) {
+      // A full tile whose keys every row of the warp sees (causal; A-shape: all sinks, or all
+      // within the last row's window) needs no per-score test: most tiles of a long range or of
+      // far columns (the test was over a third of a consumer's instructions).
+      const int warp_last_pos = warp_first_pos + 15;
+      if (h.y == kKeys && h.w <= warp_first_pos &&
+          (!r.ashape || h.w < r.sinks || h.z > warp_last_pos - r.window)) {
+        return;
+      }
       const int32_t* keys = st.keys(slot);
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
