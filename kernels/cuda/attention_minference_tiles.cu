@@ -313,8 +313,7 @@ __global__ void __launch_bounds__(prefill_ws::Layout<D, 2, 2, kStages>::kThreads
                        const MInferenceSeqInfo* seqs, const int32_t* block_tables,
                        const int2* tiles, const int32_t* index, AttentionDims dims,
                        __nv_bfloat16* __restrict__ out,
-                       const __grid_constant__ prefill_ws::KvTensorMap kv_map, bool aligned_tiles,
-                       bool take_turns) {
+                       const __grid_constant__ prefill_ws::KvTensorMap kv_map, bool aligned_tiles) {
   using St = prefill_ws::Stages<D, 2, 2, kStages>;
   constexpr int kCopiers = St::L::kCopiers;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -333,9 +332,10 @@ __global__ void __launch_bounds__(prefill_ws::Layout<D, 2, 2, kStages>::kThreads
                                 index[seq.index_offset + int64_t{h} * seq.words_per_head])
                           : HeadPatternKind::kDense;
   };
-  const bool first_dense = kind_of(blockIdx.y * 2) == HeadPatternKind::kDense;
-  const bool second_dense = kind_of(blockIdx.y * 2 + 1) == HeadPatternKind::kDense;
-  if (first_dense && second_dense) return;
+  if (kind_of(blockIdx.y * 2) == HeadPatternKind::kDense &&
+      kind_of(blockIdx.y * 2 + 1) == HeadPatternKind::kDense) {
+    return;
+  }
   const HeadPatternKind kind = kind_of(head);
   const int32_t* area = index + seq.index_offset + int64_t{head} * seq.words_per_head;
   const int q0 = tile.y;
@@ -411,10 +411,8 @@ __global__ void __launch_bounds__(prefill_ws::Layout<D, 2, 2, kStages>::kThreads
   prefill_ws::ConsumerRows mine{q,         seq.q_begin + q0, rows,    dims.heads, head,
                                 first_pos, ashape,           area[1], area[2]};
   prefill_ws::ConsumerState<D> state;
-  // Turns only when both heads have a stream (a consumer that left could not hand them back).
-  prefill_ws::UnevenTurns turns{take_turns && !first_dense && !second_dense, role, st.turn_words()};
-  prefill_ws::ConsumeTiles<D, true>(st, role, st.q(role), mine, dims.scale * kLog2e, true, turns,
-                                    state);
+  prefill_ws::ConsumeTiles<D, true>(st, role, st.q(role), mine, dims.scale * kLog2e, true,
+                                    prefill_ws::ProductTurns{false, role}, state);
   // A block with no key at all (cannot happen with the forced lines, but stays safe) stores zeros.
   StoreRows<D>(out, state.o, state.row_sum, seq.q_begin + q0, rows, dims.heads, head,
                (threadIdx.x / 32) % 4, threadIdx.x % 32);
@@ -436,12 +434,11 @@ cudaError_t LaunchWs(const bf16_t* q, const bf16_t* kv_layer, const MInferenceSe
   if (attr != cudaSuccess) return attr;
   const dim3 grid(num_tiles, (dims.heads + 1) / 2);
   static const bool aligned_tiles = PrefillWsOption("SPARSESERVE_PREFILL_WS_ALIGNED", true);
-  static const bool take_turns = PrefillWsOption("SPARSESERVE_MINFERENCE_WS_TURNS", false);
   const prefill_ws::KvTensorMap map = prefill_ws::KvTensorMapOf(kv_layer, dims);
   MInferenceWsKernel<D, kStages><<<grid, L::kThreads, L::kBytes, stream>>>(
       reinterpret_cast<const __nv_bfloat16*>(q), reinterpret_cast<const __nv_bfloat16*>(kv_layer),
       seqs, block_tables, tiles, index, dims, reinterpret_cast<__nv_bfloat16*>(out), map,
-      aligned_tiles, take_turns);
+      aligned_tiles);
   return cudaGetLastError();
 }
 

@@ -77,8 +77,7 @@ struct Layout {
   static constexpr int kBarriers = kV + kSlots * kTile;
   static constexpr int kHeaders = kBarriers + 4 * kSlots * 8;
   static constexpr int kKeyLists = kHeaders + kSlots * 16;
-  static constexpr int kTurnWords = kKeyLists + kSlots * kKeys * 4;  // UnevenTurns' four words
-  static constexpr int kEnd = kTurnWords + 16;
+  static constexpr int kEnd = kKeyLists + kSlots * kKeys * 4;
   static constexpr size_t kBytes = kEnd + wgmma_tile::kAlign;  // + the base's alignment
   static_assert(kBytes <= 227 * 1024, "more shared memory than a CTA may have");
   static constexpr int kThreads = kConsumers * kConsumerThreads + kProducerThreads;
@@ -122,9 +121,6 @@ struct Stages {
   __device__ __forceinline__ int32_t* keys(int s) const {
     return reinterpret_cast<int32_t*>(base + L::kKeyLists) + slot(s) * kKeys;
   }
-  __device__ __forceinline__ volatile int* turn_words() const {
-    return reinterpret_cast<volatile int*>(base + L::kTurnWords);
-  }
 
   // By one thread, before the CTA barrier that starts the kernel's work, for every stream: a full
   // barrier completes on one arrival (plus a TMA's bytes), an empty one on one arrival per
@@ -136,7 +132,6 @@ struct Stages {
     for (int b = 2 * L::kSlots; b < 4 * L::kSlots; ++b) {
       MbarrierInit(reinterpret_cast<uint64_t*>(base + L::kBarriers) + b, L::kReleasers);
     }
-    for (int w = 0; w < 4; ++w) turn_words()[w] = -1;
     FenceMbarrierInit();
   }
 };
@@ -280,7 +275,6 @@ struct ConsumerState {
 // lone consumer, or when one of the two only drains the stream. REQUIRES (on): both consumers
 // drain the same stream of at least one tile (an empty one would leave Start's arrival behind).
 struct ProductTurns {
-  static constexpr bool kUneven = false;
   bool on;
   int c;
   // Consumer 1 lets consumer 0 go first.
@@ -295,69 +289,8 @@ struct ProductTurns {
   }
   // After the last turn: consumer 0's hand-over balances consumer 1's Start; consumer 1's would
   // be one arrival too many.
-  __device__ __forceinline__ void Finish() const {
+  __device__ __forceinline__ void PassLast() const {
     if (c == 0) Pass();
-  }
-};
-
-// ProductTurns for two consumers draining streams of different lengths (a MInference CTA's two
-// heads): the one that runs out first keeps handing the turn straight back until the other runs
-// out too, and neither leaves an arrival behind. Each side counts its arrivals at the other's
-// barrier (Start's included); on running out it writes how many it had made (done_at), and on
-// leaving for good the number of its last one (exit_at), each before its next arrival. After
-// taking its k-th turn a consumer reads the other's words: if the arrival it took came after a
-// word was written, the barrier shows the word to every thread of its warpgroup; if before, a
-// thread sees -1 or a count >= k. Both readings give the same decision, so the warpgroup stays
-// uniform. `words`: done_at[2], exit_at[2], -1 until written (Stages::Init).
-struct UnevenTurns {
-  static constexpr bool kUneven = true;
-  bool on;
-  int c;
-  volatile int* words;
-  int arrivals = 0;  // this consumer's arrivals at the other's barrier
-  int takes = 0;     // its turns taken: the other's arrivals it has consumed
-
-  __device__ __forceinline__ void Start() {
-    if (on && c == 1) Arrive();
-  }
-  __device__ __forceinline__ void Take() {
-    if (!on) return;
-    NamedBarrierSync(3 + c, 2 * kConsumerThreads);
-    ++takes;
-  }
-  __device__ __forceinline__ void Pass() {
-    if (on) Arrive();
-  }
-  // After the consumer's last product, holding the turn (its last Take): hands the turn back and
-  // forth until the other has run out as well, then leaves.
-  __device__ __forceinline__ void Finish() {
-    if (!on) return;
-    Write(c, arrivals);  // done_at
-    const int other = c ^ 1;
-    for (;;) {
-      if (words[2 + other] == takes) return;  // took the other's last arrival: it has left
-      const int done_at = words[other];
-      if (done_at >= 0 && takes > done_at) {  // the other ran out before handing this turn
-        Write(2 + c, arrivals + 1);           // exit_at: the arrival below
-        Arrive();
-        return;
-      }
-      Arrive();
-      Take();
-    }
-  }
-
- private:
-  __device__ __forceinline__ void Arrive() {
-    NamedBarrierArrive(3 + (c ^ 1), 2 * kConsumerThreads);
-    ++arrivals;
-  }
-  // By one thread, ordered before its (and so the warpgroup's) next arrival.
-  __device__ __forceinline__ void Write(int word, int value) {
-    if (threadIdx.x % kConsumerThreads == 0) {
-      words[word] = value;
-      __threadfence_block();
-    }
   }
 };
 
@@ -365,10 +298,10 @@ struct UnevenTurns {
 // `q_tile`: loads Q, then per tile the scores, the causal bound (and with kList the stage's key
 // list and A-shape's rule), the online softmax and P V, releasing each stage as soon as it is
 // read. An inactive consumer (a head another kernel computes) only releases the stages.
-template <int D, bool kList, class St, class Turns>
+template <int D, bool kList, class St>
 __device__ __forceinline__ void ConsumeTiles(const St& st, int c, unsigned char* q_tile,
                                              const ConsumerRows& r, float scale_log2, bool active,
-                                             Turns& turns, ConsumerState<D>& state) {
+                                             const ProductTurns& turns, ConsumerState<D>& state) {
   using prefill_tile::ScoreKey;
   constexpr int kStages = St::kNumStages;
   const int tid = threadIdx.x % kConsumerThreads;
@@ -445,13 +378,7 @@ __device__ __forceinline__ void ConsumeTiles(const St& st, int c, unsigned char*
   {
     const RingSlot<kStages> ring(0);
     MbarrierWait(st.full_k(0), ring.full_parity);
-    if (st.header(0)->y == 0) {
-      if constexpr (Turns::kUneven) {  // the other may still need turns
-        turns.Take();
-        turns.Finish();
-      }
-      return;
-    }
+    if (st.header(0)->y == 0) return;
     wgmma_tile::FenceForTensorCores();  // gathered rows, ordered for the tensor cores
     turns.Take();
     wgmma_tile::IssueScores<D>(s, q_tile, st.k(0));
@@ -497,7 +424,7 @@ __device__ __forceinline__ void ConsumeTiles(const St& st, int c, unsigned char*
   turns.Take();
   wgmma_tile::IssuePv<D>(state.o, p, st.v(prev.slot));
   wgmma_tile::WgmmaCommit();
-  turns.Finish();
+  turns.PassLast();
   wgmma_tile::WgmmaWait<0>();
   wgmma_tile::FenceAccumulators(state.o);
   wgmma_tile::FenceFragments(p);
