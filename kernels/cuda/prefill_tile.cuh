@@ -108,7 +108,13 @@ __device__ __forceinline__ float Exp2(float x) {
 // max (raw units) of the thread's two rows, rescales their sums, turns s into probabilities
 // 2^(s·scale_log2 - max·scale_log2) (the scaling folded into one FFMA per score) and returns the
 // factor each row's output accumulator must be multiplied by (RescaleRows), 1 when its max held.
-template <int kTileKeys = kKeys>
+// With kLazyMax the running max is only a reference: it is raised only when a tile's max exceeds
+// it by more than 2^kLazyMaxLog2 in probability (FlashAttention-4's conditional rescaling), so
+// probabilities stay <= 2^8 — exact in fp32 sums and bf16 products alike, the output divided by a
+// sum of the same reference — and most tiles skip RescaleRows (the warp-specialised kernels
+// rescaled on 18% (dense) and 48% (A-shape) of their tiles, ncu, bench/RESULTS.md).
+constexpr float kLazyMaxLog2 = 8.0f;
+template <int kTileKeys = kKeys, bool kLazyMax = false>
 __device__ __forceinline__ void SoftmaxScores(float (&s)[kTileKeys / 8][4], float (&row_max)[2],
                                               float (&row_sum)[2], float scale_log2,
                                               float (&correction)[2]) {
@@ -122,7 +128,9 @@ __device__ __forceinline__ void SoftmaxScores(float (&s)[kTileKeys / 8][4], floa
   for (int h = 0; h < 2; ++h) {
     tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
     tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
-    const float new_max = fmaxf(row_max[h], tile_max[h]);
+    float new_max = fmaxf(row_max[h], tile_max[h]);
+    // (-inf - -inf is NaN: a row with no key so far keeps -inf either way.)
+    if (kLazyMax && !((new_max - row_max[h]) * scale_log2 > kLazyMaxLog2)) new_max = row_max[h];
     // A row whose keys are all masked so far keeps max -inf; use 0 so exp2 gives 0, not NaN.
     const float safe_max = new_max == -INFINITY ? 0.0f : new_max;
     correction[h] = new_max == row_max[h] ? 1.0f : Exp2((row_max[h] - safe_max) * scale_log2);

@@ -388,7 +388,8 @@ __device__ __forceinline__ void ConsumeTiles(const St& st, int c, unsigned char*
     wgmma_tile::FenceAccumulators(s);
     mask(s, 0);
     release(st.empty_k(0));
-    prefill_tile::SoftmaxScores(s, state.row_max, state.row_sum, scale_log2, correction);
+    prefill_tile::SoftmaxScores<kKeys, true>(s, state.row_max, state.row_sum, scale_log2,
+                                             correction);
     wgmma_tile::PackProbabilities(p, s);
   }
   state.any_keys = true;
@@ -410,7 +411,8 @@ __device__ __forceinline__ void ConsumeTiles(const St& st, int c, unsigned char*
     wgmma_tile::FenceAccumulators(s);
     mask(s, ring.slot);
     release(st.empty_k(ring.slot));
-    prefill_tile::SoftmaxScores(s, state.row_max, state.row_sum, scale_log2, correction);
+    prefill_tile::SoftmaxScores<kKeys, true>(s, state.row_max, state.row_sum, scale_log2,
+                                             correction);
     wgmma_tile::WgmmaWait<0>();
     wgmma_tile::FenceAccumulators(state.o);
     wgmma_tile::FenceFragments(p);
