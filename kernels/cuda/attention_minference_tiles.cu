@@ -6,8 +6,9 @@
 // A-shape's sinks and window. Keys are packed across run boundaries, so a tile is full except
 // the last; each key row is loaded through the block table (runs start anywhere), the next
 // tile's rows while this tile's products run (two K/V stages; warp 0 packs two tiles ahead). The
-// causal bound (and A-shape's rule) apply per score. Heads the dense switch fired for leave at
-// once: the dense prefill kernel runs them.
+// causal bound (and A-shape's rule) apply per score (the warp-specialised variant below skips the
+// test on full tiles every row of a warp sees). Heads the dense switch fired for leave at once:
+// the dense prefill kernel runs them.
 #include <cuda_bf16.h>
 
 #include <type_traits>
@@ -306,7 +307,8 @@ __global__ void __launch_bounds__(kThreads)
 // into tiles as above and writes each tile's keys into its stage's list; a tile that is one
 // aligned 64-key block (long ranges, block-sparse blocks: CoverPacker::aligned_blocks) is copied
 // by TMA, the others (short runs and columns, packed across their boundaries) gathered by both
-// warps.
+// warps. Each tile's header carries its smallest and largest key, so the consumers skip the
+// per-score test on full tiles every row of a warp sees (ConsumeTiles).
 constexpr int kProducerRegisters = 96;  // the cover packer's state and its rows' addresses
 
 template <int D, int kStages>

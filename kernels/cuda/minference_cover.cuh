@@ -122,7 +122,7 @@ __device__ __forceinline__ int64_t WarpVsBlockPairs(const int32_t* columns, int3
     if (lane == 0 || carry > before) before = carry;
     const int32_t lo = b > before ? b : before;
     if (e > lo) pairs += RunPairs(lo, e, row_begin, row_end);
-    const int32_t last = __shfl_sync(0xffffffffu, end, 31);  // 0 only on the final step
+    const int32_t last = __shfl_sync(0xffffffffu, end, 31);  // 0 when no lane's run has a key
     if (last > carry) carry = last;
   }
   for (int32_t base = 0; base < n_columns; base += 32) {

@@ -101,8 +101,9 @@ __device__ __forceinline__ const __nv_bfloat16* KeyRow(const MInferenceIndexPara
          int64_t{kv_head} * p.dims.head_dim;
 }
 
-// Shared memory of EstimateKernel: Q rows and K rows as f32 [64][head_dim + 1] (the +1 keeps a
-// warp's 32 keys in distinct banks), then the 64 x 64 logits [64][65].
+// Shared memory of EstimateKernel: Q rows and K rows as f32 [64][head_dim + 1] (the +1, an odd
+// stride for the head dims in use, keeps consecutive rows in distinct banks), then the 64 x 64
+// logits [64][65].
 size_t EstimateSmemBytes(int head_dim) {
   return (size_t{2} * kTile * (head_dim + 1) + size_t{kTile} * (kTile + 1)) * sizeof(float);
 }
@@ -178,10 +179,10 @@ __global__ void __launch_bounds__(kEstimateThreads)
   }
   __syncthreads();
   // Logits of row r (position first_pos + r) and key k0 + c; -inf past the causal bound. A
-  // thread computes 4 rows x 4 keys (keys 16 apart: a warp's key loads fall in distinct banks),
-  // 8 shared loads for 16 products where one logit a thread had taken 2 a product — the loads had
-  // bound the estimation (~3.6 ms a pass at 32K, 32 heads, H100, ncu, bench/RESULTS.md). Each dot
-  // product is still summed over d in order: the same bits as the CPU reference's.
+  // thread computes 4 rows x 4 keys (keys 16 apart; a warp's 16 consecutive first keys fall in
+  // distinct banks), 8 shared loads for 16 products where one logit a thread had taken 2 a
+  // product — the loads had bound the estimation (~3.6 ms a pass at 32K, 32 heads, H100, ncu,
+  // bench/RESULTS.md). Each dot product is still summed over d in order, as before.
   static_assert(kEstimateThreads * 16 == kTile * kTile, "a 4 x 4 block of logits a thread");
   {
     const int r0 = threadIdx.x / 16 * 4;

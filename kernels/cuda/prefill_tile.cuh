@@ -110,8 +110,9 @@ __device__ __forceinline__ float Exp2(float x) {
 // factor each row's output accumulator must be multiplied by (RescaleRows), 1 when its max held.
 // With kLazyMax the running max is only a reference: it is raised only when a tile's max exceeds
 // it by more than 2^kLazyMaxLog2 in probability (FlashAttention-4's conditional rescaling), so
-// probabilities stay <= 2^8 — exact in fp32 sums and bf16 products alike, the output divided by a
-// sum of the same reference — and most tiles skip RescaleRows (the warp-specialised kernels
+// probabilities stay <= 2^8 (up to rounding) and the output is divided by a sum of the same
+// reference: the same attention mathematically (not bit for bit the eager max's), no overflow in
+// fp32 sums or bf16 products — and most tiles skip RescaleRows (the warp-specialised kernels
 // rescaled on 18% (dense) and 48% (A-shape) of their tiles, ncu, bench/RESULTS.md).
 constexpr float kLazyMaxLog2 = 8.0f;
 template <int kTileKeys = kKeys, bool kLazyMax = false>
