@@ -24,6 +24,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/minference_cover.cuh"
 #include "kernels/cuda/per_device_once.cuh"
+#include "kernels/cuda/row_chunks.cuh"
 #include "kernels/minference_index.h"
 
 namespace sparseserve::kernels::cuda {
@@ -158,14 +159,11 @@ __global__ void __launch_bounds__(kEstimateThreads)
     if (src == nullptr) {
       for (int i = 0; i < per_load; ++i) out[i] = 0.0f;
     } else if (per_load == 8) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(src + chunk * 8);
-      const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+      float v[8];
+      const uint4 raw = *reinterpret_cast<const uint4*>(src + chunk * 8);  // one 16-byte load
+      UnpackBf16x8(raw, v);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 f = __bfloat1622float2(h[i]);
-        out[2 * i] = f.x;
-        out[2 * i + 1] = f.y;
-      }
+      for (int i = 0; i < 8; ++i) out[i] = v[i];
     } else {
       out[0] = __bfloat162float(src[chunk]);
     }
