@@ -343,9 +343,11 @@ __device__ __forceinline__ void ConsumeTiles(const St& st, int c, unsigned char*
     if constexpr (kList) {
       // A full tile whose keys every row of the warp sees (causal; A-shape: all sinks, or all
       // within the last row's window) needs no per-score test: most tiles of a long range or of
-      // far columns (the test was over a third of a consumer's instructions).
+      // far columns (the test was over a third of a consumer's instructions). The smallest key
+      // is checked too: a full tile has no -1 (masked) key with today's packer, but the skip
+      // should not depend on it.
       const int warp_last_pos = warp_first_pos + 15;
-      if (h.y == kKeys && h.w <= warp_first_pos &&
+      if (h.y == kKeys && h.z >= 0 && h.w <= warp_first_pos &&
           (!r.ashape || h.w < r.sinks || h.z > warp_last_pos - r.window)) {
         return;
       }
