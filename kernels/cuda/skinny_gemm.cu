@@ -12,7 +12,6 @@
 // norm kernel it replaced: bench/RESULTS.md, session 20.)
 #include <cuda_bf16.h>
 
-#include <algorithm>
 #include <cstdlib>
 
 #include "kernels/cuda/block_reduce.cuh"
@@ -36,7 +35,6 @@ struct KernelArgs {
   int64_t w_rows;
   void* out;  // kPlain: [n, w_rows]; kSwiGlu: bf16 [n, w_rows / 2]; kRopeKv: unused
   bool out_f32;
-  int64_t prefetch_chunks;  // per weight row, past the first loads: see PrefetchRowsToL2
   SkinnyRopeKv rope;
 };
 
@@ -93,29 +91,6 @@ __device__ __forceinline__ void StoreRopePair(const SkinnyRopeKv& p, int n, int 
   dst[i + half] = __float2bfloat16_rn(b);
 }
 
-// Asks L2 for chunks [first, first + count) of each of the block's weight rows (clipped to the
-// row), one bulk prefetch a row. Issued before the PDL wait: the kernel ahead (a norm, the decode
-// attention) is latency-bound and leaves DRAM idle, so the block's later weight loads find their
-// bytes in L2 instead of starting their DRAM round trips only after the wait.
-template <int kRows>
-__device__ __forceinline__ void PrefetchRowsToL2(const KernelArgs& a, const int64_t (&rows)[kRows],
-                                                 int64_t first) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const int64_t chunks = a.k / 8;
-  const int64_t count = min(a.prefetch_chunks, chunks - first);
-  if (count <= 0) return;
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    if (threadIdx.x == r * 32 && rows[r] < a.w_rows) {  // one lane in each of kRows warps
-      const uint4* from = reinterpret_cast<const uint4*>(a.w) + rows[r] * chunks + first;
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(from),
-                   "r"(static_cast<uint32_t>(count * 16))
-                   : "memory");
-    }
-  }
-#endif
-}
-
 // A block owns a group of kRows weight rows (RowOf) and splits their k dimension over all its
 // threads (so even a 1024-row matrix gives hundreds of blocks to spread over the GPU); warp
 // shuffles, then shared memory, reduce the partial sums.
@@ -153,7 +128,6 @@ __global__ void __launch_bounds__(kThreads) SkinnyGemmKernel(const KernelArgs a)
   // norm or activation producing x) may still run. x and out only after it has finished.
   AllowNextKernelLaunch();  // the next kernel's weight loads may start as this one's tail drains
   load_weights(threadIdx.x);
-  PrefetchRowsToL2<kRows>(a, rows, int64_t{kThreads} * kUnroll);
   WaitForPrecedingKernels();
   for (int64_t base = threadIdx.x; base < chunks; base += kThreads * kUnroll) {
     if (base != threadIdx.x) load_weights(base);
@@ -243,23 +217,9 @@ int PairedRows(int64_t units) {
   return rows;
 }
 
-// Weight bytes a block asks L2 for before its PDL wait, past the loads it holds in registers:
-// $SPARSESERVE_SKINNY_PREFETCH_KIB (0 turns it off, for A/B runs), default kDefaultPrefetchKib.
-// The first wave's blocks (~1,000 on an H100) ask for that much each, so it stays well under L2.
-constexpr int kDefaultPrefetchKib = 16;
-int64_t PrefetchBytesPerBlock() {
-  static const int64_t bytes = [] {
-    const char* env = std::getenv("SPARSESERVE_SKINNY_PREFETCH_KIB");
-    const int kib = env != nullptr ? std::atoi(env) : kDefaultPrefetchKib;
-    return int64_t{std::max(kib, 0)} * 1024;
-  }();
-  return bytes;
-}
-
 template <int N, int kRows, Epilogue kEpi>
-cudaError_t Launch(KernelArgs a, cudaStream_t stream) {
+cudaError_t Launch(const KernelArgs& a, cudaStream_t stream) {
   const int64_t groups = (a.w_rows + kRows - 1) / kRows;  // the paired forms divide evenly
-  a.prefetch_chunks = PrefetchBytesPerBlock() / (16 * kRows);
   return LaunchOverlapping(SkinnyGemmKernel<N, kRows, kEpi>, static_cast<unsigned>(groups),
                            kThreads, 0, stream, a);
 }
