@@ -160,8 +160,7 @@ __global__ void __launch_bounds__(kEstimateThreads)
       for (int i = 0; i < per_load; ++i) out[i] = 0.0f;
     } else if (per_load == 8) {
       float v[8];
-      const uint4 raw = *reinterpret_cast<const uint4*>(src + chunk * 8);  // one 16-byte load
-      UnpackBf16x8(raw, v);
+      UnpackBf16x8(*reinterpret_cast<const uint4*>(src + chunk * 8), v);  // one 16-byte load
 #pragma unroll
       for (int i = 0; i < 8; ++i) out[i] = v[i];
     } else {

@@ -11,8 +11,9 @@
 
 namespace sparseserve::kernels::cuda {
 
-// The 8 bf16 values of a 16-byte chunk already in registers, as f32.
-__device__ __forceinline__ void UnpackBf16x8(const uint4& raw, float (&v)[8]) {
+// The 8 bf16 values of a 16-byte chunk, as f32. By value: a chunk passed straight from global
+// memory is then one 16-byte load (by reference it compiled to four 4-byte loads).
+__device__ __forceinline__ void UnpackBf16x8(const uint4 raw, float (&v)[8]) {
   const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {

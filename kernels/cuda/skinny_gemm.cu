@@ -140,11 +140,8 @@ __global__ void __launch_bounds__(kThreads) SkinnyGemmKernel(const KernelArgs a)
       for (int r = 0; r < kRows; ++r) UnpackBf16x8(wr[u][r], wf[r]);
 #pragma unroll
       for (int n = 0; n < N; ++n) {
-        // Copied to a register first: unpacked straight from global memory, the 16-byte chunk is
-        // read as four 4-byte loads. Not __ldg: x is written while this kernel runs.
-        const uint4 xr = x4[n * chunks + c];
         float xf[8];
-        UnpackBf16x8(xr, xf);
+        UnpackBf16x8(x4[n * chunks + c], xf);  // not __ldg: x is written while this kernel runs
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
 #pragma unroll
