@@ -165,18 +165,22 @@ __global__ void __launch_bounds__(kThreads) SkinnyGemmKernel(const KernelArgs a)
   if (threadIdx.x < N * kOutputs) {
     const int n = threadIdx.x / kOutputs;
     const int r = threadIdx.x % kOutputs;
+    // Slots are picked by thread here, so rows are recomputed (RowOf) rather than read from
+    // rows[]: indexing that array by thread would place it in local memory.
+    const int64_t row = RowOf<kEpi, kRows>(a, group, r);
     // Row slot s's sum, rounded to bf16 with its bias as the plain projection's output would be.
     auto output_of = [&](int s) {
       float v = 0.0f;
 #pragma unroll
       for (int i = 0; i < kThreads / 32; ++i) v += partial[i][n][s];
-      if (a.bias != nullptr && rows[s] < a.w_rows) v += __bfloat162float(a.bias[rows[s]]);
+      const int64_t slot_row = s == r ? row : RowOf<kEpi, kRows>(a, group, s);
+      if (a.bias != nullptr && slot_row < a.w_rows) v += __bfloat162float(a.bias[slot_row]);
       return v;
     };
     if constexpr (kEpi == Epilogue::kPlain) {
-      if (rows[r] < a.w_rows) {
+      if (row < a.w_rows) {
         const float v = output_of(r);
-        const int64_t at = int64_t{n} * a.w_rows + rows[r];
+        const int64_t at = int64_t{n} * a.w_rows + row;
         if (a.out_f32) {
           static_cast<float*>(a.out)[at] = v;
         } else {
@@ -186,11 +190,11 @@ __global__ void __launch_bounds__(kThreads) SkinnyGemmKernel(const KernelArgs a)
     } else if constexpr (kEpi == Epilogue::kSwiGlu) {
       const float g = RoundBf16(output_of(r));
       const float u = RoundBf16(output_of(kHalf + r));
-      static_cast<__nv_bfloat16*>(a.out)[int64_t{n} * (a.w_rows / 2) + rows[r]] =
+      static_cast<__nv_bfloat16*>(a.out)[int64_t{n} * (a.w_rows / 2) + row] =
           __float2bfloat16_rn(g / (1.0f + __expf(-g)) * u);
     } else {
-      const int head = static_cast<int>(rows[r] / a.rope.head_dim);
-      const int i = static_cast<int>(rows[r] % a.rope.head_dim);
+      const int head = static_cast<int>(row / a.rope.head_dim);
+      const int i = static_cast<int>(row % a.rope.head_dim);
       StoreRopePair(a.rope, n, head, i, RoundBf16(output_of(r)), RoundBf16(output_of(kHalf + r)));
     }
   }
