@@ -103,6 +103,11 @@ struct RunResult {
   int64_t speculative_steps = 0;  // steps where some sequence drafted
   int64_t head_reads = 0;         // steps that read TokenSwift's draft heads (no draft pass)
   int64_t head_rows = 0;          // rows they read
+  // Where a run's time beyond its plain steps goes (steps timed as `times.step` is): steps that
+  // warmed up or captured a step graph, steps where some sequence drafted, steps that read the
+  // heads without drafting.
+  int64_t setup_steps = 0;
+  double setup_seconds = 0, speculative_seconds = 0, head_read_seconds = 0;
   int64_t steps = 0, tokens = 0;
   int64_t sequence_steps = 0;             // steps summed over the sequences in them
   std::vector<double> reached, accepted;  // per draft position
@@ -257,10 +262,18 @@ class SpecBench {
       lap(result.times.plan);
       SS_ASSIGN_OR_RETURN(const std::vector<int32_t> next,
                           runner_->Step(rows, sampling, nullptr, heads.pass()));
+      const double step_seconds = std::chrono::duration<double>(Clock::now() - mark).count();
+      const bool drafted = std::any_of(depth.begin(), depth.end(), [](int d) { return d > 0; });
       if (heads.pass() != nullptr) {
         ++result.head_reads;
         result.head_rows += static_cast<int64_t>(heads.pass()->head_rows.size());
+        if (!drafted) result.head_read_seconds += step_seconds;
       }
+      if (runner_->last_step_was_graph_setup()) {
+        ++result.setup_steps;
+        result.setup_seconds += step_seconds;
+      }
+      if (drafted) result.speculative_seconds += step_seconds;
       lap(result.times.step);
       size_t k = 0;
       for (size_t j = 0; j < live.size(); ++j) {
@@ -328,6 +341,13 @@ std::string DescribeTimes(const RunResult& r) {
                           static_cast<long long>(r.head_reads),
                           static_cast<double>(r.head_rows) / static_cast<double>(r.head_reads));
   }
+  // Of the loop's time (ms): drafted steps, plain steps that read the heads, graph set-ups (which
+  // may be either) — where a run that drafts little loses to plain decoding.
+  absl::StrAppendFormat(&out,
+                        "; of %.1f ms: drafted steps %.1f, head-read steps %.1f, %lld graph "
+                        "set-up steps %.1f",
+                        r.seconds * 1e3, r.speculative_seconds * 1e3, r.head_read_seconds * 1e3,
+                        static_cast<long long>(r.setup_steps), r.setup_seconds * 1e3);
   return out;
 }
 
