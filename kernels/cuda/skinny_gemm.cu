@@ -94,8 +94,16 @@ __device__ __forceinline__ void StoreRopePair(const SkinnyRopeKv& p, int n, int 
 // A block owns a group of kRows weight rows (RowOf) and splits their k dimension over all its
 // threads (so even a 1024-row matrix gives hundreds of blocks to spread over the GPU); warp
 // shuffles, then shared memory, reduce the partial sums.
+// Blocks per SM the one- and two-token kernels keep: at most 64 and 80 registers a thread. Left
+// free the compiler gave the paired epilogues 80 and 94 (H100, 8B decode at 1K: B=2 2% slower).
+template <int N>
+constexpr int kMinBlocksPerSm = N == 1   ? 8
+                                : N == 2 ? 6
+                                         : 1;
+
 template <int N, int kRows, Epilogue kEpi>
-__global__ void __launch_bounds__(kThreads) SkinnyGemmKernel(const KernelArgs a) {
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<N>)
+    SkinnyGemmKernel(const KernelArgs a) {
   constexpr int kUnroll = kChunksInFlight / kRows;  // 16-byte chunks of each row per thread
   constexpr int kHalf = kRows / 2;
   __shared__ float partial[kThreads / 32][N][kRows];
