@@ -91,16 +91,16 @@ __device__ __forceinline__ void StoreRopePair(const SkinnyRopeKv& p, int n, int 
   dst[i + half] = __float2bfloat16_rn(b);
 }
 
+// Blocks per SM the two-token kernels keep (at most 80 registers a thread): left free, the
+// compiler gave their paired epilogues 92-94 and B=2 decode at 1K ran 2% slower (H100). The others
+// get 0, no bound: held to 64 registers the one-token kernels ran B=1 1.3% slower, and even a
+// bound of 1 changes their code.
+template <int N>
+constexpr int kMinBlocksPerSm = N == 2 ? 6 : 0;
+
 // A block owns a group of kRows weight rows (RowOf) and splits their k dimension over all its
 // threads (so even a 1024-row matrix gives hundreds of blocks to spread over the GPU); warp
 // shuffles, then shared memory, reduce the partial sums.
-// Blocks per SM the one- and two-token kernels keep: at most 64 and 80 registers a thread. Left
-// free the compiler gave the paired epilogues 80 and 94 (H100, 8B decode at 1K: B=2 2% slower).
-template <int N>
-constexpr int kMinBlocksPerSm = N == 1   ? 8
-                                : N == 2 ? 6
-                                         : 1;
-
 template <int N, int kRows, Epilogue kEpi>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<N>)
     SkinnyGemmKernel(const KernelArgs a) {
