@@ -18,6 +18,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 out=${1:?usage: spec_check.sh OUT_DIR}
+mkdir -p "$out" || exit 1
 model=tests/data/longctx_model
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
