@@ -205,6 +205,18 @@ std::vector<int> PickDraftDepths(const spec::StepCostModel& cost,
   std::vector<spec::DraftOption>& opts = options != nullptr ? *options : local;
   opts.clear();
   std::vector<int> depths(sequences.size(), 0);
+  if (cost.DecisionSettled()) {  // the controlled sequences stay plain; the others' fixed depths
+    for (size_t i = 0; i < sequences.size(); ++i) {
+      const DraftRoom& s = sequences[i];
+      if (s.seq->controlled()) {
+        opts.emplace_back();  // depth 0: no rows are read
+      } else {
+        opts.push_back(s.seq->Option(s.room, s.wanted));
+        depths[i] = static_cast<int>(opts.back().rows_at.size());
+      }
+    }
+    return depths;
+  }
   bool controlled = false;
   for (size_t i = 0; i < sequences.size(); ++i) {
     const DraftRoom& s = sequences[i];

@@ -210,7 +210,8 @@ struct DraftRoom {
 
 // Each sequence's draft depth this step: the controller's (spec::ChooseDraftDepths over every
 // sequence that uses it, `base_rows` being the step's other rows), FixedDepth for the others.
-// `options`, when given, receives each sequence's option (its rows per depth).
+// `options`, when given, receives each sequence's option (its rows per depth; empty for a
+// controlled sequence while cost.DecisionSettled(): it stays plain without being read).
 // `uniform` as spec::ChooseDraftDepths (ModelRunner::replays_step_graphs()).
 std::vector<int> PickDraftDepths(const spec::StepCostModel& cost,
                                  absl::Span<const DraftRoom> sequences, int base_rows,

@@ -94,6 +94,7 @@ void StepCostModel::Record(int rows, double seconds, bool speculative, int64_t c
   const bool explored = steps_ >= next_explore_;  // the step was chosen while ExploreDue()
   const bool stale = PlainDue();                  // ... and while a plain step was due
   ++steps_;
+  plain_run_ = speculative ? 0 : plain_run_ + 1;
   if (speculative) {
     retry_explore_ = false;
     unmeasured_in_row_ = 0;

@@ -151,6 +151,17 @@ class StepCostModel {
   // so ChooseDraftDepths runs one plain step.
   static constexpr int kPlainSteps = 32;
   bool PlainDue() const { return measured() && steps_ - reference_seen_ >= kPlainSteps; }
+  // While the last kSettledSteps recorded steps were plain and no explore is due, the decision
+  // is taken only on every kSettledSteps-th step (the phase of ExploreDue(kExploreUnmeasuredSteps),
+  // whose explores stay): PickDraftDepths keeps its controlled sequences plain in between without
+  // reading them. At batch 64 on the 6-layer test model reading every sequence's options and
+  // acceptance each step cost 8-12 us of a 0.3-0.44 ms step (H100); a change of acceptance now
+  // waits at most kSettledSteps - 1 steps.
+  static constexpr int kSettledSteps = kExploreUnmeasuredSteps;
+  bool DecisionSettled() const {
+    return measured() && plain_run_ >= kSettledSteps && !ExploreDue() &&
+           steps_ % kSettledSteps != kSettledSteps - 1;
+  }
   // Steps recorded so far (plain, speculative; not draft passes).
   int64_t steps() const { return steps_; }
   // What the model has learned, for benchmarks' logs: the level and each measured bucket's
@@ -167,6 +178,7 @@ class StepCostModel {
   int reference_ = 0;          // the plain bucket whose shape is 1 (see Record)
   int64_t level_samples_ = 0;  // plain steps of the reference bucket recorded
   int64_t steps_ = 0, reference_seen_ = 0;
+  int64_t plain_run_ = 0;       // plain steps recorded since the last speculative one
   bool retry_explore_ = false;  // NoteUnmeasured saw a speculative step
   int unmeasured_in_row_ = 0;   // speculative steps NoteUnmeasured saw since one was recorded
   int64_t spec_context_ = -1;   // context_tokens of the last speculative step recorded

@@ -707,5 +707,48 @@ TEST_F(LosslessSamplingTest, TokenSwiftWithoutADraftPassFollowsPlainSampling) {
   ExpectPlainSampling({"tokenswift-nopass"}, {"tokenswift-nopass"});
 }
 
+// Chains of `depth` copies of the last token: a drafter for controller tests, never run.
+class RepeatProposer : public spec::DraftProposer {
+ public:
+  int max_depth() const override { return 4; }
+  int RowsAt(int depth) const override { return depth; }
+  void Propose(absl::Span<const int32_t> history, int depth, bool /*verify_only*/,
+               spec::StepDraft* draft) override {
+    draft->Clear();
+    draft->AddChain(std::vector<int32_t>(static_cast<size_t>(depth), history.back()));
+  }
+};
+
+TEST(PickDraftDepthsTest, ASettledPlainRunKeepsControlledSequencesPlainAndFixedOnesDrafting) {
+  SpeculationChoice controlled = Choice("prompt-lookup");
+  controlled.controller = true;
+  SpeculationChoice fixed = controlled;
+  fixed.controller = false;
+  std::vector<std::unique_ptr<SpeculativeSequence>> seqs;
+  seqs.push_back(
+      SpeculativeSequence::CreateWithProposer(controlled, std::make_unique<RepeatProposer>()));
+  seqs.push_back(
+      SpeculativeSequence::CreateWithProposer(fixed, std::make_unique<RepeatProposer>()));
+  const std::vector<DraftRoom> rooms = {{seqs[0].get(), 100, 100}, {seqs[1].get(), 100, 100}};
+  // Speculative steps priced as plain ones: at the prior's acceptance (E(4) = 0.94) the
+  // controller speculates whenever it decides.
+  spec::StepCostModel cost;
+  for (int i = 0; i < spec::StepCostModel::kSettledSteps; ++i) cost.Record(2, 1.0);
+  cost.Record(6, 1.0, /*speculative=*/true);
+  for (int i = 0; i < spec::StepCostModel::kSettledSteps; ++i) cost.Record(2, 1.0);
+  ASSERT_TRUE(cost.DecisionSettled());
+  std::vector<spec::DraftOption> options;
+  std::vector<int> depths = PickDraftDepths(cost, rooms, 2, &options);
+  EXPECT_EQ(depths, (std::vector<int>{0, 4}));  // controlled: plain, unread; fixed: its depth
+  ASSERT_EQ(options.size(), 2U);
+  EXPECT_TRUE(options[0].rows_at.empty());
+  EXPECT_EQ(options[1].rows_at.size(), 4U);
+  // On the run's deciding step the controller reads the sequence and speculates.
+  while (cost.DecisionSettled()) cost.Record(2, 1.0);
+  depths = PickDraftDepths(cost, rooms, 2, &options);
+  EXPECT_GT(depths[0], 0);
+  EXPECT_EQ(depths[1], 4);
+}
+
 }  // namespace
 }  // namespace sparseserve::engine

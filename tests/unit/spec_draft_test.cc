@@ -286,6 +286,34 @@ TEST(StepCostModelTest, AnUnmeasuredSpeculativeStepKeepsExploringDue) {
   EXPECT_TRUE(m.ExploreDue());
 }
 
+TEST(StepCostModelTest, ALongPlainRunIsDecidedOnlyOnEveryEighthStep) {
+  StepCostModel m;
+  constexpr int k = StepCostModel::kSettledSteps;
+  for (int i = 0; i < k - 1; ++i) m.Record(1, 1.0);
+  EXPECT_FALSE(m.DecisionSettled());  // k - 1 plain steps: not yet a run
+  m.Record(1, 1.0);
+  // From here each window of k steps decides on exactly one step, the phase of the unmeasured
+  // drafters' explores (ExploreDue(k)), and on every step an explore is due.
+  int decided = 0;
+  for (int i = 0; i < 4 * k; ++i) {
+    const bool settled = m.DecisionSettled();
+    EXPECT_EQ(settled, !m.ExploreDue() && !m.ExploreDue(StepCostModel::kExploreUnmeasuredSteps))
+        << "step " << m.steps();
+    decided += !settled;
+    m.Record(1, 1.0);
+  }
+  EXPECT_EQ(decided, 4);
+  // A speculative step ends the run: every step decides until k plain ones follow.
+  m.Record(3, 2.0, /*speculative=*/true);
+  for (int i = 0; i < k; ++i) {
+    EXPECT_FALSE(m.DecisionSettled()) << i;
+    m.Record(1, 1.0);
+  }
+  // An explore due is always decided (the schedule's first explore comes at kExploreSteps - 1).
+  while (!m.ExploreDue()) m.Record(1, 1.0);
+  EXPECT_FALSE(m.DecisionSettled());
+}
+
 TEST(ChooseDraftDepthsTest, SpeculatesOnlyWhereTheExpectedTokensPayForTheRows) {
   AcceptanceStats good(4, 1.0), bad(4, 1.0);
   for (int i = 0; i < 200; ++i) {
