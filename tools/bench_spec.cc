@@ -225,8 +225,8 @@ class SpecBench {
                                         runner_->replays_step_graphs());
       }
       lap(result.times.choose);
-      result.speculative_steps +=
-          std::any_of(depth.begin(), depth.end(), [](int d) { return d > 0; });
+      const bool drafted = std::any_of(depth.begin(), depth.end(), [](int d) { return d > 0; });
+      result.speculative_steps += drafted;
       std::vector<engine::ModelDraftJob> model_drafts;
       for (size_t j = 0; j < live.size(); ++j) {
         const int i = live[j];
@@ -263,7 +263,6 @@ class SpecBench {
       SS_ASSIGN_OR_RETURN(const std::vector<int32_t> next,
                           runner_->Step(rows, sampling, nullptr, heads.pass()));
       const double step_seconds = std::chrono::duration<double>(Clock::now() - mark).count();
-      const bool drafted = std::any_of(depth.begin(), depth.end(), [](int d) { return d > 0; });
       if (heads.pass() != nullptr) {
         ++result.head_reads;
         result.head_rows += static_cast<int64_t>(heads.pass()->head_rows.size());

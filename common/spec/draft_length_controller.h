@@ -154,9 +154,8 @@ class StepCostModel {
   // While the last kSettledSteps recorded steps were plain and no explore is due, the decision
   // is taken only on every kSettledSteps-th step (the phase of ExploreDue(kExploreUnmeasuredSteps),
   // whose explores stay): PickDraftDepths keeps its controlled sequences plain in between without
-  // reading them. At batch 64 on the 6-layer test model reading every sequence's options and
-  // acceptance each step cost 8-12 us of a 0.3-0.44 ms step (H100); a change of acceptance now
-  // waits at most kSettledSteps - 1 steps.
+  // reading them. At batch 64 on the 6-layer test model choosing took 8-18 us of a 0.3-0.44 ms
+  // step, 4-9 with this (H100); a change of acceptance now waits at most kSettledSteps - 1 steps.
   static constexpr int kSettledSteps = kExploreUnmeasuredSteps;
   bool DecisionSettled() const {
     return measured() && plain_run_ >= kSettledSteps && !ExploreDue() &&
