@@ -10,7 +10,9 @@
 # tokenselect_kvh (decode steps with TokenSelect lists per KV head against per layer, issue 10)
 # spec (speculative decoding against plain CUDA decoding on stories260K, issue 14: exactness,
 # acceptance, tokens/s with the controller and at a fixed draft length) spec_eval (the same on
-# the long-context test model's long-generation task, bench/longctx/spec_check.sh) spec_verify
+# the long-context test model's long-generation task, bench/longctx/spec_check.sh) spec_batches
+# (TokenSwift against plain at B=1/8/64 on the long-context model and, with random heads, on the
+# synthetic 8B: issue 15's "never slower at any batch") spec_verify
 # (the synthetic Llama-3-8B's verify-step cost per draft length and batch: `bench model
 # --decode-draft K`, K in $SPEC_DRAFTS, and `--decode-draft-tree T`, T in $SPEC_TREES) spec_self (sparse self-speculation's step costs on the
 # synthetic Llama-3-8B at long contexts, issue 15: plain decode, the verify step of 4 drafts and
@@ -47,7 +49,7 @@ for lib in libcudnn.so.9 libcudart.so.13; do
   [ "$dir" != . ] && export LD_LIBRARY_PATH=$dir:$LD_LIBRARY_PATH
 done
 [ -n "$(find "$site" -name libcudnn.so.9 2>/dev/null | head -1)" ] && export SPARSESERVE_EXPECT_CUDNN=1
-stages=${*:-tests sanitizer golden services kv_transfer eval minference tokenselect tokenselect_eval tokenselect_kvh spec spec_eval spec_verify spec_self window kernels attention sparse_prefill tokenselect_bench peer bench baseline graphs shadow profile cublas ncu}
+stages=${*:-tests sanitizer golden services kv_transfer eval minference tokenselect tokenselect_eval tokenselect_kvh spec spec_batches spec_eval spec_verify spec_self window kernels attention sparse_prefill tokenselect_bench peer bench baseline graphs shadow profile cublas ncu}
 summary=()
 run() {  # run NAME CMD... — logs to $out/NAME.log, records ok/FAIL
   local name=$1; shift
@@ -214,6 +216,25 @@ if has spec_train; then
   run spec_train_longctx python3 tools/train_spec_adapters.py --method tokenswift \
     --model tests/data/longctx_model \
     --out "$out/adapters/longctx_model_tokenswift.safetensors" ${SPEC_TRAIN_LONGCTX_FLAGS:-}
+fi
+# Issue 15's "never slower at any batch": TokenSwift with the long-context model's trained heads,
+# no draft pass, chained 4-grams, against plain decoding at B=1/8/64 ($SPEC_BATCH_TOKENS tokens,
+# default 3000, 5 runs each), and on the synthetic 8B with random heads made here
+# (bench/cuda/random_tokenswift_heads.py: speed only). Each run's stderr line says where the time
+# beyond plain steps went (host phases, head-read, drafted and graph set-up steps).
+if has spec_batches; then
+  chain=(--tokenswift-draft-pass=false --tokenswift-tree 1,2,2,2 --tokenswift-ngram-k 2
+    --tokenswift-ngram-chain 3)
+  run spec_batches_longctx sparseserve bench spec --device cuda --model tests/data/longctx_model \
+    --kv-cache-tokens 400000 --spec-tokens "${SPEC_BATCH_TOKENS:-3000}" --spec-repeats 5 \
+    --spec-batches 1,8,64 --spec-modes tokenswift "${chain[@]}" \
+    --tokenswift-heads tests/data/spec_adapters/longctx_model_tokenswift.safetensors
+  run spec_batches_heads_8b python3 bench/cuda/random_tokenswift_heads.py "$out/heads_8b.safetensors" \
+    --hidden 4096
+  run spec_batches_8b sparseserve bench spec --device cuda --model synthetic:llama3-8b \
+    --kv-cache-tokens 40000 --spec-tokens 512 --spec-repeats 3 --spec-batches 1,8,64 \
+    --spec-modes tokenswift "${chain[@]}" --tokenswift-heads "$out/heads_8b.safetensors"
+  rm -f "$out/heads_8b.safetensors"  # 96 MiB: not for the packed logs
 fi
 has spec_eval && run spec_eval bash bench/longctx/spec_check.sh "$out"
 has window && run window bash bench/window/window_check.sh "$out"
