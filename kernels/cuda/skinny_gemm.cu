@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<N>)
       float v = 0.0f;
 #pragma unroll
       for (int i = 0; i < kThreads / 32; ++i) v += partial[i][n][s];
-      const int64_t slot_row = s == r ? row : RowOf<kEpi, kRows>(a, group, s);
+      const int64_t slot_row = RowOf<kEpi, kRows>(a, group, s);
       if (a.bias != nullptr && slot_row < a.w_rows) v += __bfloat162float(a.bias[slot_row]);
       return v;
     };
