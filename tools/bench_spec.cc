@@ -206,11 +206,13 @@ class SpecBench {
       if (live.empty()) break;
       // Depths: the controller over every speculating sequence, or the fixed depth.
       Clock::time_point mark = Clock::now();
-      // Adds the time since `mark` to `into` and moves `mark` on.
+      // Adds the time since `mark` to `into`, moves `mark` on and returns that time.
       auto lap = [&mark](double& into) {
         const Clock::time_point now = Clock::now();
-        into += std::chrono::duration<double>(now - mark).count();
+        const double seconds = std::chrono::duration<double>(now - mark).count();
+        into += seconds;
         mark = now;
+        return seconds;
       };
       std::vector<int> depth(live.size(), 0);
       if (mode.method != engine::SpecMethod::kNone) {
@@ -262,7 +264,7 @@ class SpecBench {
       lap(result.times.plan);
       SS_ASSIGN_OR_RETURN(const std::vector<int32_t> next,
                           runner_->Step(rows, sampling, nullptr, heads.pass()));
-      const double step_seconds = std::chrono::duration<double>(Clock::now() - mark).count();
+      const double step_seconds = lap(result.times.step);
       if (heads.pass() != nullptr) {
         ++result.head_reads;
         result.head_rows += static_cast<int64_t>(heads.pass()->head_rows.size());
@@ -273,7 +275,6 @@ class SpecBench {
         result.setup_seconds += step_seconds;
       }
       if (drafted) result.speculative_seconds += step_seconds;
-      lap(result.times.step);
       size_t k = 0;
       for (size_t j = 0; j < live.size(); ++j) {
         const int i = live[j];

@@ -205,29 +205,20 @@ std::vector<int> PickDraftDepths(const spec::StepCostModel& cost,
   std::vector<spec::DraftOption>& opts = options != nullptr ? *options : local;
   opts.clear();
   std::vector<int> depths(sequences.size(), 0);
-  if (cost.DecisionSettled()) {  // the controlled sequences stay plain; the others' fixed depths
-    for (size_t i = 0; i < sequences.size(); ++i) {
-      const DraftRoom& s = sequences[i];
-      if (s.seq->controlled()) {
-        opts.emplace_back();  // depth 0: no rows are read
-      } else {
-        opts.push_back(s.seq->Option(s.room, s.wanted));
-        depths[i] = static_cast<int>(opts.back().rows_at.size());
-      }
-    }
-    return depths;
-  }
+  // While the decision is settled the controlled sequences stay plain unread (their options empty).
+  const bool settled = cost.DecisionSettled();
   bool controlled = false;
   for (size_t i = 0; i < sequences.size(); ++i) {
     const DraftRoom& s = sequences[i];
-    opts.push_back(s.seq->Option(s.room, s.wanted));
     if (s.seq->controlled()) {
       controlled = true;
+      opts.push_back(settled ? spec::DraftOption() : s.seq->Option(s.room, s.wanted));
     } else {
+      opts.push_back(s.seq->Option(s.room, s.wanted));
       depths[i] = static_cast<int>(opts.back().rows_at.size());  // its FixedDepth
     }
   }
-  if (!controlled) return depths;
+  if (!controlled || settled) return depths;
   const std::vector<int> chosen = spec::ChooseDraftDepths(cost, opts, base_rows, uniform);
   for (size_t i = 0; i < sequences.size(); ++i) {
     if (sequences[i].seq->controlled()) depths[i] = chosen[i];
