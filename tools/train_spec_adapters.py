@@ -61,6 +61,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safetensors_file  # noqa: E402
 from longctx import bpe, tasks  # noqa: E402
 
 SAFETENSORS_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
@@ -91,17 +92,11 @@ def read_safetensors(path):
 
 def write_safetensors(path, tensors, metadata):
     """Writes {name: tensor} as little-endian f32 with string metadata."""
-    header, blobs, offset = {"__metadata__": metadata}, [], 0
+    entries = []
     for name, t in tensors.items():
         values = t.detach().float().cpu().flatten().tolist()
-        blobs.append(struct.pack(f"<{len(values)}f", *values))
-        header[name] = {"dtype": "F32", "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(blobs[-1])]}
-        offset += len(blobs[-1])
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+        entries.append((name, "F32", t.shape, struct.pack(f"<{len(values)}f", *values)))
+    safetensors_file.write(path, entries, metadata)
 
 
 def load_llama2c(path):

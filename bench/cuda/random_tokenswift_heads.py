@@ -9,10 +9,13 @@ every figure made with such heads says so. An 8B-sized adapter is 96 MiB, too la
 the GPU machine, so it is made there; only the standard library is used (no numpy there or here).
 """
 import argparse
-import json
 import os
 import random
 import struct
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import safetensors_file  # noqa: E402
 
 
 def random_bf16(count, rng):
@@ -39,27 +42,14 @@ def main():
         parser.error("--hidden and --heads must be positive")
     rng = random.Random(args.seed)
     h = args.hidden
-    tensors, blobs, offset = {}, [], 0
+    entries = []
     for j in range(args.heads):
-        for name, dtype, shape, blob in (
-            (f"heads.{j}.norm.weight", "F32", [h], struct.pack(f"<{h}f", *([1.0] * h))),
-            (f"heads.{j}.proj.weight", "BF16", [h, h], random_bf16(h * h, rng)),
-        ):
-            tensors[name] = {"dtype": dtype, "shape": shape,
-                             "data_offsets": [offset, offset + len(blob)]}
-            blobs.append(blob)
-            offset += len(blob)
-    tensors["__metadata__"] = {"format": "sparseserve.tokenswift_heads", "hidden_size": str(h),
-                               "num_heads": str(args.heads), "weights": "random (speed runs only)"}
-    header = json.dumps(tensors).encode()
-    header += b" " * (-len(header) % 8)
-    with open(args.out + ".tmp", "wb") as f:
-        f.write(struct.pack("<Q", len(header)))
-        f.write(header)
-        for blob in blobs:
-            f.write(blob)
-    os.replace(args.out + ".tmp", args.out)
-    print(f"{args.out}: {args.heads} random heads of hidden size {h}, {offset / 2**20:.1f} MiB")
+        entries.append((f"heads.{j}.norm.weight", "F32", [h], struct.pack(f"<{h}f", *([1.0] * h))))
+        entries.append((f"heads.{j}.proj.weight", "BF16", [h, h], random_bf16(h * h, rng)))
+    size = safetensors_file.write(
+        args.out, entries, {"format": "sparseserve.tokenswift_heads", "hidden_size": str(h),
+                            "num_heads": str(args.heads), "weights": "random (speed runs only)"})
+    print(f"{args.out}: {args.heads} random heads of hidden size {h}, {size / 2**20:.1f} MiB")
 
 
 if __name__ == "__main__":
